@@ -1,0 +1,45 @@
+# pmio — see README.md. Every target is safe to run on a fresh clone.
+CARGO        ?= cargo
+LOOM_TARGET  ?= target/loom
+PERF_ARGS    ?= --dev null -t 10
+
+.PHONY: all build test unit lint fmt-check clippy loom bench perf vm-test clean
+
+all: build
+
+build:
+	$(CARGO) build --release --workspace
+
+# Everything CI runs (.ci/run calls this).
+test: lint unit loom vm-test
+
+unit:
+	$(CARGO) test --workspace
+
+lint: fmt-check clippy
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Loom model checks of the lockless code, in their own target directory (a full rebuild).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio --release --lib loom_
+
+bench:
+	$(CARGO) bench -p pmio
+
+# The main job on a built-in default device: pmio-perf on a null device for 10 s.
+perf:
+	$(CARGO) build --release -p pmio-perf
+	./target/release/pmio-perf $(PERF_ARGS)
+
+# The NVMe driver end to end in a QEMU guest (../shared/vm/run-in-vm).
+vm-test:
+	@echo "vm-test: no VM tests yet"
+
+clean:
+	$(CARGO) clean
+	rm -rf $(LOOM_TARGET)

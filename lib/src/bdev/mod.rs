@@ -1,0 +1,181 @@
+//! The block-device interface: what drivers implement and apps use.
+//!
+//! A driver registers a [`BlockDevice`] (static facts in [`BdevInfo`]). A reactor opens it into
+//! per-hctx-type [`DriverQueue`]s that only that reactor uses. The block layer owns the request
+//! pool and tags of each queue; a driver sees requests only between `submit` and the `poll`
+//! that reports them done.
+
+use std::fmt;
+
+use crate::hctx::{HctxQueues, HctxType};
+use crate::request::{OpSet, Request};
+
+/// A 128-bit UUID, printed in the usual 8-4-4-4-12 form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Uuid(pub [u8; 16]);
+
+impl Uuid {
+    /// A random (version 4) UUID from the kernel's random source.
+    pub fn new_v4() -> Uuid {
+        let mut b = [0u8; 16];
+        // SAFETY: `b` is a valid writable buffer of `b.len()` bytes for the duration of the call.
+        let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+        if n != b.len() as isize {
+            // getrandom cannot fail for 16 bytes once the pool is initialised; fall back to time.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            b = t.to_le_bytes();
+        }
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        Uuid(b)
+    }
+
+    /// Parses the 8-4-4-4-12 hexadecimal form.
+    pub fn parse(s: &str) -> Option<Uuid> {
+        let hex: Vec<u8> = s.bytes().filter(|&c| c != b'-').collect();
+        let dashes_ok = s.len() == 36 && [8, 13, 18, 23].iter().all(|&i| s.as_bytes()[i] == b'-');
+        if hex.len() != 32 || !dashes_ok {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            let s = std::str::from_utf8(pair).ok()?;
+            out[i] = u8::from_str_radix(s, 16).ok()?;
+        }
+        Some(Uuid(out))
+    }
+}
+
+impl fmt::Display for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Static facts about a block device.
+#[derive(Clone, Debug)]
+pub struct BdevInfo {
+    /// Unique name (`Null0`, `Malloc0`, `Nvme0n1`).
+    pub name: String,
+    pub uuid: Uuid,
+    /// SPDK's `product_name` ("Null disk", "Malloc disk", "URING bdev", "NVMe disk").
+    pub product_name: String,
+    /// Logical block size in bytes.
+    pub block_size: u32,
+    pub num_blocks: u64,
+    pub supported_ops: OpSet,
+    /// Hardware queues of each type one reactor may open.
+    pub queues: HctxQueues,
+    /// Deepest queue the driver can open (entries per hardware queue).
+    pub max_queue_depth: u32,
+    /// Largest transfer one request may carry, in blocks (u32::MAX when unlimited).
+    pub max_transfer_blocks: u32,
+}
+
+impl BdevInfo {
+    pub fn size_bytes(&self) -> u64 {
+        self.num_blocks * u64::from(self.block_size)
+    }
+}
+
+/// A block device a driver provides. Shared by every reactor that opens it.
+pub trait BlockDevice: Send + Sync + 'static {
+    fn info(&self) -> &BdevInfo;
+
+    /// Opens the driver side of hardware queue `index` of type `ty`, able to hold `depth`
+    /// requests at once, for the calling reactor. The returned queue is used only on that
+    /// reactor and dropped there.
+    fn open_queue(
+        &self,
+        ty: HctxType,
+        index: u16,
+        depth: u32,
+    ) -> Result<Box<dyn DriverQueue>, BdevError>;
+}
+
+/// The driver side of one hardware queue, owned by one reactor.
+///
+/// The block layer never has more than `depth` (as opened) requests outstanding, so `submit`
+/// always accepts what it is given. Requests are indexed by tag in `rqs`.
+pub trait DriverQueue {
+    /// Starts the requests `tags` (indices into `rqs`). One doorbell / one system call per
+    /// call. A request the driver cannot start is completed with an error status at the next
+    /// `poll`, never dropped.
+    fn submit(&mut self, rqs: &mut [Request], tags: &[u16]);
+
+    /// Reaps up to `max` completions: sets each request's `status` and pushes its tag onto
+    /// `done` (which has capacity for `max` more). Returns how many were reaped.
+    fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize;
+
+    /// Requests started and not yet reaped.
+    fn outstanding(&self) -> usize;
+}
+
+/// Errors of the block-device layer.
+#[derive(Debug, thiserror::Error)]
+pub enum BdevError {
+    #[error("bdev {0}: no such device")]
+    NotFound(String),
+    #[error("bdev name {0} is already in use")]
+    Exists(String),
+    #[error("bdev {name}: {reason}")]
+    InvalidConfig { name: String, reason: String },
+    #[error("bdev {name}: cannot open {ty:?} queue {index}: {reason}")]
+    QueueOpen {
+        name: String,
+        ty: HctxType,
+        index: u16,
+        reason: String,
+    },
+    #[error("bdev {name}: {source}")]
+    Io {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bdev {0}: device removed")]
+    Removed(String),
+}
+
+impl BdevError {
+    /// Negative errno in SPDK's convention (for RPC error replies).
+    pub fn errno(&self) -> i32 {
+        match self {
+            BdevError::NotFound(_) => -libc::ENODEV,
+            BdevError::Exists(_) => -libc::EEXIST,
+            BdevError::InvalidConfig { .. } => -libc::EINVAL,
+            BdevError::QueueOpen { .. } => -libc::ENOMEM,
+            BdevError::Io { source, .. } => -source.raw_os_error().unwrap_or(libc::EIO),
+            BdevError::Removed(_) => -libc::ENODEV,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_round_trips() {
+        let u = Uuid::new_v4();
+        let s = u.to_string();
+        assert_eq!(s.len(), 36);
+        assert_eq!(Uuid::parse(&s), Some(u));
+        assert_eq!(Uuid::parse("not-a-uuid"), None);
+    }
+}
