@@ -10,6 +10,12 @@ use std::fmt;
 use crate::hctx::{HctxQueues, HctxType};
 use crate::request::{OpSet, Request};
 
+pub mod registry;
+pub mod stats;
+
+pub use registry::Registry;
+pub use stats::{OpStats, QueueStats, QueueStatsCell, now_ns};
+
 /// A 128-bit UUID, printed in the usual 8-4-4-4-12 form.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Uuid(pub [u8; 16]);
