@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit lint fmt-check clippy loom bench perf vm-test clean
+.PHONY: all build test unit lint fmt-check clippy loom bench perf vm-test vm-test-setup clean
 
 all: build
 
@@ -11,7 +11,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit loom vm-test
+test: lint unit loom vm-test vm-test-setup
 
 unit:
 	$(CARGO) test --workspace
@@ -39,6 +39,13 @@ perf:
 # The NVMe driver end to end in a QEMU guest (../shared/vm/run-in-vm).
 vm-test:
 	@echo "vm-test: no VM tests yet"
+
+# pmio-setup in the guest: status, unbind to nvme, refusal while mounted, bind back to vfio-pci.
+RUN_IN_VM ?= $(CURDIR)/../shared/vm/run-in-vm
+vm-test-setup:
+	$(CARGO) build --release -p pmio-setup
+	$(RUN_IN_VM) --quiet --timeout 240 --module nvme --module crc32c_generic --module ext4 \
+		--file target/release/pmio-setup -- test/vm/setup-in-guest.sh
 
 clean:
 	$(CARGO) clean
