@@ -1,0 +1,19 @@
+//! pmio-tgt: the pmio daemon. Reactors, bdevs, and SPDK-compatible JSON-RPC 2.0 on a unix socket.
+//!
+//! - [`jsonrpc`]: framing of concatenated JSON values, request validation, responses (SPDK's wire
+//!   format, see `reference/spdk-rpc.md`).
+//! - [`params`]: strict parameter decoding with errors that name the parameter.
+//! - [`server`]: the unix-socket server (limits, one thread per connection, clean stop).
+//!
+//! ```
+//! use pmio_tgt::jsonrpc::{Decoder, handle_value, RpcError};
+//! let mut d = Decoder::default();
+//! d.feed(br#"{"jsonrpc":"2.0","method":"nope","id":1}"#);
+//! let mut out = Vec::new();
+//! handle_value(d.next_value().unwrap().unwrap(), &mut out, |_| Err(RpcError::method_not_found()));
+//! assert_eq!(out, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32601,\"message\":\"Method not found\"}}\n");
+//! ```
+
+pub mod jsonrpc;
+pub mod params;
+pub mod server;
