@@ -1,0 +1,462 @@
+//! One reactor: its loop, its pollers, and the context messages and pollers run with.
+//!
+//! A turn: run up to `msg_batch` messages, run every active poller, run the timed pollers that
+//! are due, charge the turn's time to busy (something did work) or idle, and in interrupt mode
+//! sleep on the eventfd once idle long enough. The clock is read once per turn.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::time::Duration;
+
+use crate::error::ReactorError;
+use crate::group::{ReactorsHandle, Shared, Slot};
+use crate::stats::LocalStats;
+use crate::sys;
+
+/// What a poller reports after a run: did it do work?
+///
+/// Busy turns count as busy time in [`crate::ReactorStats`] and keep an interrupt-mode
+/// reactor awake. A `bool` converts (`true` = busy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollerResult {
+    /// Nothing to do this time.
+    Idle,
+    /// Did some work.
+    Busy,
+}
+
+impl From<bool> for PollerResult {
+    fn from(busy: bool) -> PollerResult {
+        if busy {
+            PollerResult::Busy
+        } else {
+            PollerResult::Idle
+        }
+    }
+}
+
+/// Identifies a poller on its reactor (unique per reactor for the reactor's lifetime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PollerId(u64);
+
+impl PollerId {
+    /// The raw number.
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+}
+
+/// A registered poller as listed by [`ReactorCtx::pollers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PollerInfo {
+    /// Its id.
+    pub id: PollerId,
+    /// The name given at registration.
+    pub name: String,
+    /// `None` for an active poller (every turn), else the timed poller's period.
+    pub period: Option<Duration>,
+}
+
+/// A message: a closure run once on the target reactor.
+pub type Message = Box<dyn FnOnce(&mut ReactorCtx) + Send>;
+
+type PollerFn = Box<dyn FnMut(&mut ReactorCtx) -> PollerResult>;
+
+/// A registered poller. `period_ns == 0` marks an active poller.
+struct Poller {
+    id: PollerId,
+    period_ns: u64,
+    next_due: u64,
+    f: PollerFn,
+}
+
+/// What messages and pollers see of their reactor: its core, the turn's clock, poller
+/// registration, message sending, and typed reactor-local state.
+///
+/// Only ever handed out by `&mut` on the reactor's own thread; it is not `Send`, so
+/// reactor-local state may be `!Send` (a device queue handle, an `Rc`).
+pub struct ReactorCtx {
+    core: u32,
+    index: usize,
+    handle: ReactorsHandle,
+    now: u64,
+    next_poller_id: u64,
+    pending_add: Vec<Poller>,
+    pending_remove: Vec<PollerId>,
+    pollers: Vec<PollerInfo>,
+    locals: HashMap<TypeId, Box<dyn Any>>,
+    stay_awake: bool,
+    stopping: bool,
+}
+
+impl ReactorCtx {
+    /// The core this reactor runs on.
+    pub fn core(&self) -> u32 {
+        self.core
+    }
+
+    /// This reactor's position in the group's core mask (0-based).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Monotonic time in ns ([`crate::now_ns`]) read at the start of this loop turn. Pollers
+    /// can use it instead of reading the clock themselves (batched clock reads).
+    pub fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    /// A handle to the whole group (to send to any reactor, read stats, request stop).
+    pub fn handle(&self) -> &ReactorsHandle {
+        &self.handle
+    }
+
+    /// Sends a message to the reactor on `core` (this one included; it then runs on a later
+    /// turn, after the messages already queued). See [`ReactorsHandle::send`].
+    pub fn send<F>(&self, core: u32, f: F) -> Result<(), ReactorError>
+    where
+        F: FnOnce(&mut ReactorCtx) + Send + 'static,
+    {
+        self.handle.send(core, f)
+    }
+
+    /// Registers an active poller, run on every turn from the next poller pass on (when
+    /// called from a message: this turn; from a poller: the next turn). The poller returns
+    /// [`PollerResult`] or `bool` (busy).
+    pub fn register_poller<F, R>(&mut self, name: &str, mut f: F) -> PollerId
+    where
+        F: FnMut(&mut ReactorCtx) -> R + 'static,
+        R: Into<PollerResult>,
+    {
+        self.add_poller(name, 0, Box::new(move |ctx| f(ctx).into()))
+    }
+
+    /// Registers a timed poller run about every `period` (first run one period from now).
+    /// A zero period registers an active poller.
+    pub fn register_timed_poller<F, R>(
+        &mut self,
+        name: &str,
+        period: Duration,
+        mut f: F,
+    ) -> PollerId
+    where
+        F: FnMut(&mut ReactorCtx) -> R + 'static,
+        R: Into<PollerResult>,
+    {
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+        self.add_poller(name, period_ns, Box::new(move |ctx| f(ctx).into()))
+    }
+
+    /// Unregisters a poller; it does not run again, even later in the current pass (a
+    /// poller may unregister itself or others). It is dropped on this thread at the end of
+    /// the current step. Returns false if the id is unknown or already unregistered.
+    pub fn unregister_poller(&mut self, id: PollerId) -> bool {
+        match self.pollers.iter().position(|p| p.id == id) {
+            Some(pos) => {
+                self.pollers.swap_remove(pos);
+                self.pending_remove.push(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The pollers currently registered on this reactor (registration order not kept).
+    pub fn pollers(&self) -> &[PollerInfo] {
+        &self.pollers
+    }
+
+    /// The reactor-local value of type `T`, if one was stored.
+    pub fn local<T: 'static>(&mut self) -> Option<&mut T> {
+        self.locals
+            .get_mut(&TypeId::of::<T>())
+            .and_then(|b| b.downcast_mut::<T>())
+    }
+
+    /// The reactor-local value of type `T`, created by `init` if absent.
+    pub fn local_or_insert_with<T: 'static>(&mut self, init: impl FnOnce() -> T) -> &mut T {
+        let slot = self
+            .locals
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(init()));
+        match slot.downcast_mut::<T>() {
+            Some(v) => v,
+            None => unreachable!("locals are keyed by their own TypeId"),
+        }
+    }
+
+    /// Stores a reactor-local value of type `T`, returning the previous one.
+    pub fn set_local<T: 'static>(&mut self, value: T) -> Option<T> {
+        self.locals
+            .insert(TypeId::of::<T>(), Box::new(value))
+            .and_then(|old| old.downcast::<T>().ok().map(|b| *b))
+    }
+
+    /// Removes and returns the reactor-local value of type `T`.
+    pub fn take_local<T: 'static>(&mut self) -> Option<T> {
+        self.locals
+            .remove(&TypeId::of::<T>())
+            .and_then(|old| old.downcast::<T>().ok().map(|b| *b))
+    }
+
+    /// Keeps an interrupt-mode reactor from going to sleep after this turn without counting
+    /// the turn as busy: call it from a poller that is idle only because it waits for a
+    /// device (I/O outstanding, completions not yet posted).
+    pub fn stay_awake(&mut self) {
+        self.stay_awake = true;
+    }
+
+    /// True while the reactor runs its last messages before exiting (pollers no longer run
+    /// and sends to it are refused).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    fn add_poller(&mut self, name: &str, period_ns: u64, f: PollerFn) -> PollerId {
+        let id = PollerId(self.next_poller_id);
+        self.next_poller_id += 1;
+        self.pollers.push(PollerInfo {
+            id,
+            name: name.to_string(),
+            period: (period_ns > 0).then(|| Duration::from_nanos(period_ns)),
+        });
+        self.pending_add.push(Poller {
+            id,
+            period_ns,
+            next_due: 0,
+            f,
+        });
+        id
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.pending_add.is_empty() || !self.pending_remove.is_empty()
+    }
+
+    /// Whether `id` was unregistered during the current step (skip it).
+    #[inline]
+    fn is_removed(&self, id: PollerId) -> bool {
+        !self.pending_remove.is_empty() && self.pending_remove.contains(&id)
+    }
+}
+
+/// Per-reactor settings taken from [`crate::ReactorsOptions`], validated.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReactorConfig {
+    pub msg_batch: usize,
+    pub interrupt_idle_ns: Option<u64>,
+}
+
+/// A reactor's thread-owned state.
+pub(crate) struct Reactor {
+    shared: Arc<Shared>,
+    ctx: ReactorCtx,
+    active: Vec<Poller>,
+    timed: Vec<Poller>,
+    /// Earliest `next_due` among timed pollers (`u64::MAX` when none).
+    next_timed_due: u64,
+    cfg: ReactorConfig,
+    stats: LocalStats,
+}
+
+impl Reactor {
+    pub(crate) fn new(shared: Arc<Shared>, index: usize, cfg: ReactorConfig) -> Reactor {
+        let core = shared.slot(index).core;
+        let handle = ReactorsHandle::from_shared(Arc::clone(&shared));
+        Reactor {
+            shared,
+            ctx: ReactorCtx {
+                core,
+                index,
+                handle,
+                now: sys::now_ns(),
+                next_poller_id: 1,
+                pending_add: Vec::new(),
+                pending_remove: Vec::new(),
+                pollers: Vec::new(),
+                locals: HashMap::new(),
+                stay_awake: false,
+                stopping: false,
+            },
+            active: Vec::new(),
+            timed: Vec::new(),
+            next_timed_due: u64::MAX,
+            cfg,
+            stats: LocalStats::default(),
+        }
+    }
+
+    /// Runs the loop until the group is asked to stop, then drains the inbox and exits.
+    pub(crate) fn run(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let slot = shared.slot(self.ctx.index);
+        let mut turn_start = sys::now_ns();
+        let mut idle_since = turn_start;
+        while !shared.stop_flag() {
+            let busy = self.turn(slot, turn_start);
+            let mut now = sys::now_ns();
+            let spent = now.saturating_sub(turn_start);
+            if busy {
+                self.stats.busy_ns += spent;
+            } else {
+                self.stats.idle_ns += spent;
+            }
+            self.stats.turns += 1;
+            if busy || self.ctx.stay_awake {
+                idle_since = now;
+            } else if let Some(idle_ns) = self.cfg.interrupt_idle_ns
+                && now.saturating_sub(idle_since) >= idle_ns
+            {
+                now = self.sleep(slot, &shared, now);
+            }
+            self.publish(slot);
+            turn_start = now;
+        }
+        self.shutdown(slot);
+    }
+
+    /// One loop turn; returns whether anything did work.
+    #[inline]
+    fn turn(&mut self, slot: &Slot, now: u64) -> bool {
+        self.ctx.now = now;
+        self.ctx.stay_awake = false;
+        let mut busy = false;
+
+        let mut ran = 0;
+        while ran < self.cfg.msg_batch {
+            let Some(msg) = slot.inbox.pop() else { break };
+            msg(&mut self.ctx);
+            ran += 1;
+        }
+        if ran > 0 {
+            busy = true;
+            self.stats.messages += ran as u64;
+        }
+        if self.ctx.has_pending() {
+            self.apply_pending(now);
+        }
+
+        for p in self.active.iter_mut() {
+            if self.ctx.is_removed(p.id) {
+                continue;
+            }
+            if (p.f)(&mut self.ctx) == PollerResult::Busy {
+                busy = true;
+            }
+        }
+        if now >= self.next_timed_due {
+            busy |= self.run_timed(now);
+        }
+        if self.ctx.has_pending() {
+            self.apply_pending(now);
+        }
+        busy
+    }
+
+    /// Runs the timed pollers due at `now` and schedules their next run one period after the
+    /// previous due time (or one period from now when that is already past: no bursts).
+    #[cold]
+    fn run_timed(&mut self, now: u64) -> bool {
+        let mut busy = false;
+        let mut next = u64::MAX;
+        for p in self.timed.iter_mut() {
+            if p.next_due <= now && !self.ctx.is_removed(p.id) {
+                if (p.f)(&mut self.ctx) == PollerResult::Busy {
+                    busy = true;
+                }
+                p.next_due = p.next_due.saturating_add(p.period_ns);
+                if p.next_due <= now {
+                    p.next_due = now.saturating_add(p.period_ns);
+                }
+            }
+            next = next.min(p.next_due);
+        }
+        self.next_timed_due = next;
+        busy
+    }
+
+    /// Moves pollers registered or unregistered during the last step into or out of the lists.
+    #[cold]
+    fn apply_pending(&mut self, now: u64) {
+        for mut p in self.ctx.pending_add.drain(..) {
+            if p.period_ns == 0 {
+                self.active.push(p);
+            } else {
+                p.next_due = now.saturating_add(p.period_ns);
+                self.next_timed_due = self.next_timed_due.min(p.next_due);
+                self.timed.push(p);
+            }
+        }
+        if !self.ctx.pending_remove.is_empty() {
+            let removed = std::mem::take(&mut self.ctx.pending_remove);
+            self.active.retain(|p| !removed.contains(&p.id));
+            self.timed.retain(|p| !removed.contains(&p.id));
+            self.next_timed_due = self
+                .timed
+                .iter()
+                .map(|p| p.next_due)
+                .min()
+                .unwrap_or(u64::MAX);
+            // Reuse the allocation.
+            self.ctx.pending_remove = removed;
+            self.ctx.pending_remove.clear();
+        }
+        self.stats.active_pollers = self.active.len() as u32;
+        self.stats.timed_pollers = self.timed.len() as u32;
+    }
+
+    /// Interrupt mode: sleeps on the eventfd until a message, a stop request or the next
+    /// timed poller. Returns the time after waking.
+    #[cold]
+    fn sleep(&mut self, slot: &Slot, shared: &Shared, now: u64) -> u64 {
+        let timeout = match self.next_timed_due {
+            u64::MAX => None,
+            due if due <= now => return now,
+            due => Some(Duration::from_nanos(due - now)),
+        };
+        slot.sleeping.store(true, Ordering::SeqCst);
+        // Pairs with the fence in `ReactorsHandle::send`: either the sender sees `sleeping`
+        // and writes the eventfd, or we see its message here.
+        fence(Ordering::SeqCst);
+        if !slot.inbox.is_empty() || shared.stop_flag() {
+            slot.sleeping.store(false, Ordering::Relaxed);
+            return now;
+        }
+        self.publish(slot);
+        slot.eventfd.wait(timeout);
+        slot.sleeping.store(false, Ordering::SeqCst);
+        slot.eventfd.drain();
+        let woke = sys::now_ns();
+        self.stats.sleep_ns += woke.saturating_sub(now);
+        self.stats.wakeups += 1;
+        woke
+    }
+
+    /// Refuses new messages, runs every accepted one, drops pollers and locals here.
+    fn shutdown(&mut self, slot: &Slot) {
+        self.ctx.stopping = true;
+        slot.close_and_quiesce();
+        while let Some(msg) = slot.inbox.pop() {
+            self.ctx.now = sys::now_ns();
+            msg(&mut self.ctx);
+            self.stats.messages += 1;
+        }
+        self.active.clear();
+        self.timed.clear();
+        self.ctx.pending_add.clear();
+        self.ctx.pending_remove.clear();
+        self.ctx.pollers.clear();
+        self.ctx.locals.clear();
+        self.stats.active_pollers = 0;
+        self.stats.timed_pollers = 0;
+        self.publish(slot);
+        log::debug!("reactor on core {} stopped", self.ctx.core);
+    }
+
+    #[inline]
+    fn publish(&self, slot: &Slot) {
+        slot.stats.publish(&self.stats);
+    }
+}
