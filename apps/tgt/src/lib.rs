@@ -14,6 +14,20 @@
 //! assert_eq!(out, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32601,\"message\":\"Method not found\"}}\n");
 //! ```
 
+pub mod config;
 pub mod jsonrpc;
+pub mod methods;
 pub mod params;
 pub mod server;
+pub mod target;
+
+/// Releases everything the daemon holds, after the RPC server has stopped: detaches NVMe
+/// controllers with the shutdown sequence, then unregisters every bdev.
+pub fn shutdown(rpc: &methods::Rpc) {
+    let t = &rpc.target;
+    for r in t.records().into_iter().rev() {
+        if let Err(e) = t.registry.unregister(&r.name) {
+            log::debug!("unregistering {}: {e}", r.name);
+        }
+    }
+}

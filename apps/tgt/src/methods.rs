@@ -1,0 +1,571 @@
+//! The RPC method table and the methods that need nothing but the target state.
+//!
+//! Names, parameters and result shapes are SPDK's (reference/spdk-rpc.md), so rpc.py and scripts
+//! written for `spdk_tgt` work unchanged. Each method has SPDK's state mask: start-up methods run
+//! only before `framework_start_init` (`--wait-for-rpc`), runtime methods only after.
+
+use std::sync::Arc;
+
+use pmio_malloc::{MallocDevice, MallocOptions};
+use pmio_null::{NullDevice, NullOptions};
+use serde_json::{Value, json};
+
+use crate::jsonrpc::{Call, RpcError, code};
+use crate::params::Params;
+use crate::server::Handler;
+use crate::target::{BdevKind, FwState, Target, bdev_error};
+
+/// Start-up state bit.
+pub const STARTUP: u8 = 1;
+/// Runtime state bit.
+pub const RUNTIME: u8 = 2;
+
+/// A method implementation.
+pub type MethodFn = fn(&Rpc, &str, Option<&Value>) -> Result<Value, RpcError>;
+
+/// One RPC method.
+pub struct Method {
+    /// SPDK's method name.
+    pub name: &'static str,
+    /// States in which it may be called ([`STARTUP`] | [`RUNTIME`]).
+    pub states: u8,
+    /// Implementation.
+    pub run: MethodFn,
+}
+
+/// What `spdk_kill_instance` does once its reply is sent: deliver `signal` to the daemon.
+pub type KillFn = Box<dyn Fn(i32) + Send + Sync>;
+
+/// The RPC front end of a [`Target`]: method lookup, state checks, dispatch.
+pub struct Rpc {
+    /// The daemon state.
+    pub target: Arc<Target>,
+    methods: Vec<Method>,
+    on_kill: KillFn,
+    /// `-c` calls held back by `--wait-for-rpc` until `framework_start_init`.
+    pending_config: std::sync::Mutex<Vec<crate::config::ConfigCall>>,
+}
+
+impl Rpc {
+    /// The full method table over `target`; `on_kill` handles `spdk_kill_instance`.
+    pub fn new(target: Arc<Target>, on_kill: KillFn) -> Rpc {
+        let methods = base_methods();
+        Rpc {
+            target,
+            methods,
+            on_kill,
+            pending_config: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Holds `calls` until `framework_start_init` (start-up with `--wait-for-rpc` and `-c`).
+    pub fn defer_config(&self, calls: Vec<crate::config::ConfigCall>) {
+        *self
+            .pending_config
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = calls;
+    }
+
+    /// Names of every method, or of those callable in the current state.
+    pub fn method_names(&self, current: bool) -> Vec<&'static str> {
+        let bit = self.target.state().bit();
+        self.methods
+            .iter()
+            .filter(|m| !current || m.states & bit != 0)
+            .map(|m| m.name)
+            .collect()
+    }
+
+    /// Runs `method` with `params` as if it came over the socket (used for `-c` config files).
+    pub fn invoke(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+        let m = self
+            .methods
+            .iter()
+            .find(|m| m.name == method)
+            .ok_or_else(RpcError::method_not_found)?;
+        let state = self.target.state();
+        if m.states & state.bit() == 0 {
+            let msg = if state == FwState::Startup {
+                "Method may only be called after framework is initialized using \
+                 framework_start_init RPC."
+            } else {
+                "Method may only be called before framework initialization."
+            };
+            return Err(RpcError::new(
+                code::INVALID_STATE,
+                format!("{msg} ({method}; current state: {})", state.name()),
+            ));
+        }
+        let params = params.filter(|p| !p.is_null());
+        (m.run)(self, method, params)
+    }
+}
+
+impl Handler for Rpc {
+    fn call(&self, call: &Call) -> Result<Value, RpcError> {
+        log::debug!("RPC {}", call.method);
+        self.invoke(&call.method, call.params.as_ref())
+    }
+
+    fn after_reply(&self, call: &Call) {
+        if call.method == "spdk_kill_instance"
+            && let Some(sig) = call
+                .params
+                .as_ref()
+                .and_then(|p| p.get("sig_name"))
+                .and_then(Value::as_str)
+                .and_then(signal_number)
+        {
+            (self.on_kill)(sig);
+        }
+    }
+}
+
+/// Refuses parameters for a method that takes none (SPDK's -32602 and text).
+pub fn no_params(method: &str, params: Option<&Value>) -> Result<(), RpcError> {
+    match params {
+        None => Ok(()),
+        Some(_) => Err(RpcError::no_params(method)),
+    }
+}
+
+/// Signal number for SPDK's `sig_name` values (`SIGTERM`, `TERM`, `15`).
+pub fn signal_number(name: &str) -> Option<i32> {
+    let n = name.strip_prefix("SIG").unwrap_or(name);
+    match n {
+        "INT" | "2" => Some(libc::SIGINT),
+        "TERM" | "15" => Some(libc::SIGTERM),
+        "QUIT" | "3" => Some(libc::SIGQUIT),
+        "HUP" | "1" => Some(libc::SIGHUP),
+        "KILL" | "9" => Some(libc::SIGKILL),
+        _ => None,
+    }
+}
+
+fn base_methods() -> Vec<Method> {
+    const ANY: u8 = STARTUP | RUNTIME;
+    vec![
+        Method {
+            name: "spdk_get_version",
+            states: ANY,
+            run: spdk_get_version,
+        },
+        Method {
+            name: "rpc_get_methods",
+            states: ANY,
+            run: rpc_get_methods,
+        },
+        Method {
+            name: "spdk_kill_instance",
+            states: ANY,
+            run: spdk_kill_instance,
+        },
+        Method {
+            name: "framework_start_init",
+            states: STARTUP,
+            run: framework_start_init,
+        },
+        Method {
+            name: "framework_get_subsystems",
+            states: ANY,
+            run: framework_get_subsystems,
+        },
+        Method {
+            name: "framework_get_config",
+            states: RUNTIME,
+            run: framework_get_config,
+        },
+        Method {
+            name: "framework_get_reactors",
+            states: RUNTIME,
+            run: framework_get_reactors,
+        },
+        Method {
+            name: "thread_get_stats",
+            states: RUNTIME,
+            run: thread_get_stats,
+        },
+        Method {
+            name: "bdev_null_create",
+            states: RUNTIME,
+            run: bdev_null_create,
+        },
+        Method {
+            name: "bdev_null_delete",
+            states: RUNTIME,
+            run: bdev_null_delete,
+        },
+        Method {
+            name: "bdev_malloc_create",
+            states: RUNTIME,
+            run: bdev_malloc_create,
+        },
+        Method {
+            name: "bdev_malloc_delete",
+            states: RUNTIME,
+            run: bdev_malloc_delete,
+        },
+        Method {
+            name: "bdev_get_bdevs",
+            states: RUNTIME,
+            run: bdev_get_bdevs,
+        },
+        Method {
+            name: "bdev_get_iostat",
+            states: RUNTIME,
+            run: bdev_get_iostat,
+        },
+    ]
+}
+
+fn spdk_get_version(_: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    no_params(method, params)?;
+    let v = env!("CARGO_PKG_VERSION");
+    let mut parts = v.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    Ok(json!({
+        "version": format!("pmio v{v}"),
+        "fields": {
+            "major": parts.next().unwrap_or(0),
+            "minor": parts.next().unwrap_or(0),
+            "patch": parts.next().unwrap_or(0),
+            "suffix": ""
+        }
+    }))
+}
+
+fn rpc_get_methods(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let current = p.opt::<bool>("current")?.unwrap_or(false);
+    p.opt::<bool>("include_aliases")?;
+    p.finish()?;
+    Ok(json!(rpc.method_names(current)))
+}
+
+fn spdk_kill_instance(_: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let sig: String = p.req("sig_name")?;
+    p.finish()?;
+    if signal_number(&sig).is_none() {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("signal number not found (sig_name \"{sig}\")"),
+        ));
+    }
+    // The signal is delivered in `after_reply`, once `true` has reached the client.
+    Ok(Value::Bool(true))
+}
+
+fn framework_start_init(
+    rpc: &Rpc,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    no_params(method, params)?;
+    if !rpc.target.start_runtime() {
+        return Err(RpcError::new(
+            code::INVALID_STATE,
+            "framework is already initialized",
+        ));
+    }
+    log::info!("framework initialized (runtime state)");
+    let calls = std::mem::take(&mut *rpc.pending_config.lock().unwrap_or_else(|p| p.into_inner()));
+    crate::config::apply(rpc, &calls).map_err(|e| {
+        RpcError::errno_detail(
+            -libc::EINVAL,
+            format_args!("applying the -c configuration: {e:#}"),
+        )
+    })?;
+    Ok(Value::Bool(true))
+}
+
+/// The subsystems `save_config` walks: pmio has one, `bdev`.
+pub const SUBSYSTEMS: [&str; 1] = ["bdev"];
+
+fn framework_get_subsystems(
+    _: &Rpc,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    no_params(method, params)?;
+    Ok(Value::Array(
+        SUBSYSTEMS
+            .iter()
+            .map(|s| json!({"subsystem": s, "depends_on": []}))
+            .collect(),
+    ))
+}
+
+fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: String = p.req("name")?;
+    p.finish()?;
+    match name.as_str() {
+        "bdev" => Ok(Value::Array(bdev_config(rpc))),
+        _ => Err(RpcError::new(
+            code::INVALID_PARAMS,
+            format!("Subsystem '{name}' not found"),
+        )),
+    }
+}
+
+/// The method calls that recreate every bdev, controller and scheduler setting, in order.
+pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
+    let t = &rpc.target;
+    let mut out: Vec<Value> = t.records().into_iter().filter_map(|r| r.create).collect();
+    for c in t.ctrlrs() {
+        out.push(json!({
+            "method": "bdev_nvme_attach_controller",
+            "params": {"name": c.name, "trtype": "PCIe", "traddr": c.traddr}
+        }));
+    }
+    out
+}
+
+fn framework_get_reactors(
+    rpc: &Rpc,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    no_params(method, params)?;
+    let h = rpc.target.reactors();
+    // Thread ids, asked of each reactor by message (the RPC thread waits; no reactor does).
+    // SAFETY: gettid has no preconditions.
+    let tids = h
+        .run_on_all(|_| unsafe { libc::gettid() })
+        .map_err(|e| RpcError::errno_detail(-libc::EIO, e))?;
+    let reactors: Vec<Value> = h
+        .all_stats()
+        .into_iter()
+        .zip(tids)
+        .map(|(s, tid)| {
+            json!({
+                "lcore": s.core,
+                "tid": tid,
+                "busy": s.busy_ns,
+                "idle": s.idle_ns + s.sleep_ns,
+                "in_interrupt": h.is_sleeping(s.core),
+                "irq": 0,
+                "sys": 0,
+                "usr": 0,
+                "lw_threads": [{
+                    "name": format!("reactor_{}", s.core),
+                    "id": s.core + 1,
+                    "cpumask": format!("{:x}", 1u128 << s.core),
+                    "elapsed": rpc.target.uptime_ns()
+                }],
+                "pollers": {"active": s.active_pollers, "timed": s.timed_pollers},
+                "messages": s.messages,
+                "wakeups": s.wakeups
+            })
+        })
+        .collect();
+    Ok(json!({
+        "tick_rate": 1_000_000_000u64,
+        "pid": std::process::id(),
+        "reactors": reactors
+    }))
+}
+
+fn thread_get_stats(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    no_params(method, params)?;
+    let threads: Vec<Value> = rpc
+        .target
+        .reactors()
+        .all_stats()
+        .into_iter()
+        .map(|s| {
+            json!({
+                "name": format!("reactor_{}", s.core),
+                "id": s.core + 1,
+                "cpumask": format!("{:x}", 1u128 << s.core),
+                "busy": s.busy_ns,
+                "idle": s.idle_ns + s.sleep_ns,
+                "active_pollers_count": s.active_pollers,
+                "timed_pollers_count": s.timed_pollers,
+                "paused_pollers_count": 0
+            })
+        })
+        .collect();
+    Ok(json!({"tick_rate": 1_000_000_000u64, "threads": threads}))
+}
+
+/// Parameters every SPDK bdev create method may carry that pmio accepts at their defaults.
+fn accept_spdk_defaults(p: &mut Params, keys: &[(&str, Value)]) -> Result<(), RpcError> {
+    for (k, v) in keys {
+        p.accept_default(k, v.clone())?;
+    }
+    Ok(())
+}
+
+fn uuid_param(p: &mut Params) -> Result<Option<pmio::Uuid>, RpcError> {
+    match p.opt::<String>("uuid")? {
+        None => Ok(None),
+        Some(s) => pmio::Uuid::parse(&s).map(Some).ok_or_else(|| {
+            RpcError::decode(format_args!("parameter \"uuid\": \"{s}\" is not a UUID"))
+        }),
+    }
+}
+
+fn physical_block_size(p: &mut Params, block_size: u32) -> Result<(), RpcError> {
+    match p.opt::<u32>("physical_block_size")? {
+        None | Some(0) => Ok(()),
+        Some(pbs) if pbs == block_size => Ok(()),
+        Some(pbs) => Err(RpcError::errno_detail(
+            -libc::EOPNOTSUPP,
+            format_args!(
+                "parameter \"physical_block_size\" ({pbs}) must equal block_size ({block_size})"
+            ),
+        )),
+    }
+}
+
+fn bdev_null_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: String = p.req("name")?;
+    let num_blocks: u64 = p.req("num_blocks")?;
+    let block_size: u32 = p.req("block_size")?;
+    let uuid = uuid_param(&mut p)?;
+    physical_block_size(&mut p, block_size)?;
+    accept_spdk_defaults(
+        &mut p,
+        &[
+            ("md_size", json!(0)),
+            ("dif_type", json!(0)),
+            ("dif_is_head_of_md", json!(false)),
+            ("dif_pi_format", json!(0)),
+            ("preferred_write_granularity", json!(0)),
+            ("preferred_write_alignment", json!(0)),
+            ("optimal_write_size", json!(0)),
+            ("preferred_unmap_granularity", json!(0)),
+            ("preferred_unmap_alignment", json!(0)),
+        ],
+    )?;
+    p.finish()?;
+    rpc.target.check_name_free(&name)?;
+    let dev = NullDevice::new(NullOptions {
+        name: name.clone(),
+        uuid,
+        block_size,
+        num_blocks,
+        ..NullOptions::default()
+    })
+    .map_err(|e| bdev_error(&e))?;
+    let uuid = pmio::BlockDevice::info(&*dev).uuid.to_string();
+    let create = json!({
+        "method": "bdev_null_create",
+        "params": {"name": name, "num_blocks": num_blocks, "block_size": block_size, "uuid": uuid}
+    });
+    rpc.target.add_bdev(dev, BdevKind::Null, Some(create))?;
+    log::info!("created null bdev {name}: {num_blocks} blocks of {block_size} bytes");
+    Ok(Value::String(name))
+}
+
+fn bdev_null_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: String = p.req("name")?;
+    p.finish()?;
+    rpc.target.delete_bdev(&name, "null")?;
+    log::info!("deleted null bdev {name}");
+    Ok(Value::Bool(true))
+}
+
+fn bdev_malloc_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: Option<String> = p.opt("name")?;
+    let num_blocks: u64 = p.req("num_blocks")?;
+    let block_size: u32 = p.req("block_size")?;
+    let uuid = uuid_param(&mut p)?;
+    physical_block_size(&mut p, block_size)?;
+    accept_spdk_defaults(
+        &mut p,
+        &[
+            ("optimal_io_boundary", json!(0)),
+            ("md_size", json!(0)),
+            ("md_interleave", json!(false)),
+            ("dif_type", json!(0)),
+            ("dif_is_head_of_md", json!(false)),
+            ("dif_pi_format", json!(0)),
+            ("numa_id", json!(-1)),
+        ],
+    )?;
+    p.finish()?;
+    // SPDK names unnamed malloc bdevs Malloc0, Malloc1, ...
+    let name = match name {
+        Some(n) => n,
+        None => (0..)
+            .map(|i| format!("Malloc{i}"))
+            .find(|n| rpc.target.registry.get(n).is_none())
+            .unwrap_or_default(),
+    };
+    rpc.target.check_name_free(&name)?;
+    let dev = MallocDevice::new(MallocOptions {
+        name: name.clone(),
+        uuid,
+        block_size,
+        num_blocks,
+        ..MallocOptions::default()
+    })
+    .map_err(|e| bdev_error(&e))?;
+    let uuid = pmio::BlockDevice::info(&*dev).uuid.to_string();
+    let create = json!({
+        "method": "bdev_malloc_create",
+        "params": {"name": name, "num_blocks": num_blocks, "block_size": block_size, "uuid": uuid}
+    });
+    rpc.target.add_bdev(dev, BdevKind::Malloc, Some(create))?;
+    log::info!("created malloc bdev {name}: {num_blocks} blocks of {block_size} bytes");
+    Ok(Value::String(name))
+}
+
+fn bdev_malloc_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: String = p.req("name")?;
+    p.finish()?;
+    rpc.target.delete_bdev(&name, "malloc")?;
+    log::info!("deleted malloc bdev {name}");
+    Ok(Value::Bool(true))
+}
+
+fn bdev_get_bdevs(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: Option<String> = p.opt("name")?;
+    // SPDK waits up to `timeout` ms for the bdev to appear; pmio bdevs exist as soon as their
+    // create method has answered, so there is nothing to wait for.
+    p.opt::<u64>("timeout")?;
+    p.finish()?;
+    let t = &rpc.target;
+    match name {
+        Some(n) => {
+            let dev = t
+                .find_bdev(&n)
+                .ok_or_else(|| RpcError::errno(-libc::ENODEV))?;
+            Ok(json!([t.bdev_json(&*dev)]))
+        }
+        None => Ok(Value::Array(
+            t.bdevs_in_order()
+                .iter()
+                .map(|d| t.bdev_json(&**d))
+                .collect(),
+        )),
+    }
+}
+
+fn bdev_get_iostat(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: Option<String> = p.opt("name")?;
+    p.accept_default("per_channel", json!(false))?;
+    p.finish()?;
+    let t = &rpc.target;
+    let devs = match name {
+        Some(n) => vec![
+            t.find_bdev(&n)
+                .ok_or_else(|| RpcError::errno(-libc::ENODEV))?,
+        ],
+        None => t.bdevs_in_order(),
+    };
+    let bdevs: Vec<Value> = devs.iter().map(|d| t.iostat_json(&d.info().name)).collect();
+    Ok(json!({
+        "tick_rate": 1_000_000_000u64,
+        "ticks": t.uptime_ns(),
+        "bdevs": bdevs
+    }))
+}

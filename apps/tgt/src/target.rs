@@ -1,0 +1,458 @@
+//! The daemon's state: the framework state machine, the bdevs it created (with the parameters
+//! needed to recreate them), the reactors, accumulated I/O statistics.
+//!
+//! RPC methods run on connection threads and only touch this state and the bdev registry; work
+//! that must happen on a reactor (opening queues, running I/O) is sent there as a message and its
+//! result comes back on a channel.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pmio::bdev::Registry;
+use pmio::bdev::stats::QueueStats;
+use pmio::{BdevError, BlockDevice, Op, Uuid};
+use pmio_reactors::ReactorsHandle;
+use serde_json::{Value, json};
+
+use crate::jsonrpc::RpcError;
+
+/// Framework state, as SPDK's RPC state mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FwState {
+    /// `--wait-for-rpc`: only start-up methods until `framework_start_init`.
+    Startup = 1,
+    /// Initialised: runtime methods.
+    Runtime = 2,
+}
+
+impl FwState {
+    /// The state's bit in a method's state mask.
+    pub fn bit(self) -> u8 {
+        self as u8
+    }
+
+    /// Name used in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            FwState::Startup => "startup",
+            FwState::Runtime => "runtime",
+        }
+    }
+}
+
+/// Which driver made a bdev, and what is needed to recreate it.
+#[derive(Clone, Debug)]
+pub enum BdevKind {
+    /// `bdev_null_create`.
+    Null,
+    /// `bdev_malloc_create`.
+    Malloc,
+    /// `bdev_uring_create` on `filename`.
+    Uring {
+        /// File or block device path.
+        filename: String,
+    },
+    /// A namespace of the NVMe controller `ctrlr`.
+    Nvme {
+        /// Controller name (`bdev_nvme_attach_controller -b`).
+        ctrlr: String,
+    },
+}
+
+impl BdevKind {
+    /// The module name as SPDK prints it in errors and `driver_specific`.
+    pub fn module(&self) -> &'static str {
+        match self {
+            BdevKind::Null => "null",
+            BdevKind::Malloc => "malloc",
+            BdevKind::Uring { .. } => "uring",
+            BdevKind::Nvme { .. } => "nvme",
+        }
+    }
+}
+
+/// A bdev this daemon created.
+#[derive(Clone, Debug)]
+pub struct BdevRecord {
+    /// Bdev name.
+    pub name: String,
+    /// Driver and origin.
+    pub kind: BdevKind,
+    /// The method call that recreates it (`None` for bdevs of an NVMe controller, recreated by
+    /// the controller's attach).
+    pub create: Option<Value>,
+}
+
+/// An attached NVMe controller.
+#[derive(Clone, Debug)]
+pub struct CtrlrRecord {
+    /// Controller name.
+    pub name: String,
+    /// PCI address.
+    pub traddr: String,
+    /// Bdev names, one per namespace.
+    pub bdevs: Vec<String>,
+}
+
+/// The daemon state shared by every RPC connection.
+pub struct Target {
+    /// Every bdev, by name.
+    pub registry: Arc<Registry>,
+    records: Mutex<Vec<BdevRecord>>,
+    ctrlrs: Mutex<Vec<CtrlrRecord>>,
+    state: AtomicU8,
+    stopping: AtomicBool,
+    /// Bdev name → number of running jobs (perform_tests) using it.
+    busy: Mutex<HashMap<String, usize>>,
+    /// I/O statistics of finished jobs, per bdev.
+    iostat: Mutex<HashMap<String, QueueStats>>,
+    reactors: ReactorsHandle,
+    start_ns: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Maps a block-layer error to SPDK's reply: negative errno, strerror text, and what failed.
+pub fn bdev_error(e: &BdevError) -> RpcError {
+    match e {
+        BdevError::NotFound(_) => RpcError::errno(-libc::ENODEV),
+        _ => RpcError::errno_detail(e.errno(), e),
+    }
+}
+
+impl Target {
+    /// A target on `reactors`, in `state`.
+    pub fn new(reactors: ReactorsHandle, state: FwState) -> Target {
+        Target {
+            registry: Arc::new(Registry::new()),
+            records: Mutex::new(Vec::new()),
+            ctrlrs: Mutex::new(Vec::new()),
+            state: AtomicU8::new(state as u8),
+            stopping: AtomicBool::new(false),
+            busy: Mutex::new(HashMap::new()),
+            iostat: Mutex::new(HashMap::new()),
+            reactors,
+            start_ns: pmio_reactors::now_ns(),
+        }
+    }
+
+    /// The reactors.
+    pub fn reactors(&self) -> &ReactorsHandle {
+        &self.reactors
+    }
+
+    /// Nanoseconds since the target started.
+    pub fn uptime_ns(&self) -> u64 {
+        pmio_reactors::now_ns().saturating_sub(self.start_ns)
+    }
+
+    /// Current framework state.
+    pub fn state(&self) -> FwState {
+        if self.state.load(Ordering::Acquire) == FwState::Startup as u8 {
+            FwState::Startup
+        } else {
+            FwState::Runtime
+        }
+    }
+
+    /// Moves to runtime; false if already there.
+    pub fn start_runtime(&self) -> bool {
+        self.state
+            .compare_exchange(
+                FwState::Startup as u8,
+                FwState::Runtime as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Marks the target as shutting down: running jobs stop early, new ones are refused.
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Refuses a name already used by a bdev, naming the existing one.
+    pub fn check_name_free(&self, name: &str) -> Result<(), RpcError> {
+        if name.is_empty() {
+            return Err(RpcError::errno_detail(
+                -libc::EINVAL,
+                "bdev name must not be empty",
+            ));
+        }
+        if let Some(dev) = self.registry.get(name) {
+            let i = dev.info();
+            return Err(RpcError::errno_detail(
+                -libc::EEXIST,
+                format_args!(
+                    "bdev {name} already exists ({}, {} blocks of {} bytes, uuid {})",
+                    i.product_name, i.num_blocks, i.block_size, i.uuid
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Registers a new bdev and remembers how to recreate it.
+    pub fn add_bdev(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        kind: BdevKind,
+        create: Option<Value>,
+    ) -> Result<(), RpcError> {
+        let name = dev.info().name.clone();
+        let mut records = lock(&self.records);
+        self.check_name_free(&name)?;
+        self.registry.register(dev).map_err(|e| bdev_error(&e))?;
+        records.push(BdevRecord { name, kind, create });
+        Ok(())
+    }
+
+    /// The record of bdev `name`.
+    pub fn record(&self, name: &str) -> Option<BdevRecord> {
+        lock(&self.records).iter().find(|r| r.name == name).cloned()
+    }
+
+    /// Records of every bdev, in creation order.
+    pub fn records(&self) -> Vec<BdevRecord> {
+        lock(&self.records).clone()
+    }
+
+    /// Deletes bdev `name` if it was made by `module` (`-19` otherwise, as SPDK), and is not in
+    /// use by a running job (`-16`).
+    pub fn delete_bdev(&self, name: &str, module: &str) -> Result<(), RpcError> {
+        let mut records = lock(&self.records);
+        let Some(pos) = records.iter().position(|r| r.name == name) else {
+            return Err(RpcError::errno(-libc::ENODEV));
+        };
+        if records[pos].kind.module() != module {
+            return Err(RpcError::errno_detail(
+                -libc::ENODEV,
+                format_args!(
+                    "{name} is a {} bdev, not a {module} bdev",
+                    records[pos].kind.module()
+                ),
+            ));
+        }
+        self.check_not_busy(name)?;
+        self.registry.unregister(name).map_err(|e| bdev_error(&e))?;
+        records.remove(pos);
+        lock(&self.iostat).remove(name);
+        Ok(())
+    }
+
+    /// Removes every bdev record of controller `ctrlr` (after its devices were unregistered).
+    pub fn forget_ctrlr_bdevs(&self, ctrlr: &str) {
+        lock(&self.records)
+            .retain(|r| !matches!(&r.kind, BdevKind::Nvme { ctrlr: c } if c == ctrlr));
+    }
+
+    fn check_not_busy(&self, name: &str) -> Result<(), RpcError> {
+        match lock(&self.busy).get(name) {
+            Some(&n) if n > 0 => Err(RpcError::errno_detail(
+                -libc::EBUSY,
+                format_args!("bdev {name} is in use by {n} running perform_tests job(s)"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Marks `names` busy (a job uses them) until the returned guard is dropped.
+    pub fn claim(self: &Arc<Self>, names: &[String]) -> BusyGuard {
+        let mut busy = lock(&self.busy);
+        for n in names {
+            *busy.entry(n.clone()).or_insert(0) += 1;
+        }
+        BusyGuard {
+            target: self.clone(),
+            names: names.to_vec(),
+        }
+    }
+
+    /// Whether a job uses bdev `name`.
+    pub fn is_claimed(&self, name: &str) -> bool {
+        lock(&self.busy).get(name).is_some_and(|&n| n > 0)
+    }
+
+    /// Adds a finished job's statistics to bdev `name`'s totals.
+    pub fn add_iostat(&self, name: &str, s: &QueueStats) {
+        lock(&self.iostat)
+            .entry(name.to_string())
+            .or_default()
+            .add(s);
+    }
+
+    /// Totals of bdev `name`.
+    pub fn iostat(&self, name: &str) -> QueueStats {
+        lock(&self.iostat).get(name).copied().unwrap_or_default()
+    }
+
+    /// Attached controllers.
+    pub fn ctrlrs(&self) -> Vec<CtrlrRecord> {
+        lock(&self.ctrlrs).clone()
+    }
+
+    /// Locks the controller list (attach/detach hold it across the whole operation).
+    pub fn ctrlrs_mut(&self) -> MutexGuard<'_, Vec<CtrlrRecord>> {
+        lock(&self.ctrlrs)
+    }
+
+    /// Looks a bdev up by name or by UUID alias.
+    pub fn find_bdev(&self, name: &str) -> Option<Arc<dyn BlockDevice>> {
+        if let Some(d) = self.registry.get(name) {
+            return Some(d);
+        }
+        let uuid = Uuid::parse(name)?;
+        self.registry
+            .list()
+            .into_iter()
+            .find(|d| d.info().uuid == uuid)
+    }
+
+    /// Bdevs in creation order (devices registered by others follow, by name).
+    pub fn bdevs_in_order(&self) -> Vec<Arc<dyn BlockDevice>> {
+        let mut out: Vec<Arc<dyn BlockDevice>> = Vec::new();
+        for r in self.records() {
+            if let Some(d) = self.registry.get(&r.name) {
+                out.push(d);
+            }
+        }
+        for d in self.registry.list() {
+            if !out.iter().any(|o| o.info().name == d.info().name) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    /// `bdev_get_bdevs` object of `dev`, in SPDK's member order.
+    pub fn bdev_json(&self, dev: &dyn BlockDevice) -> Value {
+        let i = dev.info();
+        let ops = i.supported_ops;
+        let uuid = i.uuid.to_string();
+        let driver_specific = match self.record(&i.name).map(|r| r.kind) {
+            Some(BdevKind::Uring { filename }) => json!({"uring": {"filename": filename}}),
+            Some(BdevKind::Nvme { ctrlr }) => {
+                let traddr = self
+                    .ctrlrs()
+                    .into_iter()
+                    .find(|c| c.name == ctrlr)
+                    .map(|c| c.traddr)
+                    .unwrap_or_default();
+                json!({"nvme": [{"trid": {"trtype": "PCIe", "traddr": traddr}, "ctrlr": ctrlr}]})
+            }
+            _ => json!({}),
+        };
+        json!({
+            "name": i.name,
+            "aliases": [uuid],
+            "product_name": i.product_name,
+            "block_size": i.block_size,
+            "num_blocks": i.num_blocks,
+            "preferred_write_alignment": 0,
+            "preferred_write_granularity": 0,
+            "optimal_write_size": 0,
+            "preferred_unmap_alignment": 0,
+            "preferred_unmap_granularity": 0,
+            "uuid": uuid,
+            "assigned_rate_limits": {
+                "rw_ios_per_sec": 0,
+                "rw_mbytes_per_sec": 0,
+                "r_mbytes_per_sec": 0,
+                "w_mbytes_per_sec": 0
+            },
+            "claimed": self.is_claimed(&i.name),
+            "zoned": false,
+            "supported_io_types": {
+                "read": ops.contains(Op::Read),
+                "write": ops.contains(Op::Write),
+                "unmap": ops.contains(Op::Discard),
+                "flush": ops.contains(Op::Flush),
+                "reset": false,
+                "nvme_admin": false,
+                "nvme_io": false,
+                "nvme_io_md": false,
+                "write_zeroes": ops.contains(Op::WriteZeroes),
+                "zcopy": false,
+                "get_zone_info": false,
+                "zone_management": false,
+                "zone_append": false,
+                "compare": false,
+                "compare_and_write": false,
+                "abort": false,
+                "seek_hole": false,
+                "seek_data": false,
+                "copy": false,
+                "nvme_iov_md": false,
+                "nvme_nssr": false
+            },
+            "driver_specific": driver_specific
+        })
+    }
+
+    /// `bdev_get_iostat` object of bdev `name` (latencies in ns ticks; tick rate 1e9).
+    pub fn iostat_json(&self, name: &str) -> Value {
+        let s = self.iostat(name);
+        let (r, w, u) = (s.op(Op::Read), s.op(Op::Write), s.op(Op::Discard));
+        let min = |o: &pmio::bdev::stats::OpStats| if o.ops == 0 { 0 } else { o.lat_min_ns };
+        let errors: u64 = s.ops.iter().map(|o| o.errors).sum();
+        let io_error = if errors == 0 {
+            json!({})
+        } else {
+            json!({ "failed": errors })
+        };
+        json!({
+            "name": name,
+            "bytes_read": r.bytes,
+            "num_read_ops": r.ops,
+            "bytes_written": w.bytes,
+            "num_write_ops": w.ops,
+            "bytes_unmapped": u.bytes,
+            "num_unmap_ops": u.ops,
+            "bytes_copied": 0,
+            "num_copy_ops": 0,
+            "read_latency_ticks": r.lat_sum_ns,
+            "max_read_latency_ticks": r.lat_max_ns,
+            "min_read_latency_ticks": min(r),
+            "write_latency_ticks": w.lat_sum_ns,
+            "max_write_latency_ticks": w.lat_max_ns,
+            "min_write_latency_ticks": min(w),
+            "unmap_latency_ticks": u.lat_sum_ns,
+            "max_unmap_latency_ticks": u.lat_max_ns,
+            "min_unmap_latency_ticks": min(u),
+            "copy_latency_ticks": 0,
+            "max_copy_latency_ticks": 0,
+            "min_copy_latency_ticks": 0,
+            "io_error": io_error
+        })
+    }
+}
+
+/// Keeps bdevs marked busy while a job runs.
+pub struct BusyGuard {
+    target: Arc<Target>,
+    names: Vec<String>,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        let mut busy = lock(&self.target.busy);
+        for n in &self.names {
+            if let Some(c) = busy.get_mut(n) {
+                *c = c.saturating_sub(1);
+                if *c == 0 {
+                    busy.remove(n);
+                }
+            }
+        }
+    }
+}
