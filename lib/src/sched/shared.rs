@@ -1,0 +1,208 @@
+//! One mq-deadline instance per device, shared by the reactors that use it.
+//!
+//! The scheduler sits behind one `parking_lot` mutex taken once per *batch* (insert a burst,
+//! dispatch up to the free driver tags, requeue), never per request. Completion does not take
+//! the lock at all: it updates the per-class atomic `completed` counters (one add per class
+//! per batch) and reads the merged-member links, which are frozen while a request is in flight.
+//! The tag layer's `limit_depth` reads an atomic copy of `async_depth`, also lock-free.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::request::{IoStatus, Op, PrioClass, ReqFlags};
+
+use super::deadline::{
+    CompletionSide, Deadline, DeadlineOptions, Inserted, Members, PrioStats, limit_depth_for,
+};
+use super::{Dispatched, SchedError, SchedRq};
+
+/// What one `insert_batch` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsertSummary {
+    /// Requests queued in a tree and FIFO.
+    pub queued: u32,
+    /// Requests put on the dispatch list (HEAD).
+    pub head: u32,
+    /// Requests merged into a queued request.
+    pub merged: u32,
+}
+
+/// An mq-deadline scheduler shared by several reactors (`Send + Sync`).
+#[derive(Debug)]
+pub struct SharedDeadline {
+    inner: Mutex<Deadline>,
+    side: Arc<CompletionSide>,
+    async_depth: AtomicU32,
+    /// Lock-free "anything to dispatch?" hint, refreshed after every locked batch.
+    pending: AtomicU32,
+    nr_requests: u32,
+}
+
+impl SharedDeadline {
+    /// Builds the scheduler (options validated once here).
+    pub fn new(opts: DeadlineOptions) -> Result<SharedDeadline, SchedError> {
+        let dd = Deadline::new(opts)?;
+        let side = Arc::clone(dd.side());
+        let async_depth = dd.options().effective_async_depth();
+        let nr_requests = dd.nr_requests();
+        Ok(SharedDeadline {
+            inner: Mutex::new(dd),
+            side,
+            async_depth: AtomicU32::new(async_depth),
+            pending: AtomicU32::new(0),
+            nr_requests,
+        })
+    }
+
+    /// Scheduler tags: ids are `0..nr_requests`.
+    pub fn nr_requests(&self) -> u32 {
+        self.nr_requests
+    }
+
+    /// Shallow depth for the tag layer (`None` for synchronous reads, flush and FUA: no limit,
+    /// batched allocation allowed). Lock-free.
+    #[inline]
+    pub fn limit_depth(&self, op: Op, flags: ReqFlags) -> Option<u32> {
+        limit_depth_for(op, flags, self.async_depth.load(Ordering::Relaxed))
+    }
+
+    /// Lock-free hint: whether requests wait in the scheduler. A reactor may skip
+    /// `dispatch_batch` when this is false and its own ready list is known empty.
+    #[inline]
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) != 0
+    }
+
+    fn publish(&self, dd: &Deadline) {
+        let hint = if dd.has_work() {
+            dd.pending().max(1)
+        } else {
+            0
+        };
+        self.pending.store(hint, Ordering::Relaxed);
+    }
+
+    /// Inserts a burst under one lock acquisition. Stops at the first invalid request and
+    /// returns its error; the requests before it are inserted.
+    pub fn insert_batch(&self, rqs: &[SchedRq], now_ns: u64) -> Result<InsertSummary, SchedError> {
+        let mut sum = InsertSummary::default();
+        let mut dd = self.inner.lock();
+        let mut result = Ok(());
+        for rq in rqs {
+            match dd.insert(rq, now_ns) {
+                Ok(Inserted::Queued) => sum.queued += 1,
+                Ok(Inserted::Head) => sum.head += 1,
+                Ok(Inserted::Merged { .. }) => sum.merged += 1,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.publish(&dd);
+        drop(dd);
+        result.map(|()| sum)
+    }
+
+    /// Dispatches up to `max` requests for `owner` under one lock acquisition (see
+    /// [`Deadline::dispatch_batch`]).
+    pub fn dispatch_batch(
+        &self,
+        owner: u16,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Dispatched>,
+    ) -> usize {
+        if max == 0 {
+            return 0;
+        }
+        let mut dd = self.inner.lock();
+        let n = dd.dispatch_batch(owner, now_ns, max, out);
+        self.publish(&dd);
+        n
+    }
+
+    /// Gives handed-out requests back (the driver could not take them), under one lock
+    /// acquisition; they are dispatched again first, in the order given.
+    pub fn requeue_batch<I>(&self, ids: I) -> Result<(), SchedError>
+    where
+        I: IntoIterator<Item = u32>,
+        I::IntoIter: DoubleEndedIterator,
+    {
+        let mut dd = self.inner.lock();
+        let mut result = Ok(());
+        // The dispatch list is LIFO for head insertions: push in reverse to keep the order.
+        for id in ids.into_iter().rev() {
+            if let Err(e) = dd.requeue(id) {
+                log::error!("mq-deadline: {e}");
+                result = Err(e);
+            }
+        }
+        self.publish(&dd);
+        result
+    }
+
+    /// Completes handed-out requests without the lock: `f(member, status)` exactly once for
+    /// every member of each (possibly merged) request, with that request's status. Returns
+    /// how many members completed; an id that is not a request in flight is logged and
+    /// reported as an error after the others completed.
+    #[inline]
+    pub fn complete_batch<I, F>(&self, done: I, f: F) -> Result<usize, SchedError>
+    where
+        I: IntoIterator<Item = (u32, IoStatus)>,
+        F: FnMut(u32, IoStatus),
+    {
+        self.side.complete_batch(done, f)
+    }
+
+    /// Members of a handed-out request in sector order (the request itself included).
+    /// Lock-free; valid from dispatch until completion.
+    pub fn members(&self, id: u32) -> Members<'_> {
+        self.side.members(id)
+    }
+
+    /// Counters of one class (takes the lock).
+    pub fn stats(&self, prio: PrioClass) -> PrioStats {
+        self.inner.lock().stats(prio)
+    }
+
+    /// Requests of one class inserted and not completed (takes the lock). O(1).
+    pub fn queued(&self, prio: PrioClass) -> u64 {
+        self.inner.lock().queued(prio)
+    }
+
+    /// Sets a tunable by name (Linux sysfs names; times in ms).
+    pub fn set_param(&self, name: &str, value: u64) -> Result<(), SchedError> {
+        let mut dd = self.inner.lock();
+        dd.set_param(name, value)?;
+        self.async_depth
+            .store(dd.options().effective_async_depth(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads a tunable by name.
+    pub fn get_param(&self, name: &str) -> Result<u64, SchedError> {
+        self.inner.lock().get_param(name)
+    }
+
+    /// All tunables as (name, value), for `bdev_get_*`-style RPC output.
+    pub fn params(&self) -> Vec<(&'static str, u64)> {
+        let dd = self.inner.lock();
+        super::deadline::TUNABLES
+            .iter()
+            .filter_map(|&n| dd.get_param(n).ok().map(|v| (n, v)))
+            .collect()
+    }
+
+    /// Checks that nothing is queued or in flight; call before dropping the device.
+    pub fn teardown_check(&self) -> Result<(), SchedError> {
+        self.inner.lock().teardown_check()
+    }
+
+    /// Runs `f` on the scheduler under its lock (tests, diagnostics).
+    pub fn with_locked<R>(&self, f: impl FnOnce(&mut Deadline) -> R) -> R {
+        f(&mut self.inner.lock())
+    }
+}
