@@ -40,6 +40,9 @@ use std::marker::PhantomData;
 
 use self::sync::{AtomicU32, AtomicU64, Ordering};
 
+#[cfg(all(test, loom))]
+mod loom_tests;
+
 /// Atomics: loom's under `cfg(loom)` (model checking), std's otherwise.
 mod sync {
     #[cfg(loom)]
