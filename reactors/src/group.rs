@@ -71,11 +71,6 @@ impl ReactorsOptions {
         {
             return bad("stack_size", "must be at least 64 KiB");
         }
-        if let Some(d) = self.interrupt_idle
-            && d.as_nanos() > u64::MAX as u128
-        {
-            return bad("interrupt_idle", "too large");
-        }
         Ok(())
     }
 }
@@ -99,10 +94,18 @@ pub(crate) struct Slot {
     inflight: AtomicUsize,
     /// Set if the reactor thread panicked.
     pub panicked: AtomicBool,
+    /// Interrupt mode: idle time before sleeping, ns; `u64::MAX` = busy polling. Read by
+    /// the reactor on idle turns only.
+    interrupt_idle_ns: Padded<AtomicU64>,
     pub stats: StatsCell,
 }
 
 impl Slot {
+    #[inline]
+    pub(crate) fn interrupt_idle_ns(&self) -> u64 {
+        self.interrupt_idle_ns.0.load(Ordering::Relaxed)
+    }
+
     /// Stops accepting messages and waits until no sender is between its check and its push,
     /// so that everything accepted is in the inbox afterwards.
     pub(crate) fn close_and_quiesce(&self) {
@@ -116,6 +119,16 @@ impl Slot {
                 thread::yield_now();
             }
         }
+    }
+}
+
+/// `None` → `u64::MAX` (busy polling); durations saturate just below it.
+fn idle_to_ns(idle: Option<Duration>) -> u64 {
+    match idle {
+        None => u64::MAX,
+        Some(d) => u64::try_from(d.as_nanos())
+            .unwrap_or(u64::MAX - 1)
+            .min(u64::MAX - 1),
     }
 }
 
@@ -285,7 +298,11 @@ impl ReactorsHandle {
     /// The stats of the reactor on `core` (`None` if the group has no such reactor).
     pub fn stats(&self, core: u32) -> Option<ReactorStats> {
         let i = self.shared.index(core).ok()?;
-        Some(self.shared.slot(i).stats.snapshot(core))
+        let slot = self.shared.slot(i);
+        Some(
+            slot.stats
+                .snapshot(core, slot.sleeping.load(Ordering::Relaxed)),
+        )
     }
 
     /// The stats of every reactor, in core order.
@@ -293,8 +310,34 @@ impl ReactorsHandle {
         self.shared
             .slots
             .iter()
-            .map(|s| s.stats.snapshot(s.core))
+            .map(|s| s.stats.snapshot(s.core, s.sleeping.load(Ordering::Relaxed)))
             .collect()
+    }
+
+    /// Switches the reactor on `core` to interrupt mode (sleep after `Some(idle)` of idle
+    /// turns) or to busy polling (`None`) at run time, as SPDK's
+    /// `framework_set_reactor_interrupt_mode` / a scheduler would. Takes effect on its next turn.
+    pub fn set_interrupt_idle(
+        &self,
+        core: u32,
+        idle: Option<Duration>,
+    ) -> Result<(), ReactorError> {
+        let slot = self.shared.slot(self.shared.index(core)?);
+        slot.interrupt_idle_ns
+            .0
+            .store(idle_to_ns(idle), Ordering::Relaxed);
+        slot.eventfd.notify();
+        Ok(())
+    }
+
+    /// The interrupt-mode idle time of the reactor on `core` (`None` = busy polling, or no
+    /// such reactor).
+    pub fn interrupt_idle(&self, core: u32) -> Option<Duration> {
+        let i = self.shared.index(core).ok()?;
+        match self.shared.slot(i).interrupt_idle_ns() {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
     }
 
     /// Whether the reactor on `core` is asleep on its eventfd right now (interrupt mode).
@@ -354,6 +397,7 @@ impl Reactors {
                 closed: AtomicBool::new(false),
                 inflight: AtomicUsize::new(0),
                 panicked: AtomicBool::new(false),
+                interrupt_idle_ns: Padded(AtomicU64::new(idle_to_ns(opts.interrupt_idle))),
                 stats: StatsCell::default(),
             });
         }
@@ -372,7 +416,6 @@ impl Reactors {
         });
         let cfg = ReactorConfig {
             msg_batch: opts.msg_batch,
-            interrupt_idle_ns: opts.interrupt_idle.map(|d| d.as_nanos() as u64),
         };
         let mut reactors = Reactors {
             handle: ReactorsHandle::from_shared(Arc::clone(&shared)),

@@ -5,7 +5,9 @@
 //! sleep on the eventfd once idle long enough. The clock is read once per turn.
 
 use std::any::{Any, TypeId};
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
@@ -48,7 +50,7 @@ impl PollerId {
     }
 }
 
-/// A registered poller as listed by [`ReactorCtx::pollers`].
+/// A registered poller as listed by [`ReactorCtx::pollers`] (SPDK's `thread_get_pollers`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PollerInfo {
     /// Its id.
@@ -57,6 +59,35 @@ pub struct PollerInfo {
     pub name: String,
     /// `None` for an active poller (every turn), else the timed poller's period.
     pub period: Option<Duration>,
+    /// Times it ran.
+    pub runs: u64,
+    /// Times it reported [`PollerResult::Busy`].
+    pub busy_runs: u64,
+}
+
+/// Run counters shared between a poller and its registry entry (plain cells: one thread).
+#[derive(Debug, Default)]
+struct PollerCounters {
+    runs: Cell<u64>,
+    busy_runs: Cell<u64>,
+}
+
+impl PollerCounters {
+    #[inline]
+    fn count(&self, result: PollerResult) -> bool {
+        self.runs.set(self.runs.get() + 1);
+        let busy = result == PollerResult::Busy;
+        self.busy_runs.set(self.busy_runs.get() + busy as u64);
+        busy
+    }
+}
+
+/// The registry entry behind [`PollerInfo`].
+struct Registered {
+    id: PollerId,
+    name: String,
+    period: Option<Duration>,
+    counters: Rc<PollerCounters>,
 }
 
 /// A message: a closure run once on the target reactor.
@@ -69,7 +100,17 @@ struct Poller {
     id: PollerId,
     period_ns: u64,
     next_due: u64,
+    counters: Rc<PollerCounters>,
     f: PollerFn,
+}
+
+impl Poller {
+    /// Runs the poller once; returns whether it was busy.
+    #[inline]
+    fn run(&mut self, ctx: &mut ReactorCtx) -> bool {
+        let result = (self.f)(ctx);
+        self.counters.count(result)
+    }
 }
 
 /// What messages and pollers see of their reactor: its core, the turn's clock, poller
@@ -85,7 +126,7 @@ pub struct ReactorCtx {
     next_poller_id: u64,
     pending_add: Vec<Poller>,
     pending_remove: Vec<PollerId>,
-    pollers: Vec<PollerInfo>,
+    pollers: Vec<Registered>,
     locals: HashMap<TypeId, Box<dyn Any>>,
     stay_awake: bool,
     stopping: bool,
@@ -163,9 +204,19 @@ impl ReactorCtx {
         }
     }
 
-    /// The pollers currently registered on this reactor (registration order not kept).
-    pub fn pollers(&self) -> &[PollerInfo] {
-        &self.pollers
+    /// The pollers currently registered on this reactor with their run counts (registration
+    /// order not kept). Allocates: for control paths (RPC, tests).
+    pub fn pollers(&self) -> Vec<PollerInfo> {
+        self.pollers
+            .iter()
+            .map(|r| PollerInfo {
+                id: r.id,
+                name: r.name.clone(),
+                period: r.period,
+                runs: r.counters.runs.get(),
+                busy_runs: r.counters.busy_runs.get(),
+            })
+            .collect()
     }
 
     /// The reactor-local value of type `T`, if one was stored.
@@ -217,15 +268,18 @@ impl ReactorCtx {
     fn add_poller(&mut self, name: &str, period_ns: u64, f: PollerFn) -> PollerId {
         let id = PollerId(self.next_poller_id);
         self.next_poller_id += 1;
-        self.pollers.push(PollerInfo {
+        let counters = Rc::new(PollerCounters::default());
+        self.pollers.push(Registered {
             id,
             name: name.to_string(),
             period: (period_ns > 0).then(|| Duration::from_nanos(period_ns)),
+            counters: Rc::clone(&counters),
         });
         self.pending_add.push(Poller {
             id,
             period_ns,
             next_due: 0,
+            counters,
             f,
         });
         id
@@ -246,7 +300,6 @@ impl ReactorCtx {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReactorConfig {
     pub msg_batch: usize,
-    pub interrupt_idle_ns: Option<u64>,
 }
 
 /// A reactor's thread-owned state.
@@ -306,9 +359,7 @@ impl Reactor {
             self.stats.turns += 1;
             if busy || self.ctx.stay_awake {
                 idle_since = now;
-            } else if let Some(idle_ns) = self.cfg.interrupt_idle_ns
-                && now.saturating_sub(idle_since) >= idle_ns
-            {
+            } else if now.saturating_sub(idle_since) >= slot.interrupt_idle_ns() {
                 now = self.sleep(slot, &shared, now);
             }
             self.publish(slot);
@@ -342,9 +393,7 @@ impl Reactor {
             if self.ctx.is_removed(p.id) {
                 continue;
             }
-            if (p.f)(&mut self.ctx) == PollerResult::Busy {
-                busy = true;
-            }
+            busy |= p.run(&mut self.ctx);
         }
         if now >= self.next_timed_due {
             busy |= self.run_timed(now);
@@ -363,9 +412,7 @@ impl Reactor {
         let mut next = u64::MAX;
         for p in self.timed.iter_mut() {
             if p.next_due <= now && !self.ctx.is_removed(p.id) {
-                if (p.f)(&mut self.ctx) == PollerResult::Busy {
-                    busy = true;
-                }
+                busy |= p.run(&mut self.ctx);
                 p.next_due = p.next_due.saturating_add(p.period_ns);
                 if p.next_due <= now {
                     p.next_due = now.saturating_add(p.period_ns);

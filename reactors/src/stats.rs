@@ -24,6 +24,8 @@ pub struct ReactorStats {
     pub active_pollers: u32,
     /// Timed pollers registered now.
     pub timed_pollers: u32,
+    /// Asleep on its eventfd (interrupt mode) when the snapshot was taken.
+    pub sleeping: bool,
 }
 
 impl ReactorStats {
@@ -49,6 +51,7 @@ impl ReactorStats {
             wakeups: self.wakeups.saturating_sub(earlier.wakeups),
             active_pollers: self.active_pollers,
             timed_pollers: self.timed_pollers,
+            sleeping: self.sleeping,
         }
     }
 }
@@ -97,7 +100,7 @@ impl StatsCell {
         self.turns.store(s.turns, Ordering::Release);
     }
 
-    pub fn snapshot(&self, core: u32) -> ReactorStats {
+    pub fn snapshot(&self, core: u32, sleeping: bool) -> ReactorStats {
         let turns = self.turns.load(Ordering::Acquire);
         let pollers = self.pollers.load(Ordering::Relaxed);
         ReactorStats {
@@ -110,6 +113,7 @@ impl StatsCell {
             wakeups: self.wakeups.load(Ordering::Relaxed),
             active_pollers: (pollers >> 32) as u32,
             timed_pollers: pollers as u32,
+            sleeping,
         }
     }
 }
@@ -132,14 +136,14 @@ mod tests {
             timed_pollers: 3,
         };
         cell.publish(&s);
-        let a = cell.snapshot(4);
+        let a = cell.snapshot(4, false);
         assert_eq!((a.core, a.busy_ns, a.turns, a.messages), (4, 30, 5, 7));
         assert_eq!((a.active_pollers, a.timed_pollers), (2, 3));
         assert!((a.busy_pct() - 30.0).abs() < 1e-9);
         s.busy_ns = 130;
         s.turns = 9;
         cell.publish(&s);
-        let d = cell.snapshot(4).since(&a);
+        let d = cell.snapshot(4, false).since(&a);
         assert_eq!((d.busy_ns, d.idle_ns, d.turns), (100, 0, 4));
         assert_eq!(ReactorStats::default().busy_pct(), 0.0);
     }

@@ -244,6 +244,15 @@ fn poller_registration_from_inside_pollers() {
         })
         .unwrap();
     assert_eq!(names, vec!["b".to_string(), "e".to_string()]);
+    let infos = reactors.run_on(core, |ctx| ctx.pollers()).unwrap();
+    let b = infos.iter().find(|p| p.name == "b").unwrap();
+    let e = infos.iter().find(|p| p.name == "e").unwrap();
+    assert!(
+        b.runs > 0 && b.busy_runs == 0 && b.period.is_none(),
+        "{b:?}"
+    );
+    assert!(e.runs >= 5 && e.busy_runs == e.runs, "{e:?}");
+    assert_eq!(e.period, Some(Duration::from_millis(1)));
     let st = reactors.stats(core).unwrap();
     assert_eq!((st.active_pollers, st.timed_pollers), (1, 1));
     reactors.stop().unwrap();
@@ -447,6 +456,7 @@ fn busy_polling_reactor_burns_cpu() {
 }
 
 fn timed_poller_period(opts: ReactorsOptions) {
+    let interrupt = opts.interrupt_idle.is_some();
     const PERIOD: Duration = Duration::from_millis(10);
     let reactors = Reactors::start(one_core(), opts).unwrap();
     let core = reactors.cores()[0];
@@ -480,14 +490,10 @@ fn timed_poller_period(opts: ReactorsOptions) {
             "{runs:?}"
         );
     }
-    if opts_interrupt(&stats) {
+    if interrupt {
         // Slept between ticks: woken by the timer about once per period.
         assert!(stats[0].wakeups as usize >= runs.len() / 2, "{stats:?}");
     }
-}
-
-fn opts_interrupt(stats: &[ReactorStats]) -> bool {
-    stats[0].sleep_ns > 0
 }
 
 #[test]
@@ -639,4 +645,81 @@ fn wait_returns_after_stop_requested_from_a_reactor() {
         .unwrap();
     let stats = reactors.wait().unwrap();
     assert_eq!(stats.len(), all_cores().len());
+}
+
+/// With zero idle time the reactor tries to sleep after every idle turn. The sender spins on
+/// the reply and sends again after a short random delay, so sends land all over the reactor's
+/// way into sleep: a lost wake-up (message queued just as it decides to sleep, eventfd not
+/// written) leaves a reply missing and fails here.
+#[test]
+fn interrupt_mode_never_loses_a_wakeup() {
+    let _s = serial();
+    let mask = one_core();
+    let reactor_core = mask.first();
+    let reactors = Reactors::start(mask, interrupt_opts(Duration::ZERO)).unwrap();
+    let sender_core = all_cores()
+        .cores()
+        .iter()
+        .copied()
+        .find(|&c| c != reactor_core);
+    let h = reactors.handle();
+    let lost = thread::spawn(move || {
+        if let Some(c) = sender_core {
+            sys::pin_current_thread(c).unwrap();
+        }
+        let reply = Arc::new(AtomicU32::new(u32::MAX));
+        let mut rng = 0x9e37_79b9_u32;
+        for i in 0..20_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 17;
+            rng ^= rng << 5;
+            let spin_until = Instant::now() + Duration::from_nanos((rng % 4000) as u64);
+            while Instant::now() < spin_until {
+                std::hint::spin_loop();
+            }
+            let r = reply.clone();
+            h.send(reactor_core, move |_| r.store(i, Ordering::Release))
+                .unwrap();
+            let t = Instant::now();
+            while reply.load(Ordering::Acquire) != i {
+                if t.elapsed() > Duration::from_secs(2) {
+                    return Some(i);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        None
+    })
+    .join()
+    .unwrap();
+    assert_eq!(lost, None, "message not run: lost wake-up");
+    let stats = reactors.stop().unwrap();
+    assert!(stats[0].wakeups > 100, "{stats:?}");
+}
+
+#[test]
+fn interrupt_mode_can_be_switched_at_run_time() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), ReactorsOptions::default()).unwrap();
+    let core = reactors.cores()[0];
+    assert_eq!(reactors.interrupt_idle(core), None);
+    thread::sleep(Duration::from_millis(20));
+    assert!(!reactors.is_sleeping(core));
+    reactors
+        .set_interrupt_idle(core, Some(Duration::from_millis(1)))
+        .unwrap();
+    assert_eq!(
+        reactors.interrupt_idle(core),
+        Some(Duration::from_millis(1))
+    );
+    assert!(wait_until(Duration::from_secs(5), || reactors.is_sleeping(core)));
+    assert!(reactors.stats(core).unwrap().sleeping);
+    reactors.set_interrupt_idle(core, None).unwrap();
+    let woke = reactors.stats(core).unwrap();
+    thread::sleep(Duration::from_millis(50));
+    let d = reactors.stats(core).unwrap().since(&woke);
+    assert!(!reactors.is_sleeping(core));
+    assert!(d.wakeups <= 1 && d.turns > 100, "{d:?}");
+    assert!(reactors.set_interrupt_idle(core + 100, None).is_err());
+    reactors.stop().unwrap();
 }
