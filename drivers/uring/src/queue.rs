@@ -1,0 +1,724 @@
+//! One io_uring per reactor queue: ring setup with flag fallbacks, SQE preparation, batched
+//! submission (one `io_uring_enter` per `submit`), batched reaping, and short-transfer
+//! resubmission.
+//!
+//! The tag rides in `user_data`. Per-tag progress (bytes already transferred) lives in an
+//! array sized at open, so the I/O path allocates nothing.
+
+use std::fs::File;
+use std::io;
+use std::marker::PhantomData;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use pmio::{DriverQueue, IoStatus, Op, OpSet, PrioClass, ReqFlags, Request};
+
+use crate::error::UringError;
+use crate::nvme::{self, DsmRange, NVME_URING_CMD_IO, NvmeUringCmd};
+
+/// Largest ring (SQ entries) a queue opens; also the deepest queue it accepts.
+pub(crate) const MAX_QUEUE_DEPTH: u32 = 4096;
+/// Largest single transfer the kernel does in one read/write call.
+pub(crate) const MAX_RW_BYTES: u32 = 0x7fff_f000;
+/// `IORING_ENTER_GETEVENTS` (the crate keeps its enter flags private).
+const IORING_ENTER_GETEVENTS: u32 = 1;
+/// Largest region one registered buffer may cover (a kernel limit).
+const MAX_REG_BUF: usize = 1 << 30;
+
+/// What the queue's file descriptor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// A regular file or block device: read/write/fsync/fallocate opcodes.
+    File,
+    /// An NVMe generic character device: `IORING_OP_URING_CMD` with NVMe commands.
+    Nvme { nsid: u32 },
+}
+
+/// Everything a queue needs from its device, fixed at open.
+pub(crate) struct QueueConfig {
+    pub name: Arc<str>,
+    /// Keeps the fd open for as long as the queue lives.
+    pub file: Arc<File>,
+    pub target: Target,
+    pub block_shift: u32,
+    pub num_blocks: u64,
+    /// Offset/length alignment a resubmitted remainder must keep (block size with O_DIRECT,
+    /// 1 for buffered I/O).
+    pub direct_align: u32,
+    pub supported: OpSet,
+    /// Build an IOPOLL ring.
+    pub iopoll: bool,
+    /// Memory regions `(address, length)` to register as fixed buffers.
+    pub regions: Vec<(usize, usize)>,
+}
+
+/// The setup flags a ring was created with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingFlags {
+    pub single_issuer: bool,
+    pub defer_taskrun: bool,
+    pub coop_taskrun: bool,
+    pub submit_all: bool,
+    pub iopoll: bool,
+}
+
+/// Setup-flag sets tried in order; the first the kernel accepts wins. EINVAL moves on.
+const LADDER: [(bool, bool, bool, bool); 6] = [
+    // (single_issuer, defer_taskrun, coop_taskrun, submit_all)
+    (true, true, true, true),
+    (true, true, false, true),
+    (true, false, true, true),
+    (false, false, true, true),
+    (false, false, false, true),
+    (false, false, false, false),
+];
+
+/// Creates a ring of `entries` SQEs with the best setup flags the kernel accepts.
+pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
+    name: &str,
+    entries: u32,
+    iopoll: bool,
+) -> Result<(IoUring<S, C>, RingFlags), UringError> {
+    let mut last = io::Error::from_raw_os_error(libc::EINVAL);
+    for (si, dt, coop, all) in LADDER {
+        let mut b = IoUring::<S, C>::builder();
+        b.setup_cqsize(entries * 2).setup_clamp();
+        if si {
+            b.setup_single_issuer();
+        }
+        if dt {
+            b.setup_defer_taskrun();
+        }
+        if coop {
+            b.setup_coop_taskrun();
+        }
+        if all {
+            b.setup_submit_all();
+        }
+        if iopoll {
+            b.setup_iopoll();
+        }
+        match b.build(entries) {
+            Ok(ring) => {
+                let flags = RingFlags {
+                    single_issuer: si,
+                    defer_taskrun: dt,
+                    coop_taskrun: coop,
+                    submit_all: all,
+                    iopoll,
+                };
+                log::debug!("uring bdev {name}: ring of {entries} entries, setup flags {flags:?}");
+                return Ok((ring, flags));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                log::debug!(
+                    "uring bdev {name}: setup flags (single_issuer={si}, defer_taskrun={dt}, \
+                     coop_taskrun={coop}, submit_all={all}) refused with EINVAL; trying fewer"
+                );
+                last = e;
+            }
+            Err(e) => {
+                return Err(UringError::Ring {
+                    name: name.to_string(),
+                    what: "io_uring_setup",
+                    source: e,
+                });
+            }
+        }
+    }
+    Err(UringError::Ring {
+        name: name.to_string(),
+        what: "io_uring_setup (every flag set refused)",
+        source: last,
+    })
+}
+
+/// An SQE type the queue can build: 64-byte for files, 128-byte for NVMe passthrough.
+pub(crate) trait Sqe: squeue::EntryMarker {
+    /// Converts a built passthrough command; `None` when this SQE size cannot carry one.
+    fn from_cmd80(e: squeue::Entry128) -> Option<Self>;
+}
+
+impl Sqe for squeue::Entry {
+    fn from_cmd80(_: squeue::Entry128) -> Option<Self> {
+        None
+    }
+}
+
+impl Sqe for squeue::Entry128 {
+    fn from_cmd80(e: squeue::Entry128) -> Option<Self> {
+        Some(e)
+    }
+}
+
+/// What to do with a request after one completion of its SQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The request is finished with this status.
+    Complete(IoStatus),
+    /// Part was transferred; resubmit the remainder from this many bytes in.
+    Resubmit(u32),
+}
+
+/// The completion rule for file I/O: errors end the request with their errno; a data transfer
+/// that moved nothing (end of file) fails with EIO instead of spinning; a partial transfer
+/// continues from where it stopped, unless the stop is not `align`ed (O_DIRECT at an
+/// unaligned end of file), which is also end of file.
+pub(crate) fn file_step(op: Op, res: i32, done: u32, total: u32, align: u32) -> Step {
+    if res < 0 {
+        return Step::Complete(IoStatus::Errno(-res));
+    }
+    if !op.has_data() {
+        return Step::Complete(IoStatus::Success);
+    }
+    let done = done.saturating_add(res as u32);
+    if done >= total {
+        Step::Complete(IoStatus::Success)
+    } else if res == 0 || !done.is_multiple_of(align) {
+        Step::Complete(IoStatus::Errno(libc::EIO))
+    } else {
+        Step::Resubmit(done)
+    }
+}
+
+/// Linux ioprio value for a request (0: the submitting thread's own priority).
+fn ioprio(rq: &Request) -> u16 {
+    if rq.prio == pmio::IoPrio::default() {
+        return 0;
+    }
+    let class: u16 = match rq.prio.class {
+        PrioClass::Rt => 1,
+        PrioClass::Be => 2,
+        PrioClass::Idle => 3,
+    };
+    class << 13 | u16::from(rq.prio.level.min(7))
+}
+
+/// A registered buffer: `[start, end)` and its index.
+#[derive(Clone, Copy, Debug)]
+struct RegBuf {
+    start: usize,
+    end: usize,
+    index: u16,
+}
+
+/// Immutable part of a queue, borrowed while the ring is split.
+struct Prep {
+    cfg: QueueConfig,
+    bufs: Vec<RegBuf>,
+}
+
+impl Prep {
+    /// The fixed-buffer index covering `[addr, addr + len)`, if any.
+    #[inline]
+    fn fixed_index(&self, addr: usize, len: usize) -> Option<u16> {
+        self.bufs
+            .iter()
+            .find(|b| addr >= b.start && addr + len <= b.end)
+            .map(|b| b.index)
+    }
+
+    /// Checks a request against the device; returns its byte length (0 without data).
+    #[inline]
+    fn check(&self, rq: &Request) -> Result<u32, i32> {
+        if !self.cfg.supported.contains(rq.op) {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if rq.op == Op::Flush {
+            return Ok(0);
+        }
+        let end = rq.lba.checked_add(u64::from(rq.nblocks));
+        if rq.nblocks == 0 || end.is_none_or(|e| e > self.cfg.num_blocks) {
+            return Err(libc::EINVAL);
+        }
+        if !rq.op.has_data() {
+            return Ok(0);
+        }
+        let bytes = u64::from(rq.nblocks) << self.cfg.block_shift;
+        if bytes > u64::from(MAX_RW_BYTES) || u64::from(rq.buf.len()) < bytes {
+            return Err(libc::EINVAL);
+        }
+        Ok(bytes as u32)
+    }
+
+    /// Builds the SQE for `rq`, `done` bytes into its transfer.
+    #[inline]
+    fn sqe<S: Sqe>(&self, rq: &Request, done: u32, dsm: &mut DsmRange) -> Result<S, i32> {
+        let bytes = self.check(rq)?;
+        let e = match self.cfg.target {
+            Target::File => S::from(self.file_sqe(rq, bytes, done)),
+            Target::Nvme { nsid } => {
+                S::from_cmd80(self.nvme_sqe(rq, nsid, bytes, dsm)).ok_or(libc::EOPNOTSUPP)?
+            }
+        };
+        Ok(e)
+    }
+
+    #[inline]
+    fn file_sqe(&self, rq: &Request, bytes: u32, done: u32) -> squeue::Entry {
+        let fd = types::Fixed(0);
+        let shift = self.cfg.block_shift;
+        let off = (rq.lba << shift) + u64::from(done);
+        let ptr = rq.buf.as_ptr().wrapping_add(done as usize);
+        let len = bytes - done;
+        let prio = ioprio(rq);
+        match rq.op {
+            Op::Read => match self.fixed_index(ptr as usize, len as usize) {
+                Some(i) => opcode::ReadFixed::new(fd, ptr, len, i)
+                    .offset(off)
+                    .ioprio(prio)
+                    .build(),
+                None => opcode::Read::new(fd, ptr, len)
+                    .offset(off)
+                    .ioprio(prio)
+                    .build(),
+            },
+            Op::Write => {
+                let flags = if rq.flags.contains(ReqFlags::FUA) {
+                    libc::RWF_DSYNC
+                } else {
+                    0
+                };
+                match self.fixed_index(ptr as usize, len as usize) {
+                    Some(i) => opcode::WriteFixed::new(fd, ptr, len, i)
+                        .offset(off)
+                        .ioprio(prio)
+                        .rw_flags(flags)
+                        .build(),
+                    None => opcode::Write::new(fd, ptr, len)
+                        .offset(off)
+                        .ioprio(prio)
+                        .rw_flags(flags)
+                        .build(),
+                }
+            }
+            Op::Flush => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            Op::WriteZeroes => opcode::Fallocate::new(fd, u64::from(rq.nblocks) << shift)
+                .offset(rq.lba << shift)
+                .mode(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+            Op::Discard => opcode::Fallocate::new(fd, u64::from(rq.nblocks) << shift)
+                .offset(rq.lba << shift)
+                .mode(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)
+                .build(),
+        }
+    }
+
+    #[inline]
+    fn nvme_sqe(
+        &self,
+        rq: &Request,
+        nsid: u32,
+        bytes: u32,
+        dsm: &mut DsmRange,
+    ) -> squeue::Entry128 {
+        let addr = rq.buf.as_ptr() as u64;
+        let cmd = match rq.op {
+            Op::Read => NvmeUringCmd::read(nsid, rq.lba, rq.nblocks, addr, bytes),
+            Op::Write => NvmeUringCmd::write(
+                nsid,
+                rq.lba,
+                rq.nblocks,
+                addr,
+                bytes,
+                rq.flags.contains(ReqFlags::FUA),
+            ),
+            Op::Flush => NvmeUringCmd::flush(nsid),
+            Op::WriteZeroes => NvmeUringCmd::write_zeroes(nsid, rq.lba, rq.nblocks),
+            Op::Discard => {
+                *dsm = DsmRange {
+                    context_attributes: 0,
+                    nlb: rq.nblocks,
+                    slba: rq.lba,
+                };
+                NvmeUringCmd::dsm_deallocate(nsid, dsm as *mut DsmRange as u64, 1)
+            }
+        };
+        let mut b =
+            opcode::UringCmd80::new(types::Fixed(0), NVME_URING_CMD_IO).cmd(cmd.to_sqe_cmd());
+        if rq.op.has_data()
+            && let Some(i) = self.fixed_index(addr as usize, bytes as usize)
+        {
+            b = b.buf_index(Some(i));
+        }
+        b.build()
+    }
+}
+
+/// Per-queue mutable state, all preallocated at open.
+struct State {
+    /// Bytes transferred so far, per tag (short transfers resume from here).
+    progress: Vec<u32>,
+    /// One DSM range per tag (NVMe discard), alive while the command is.
+    dsm: Vec<DsmRange>,
+    /// Requests refused before reaching the kernel, completed at the next poll.
+    failed: Vec<(u16, i32)>,
+    /// Requests started and not yet reaped.
+    outstanding: usize,
+    /// SQEs pushed since the last enter.
+    pending_sqes: u32,
+    /// Whether an enter failure has been logged (once per queue).
+    enter_error_logged: bool,
+}
+
+impl State {
+    /// Grows the per-tag arrays for a tag beyond the opened depth (reserved tags). Cold: at
+    /// most a few times per queue.
+    #[cold]
+    fn grow(&mut self, tag: usize) {
+        let n = (tag + 1).next_power_of_two();
+        self.progress.resize(n, 0);
+        self.dsm.resize(n, DsmRange::default());
+    }
+}
+
+/// The driver side of one hardware queue: one ring, used only by the reactor that opened it.
+pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
+    ring: IoUring<S, C>,
+    prep: Prep,
+    st: State,
+    enter_flags: u32,
+    /// Not Send: the ring was created for (SINGLE_ISSUER) and belongs to one thread.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
+    /// Creates the ring, registers the file and the buffers, and preallocates per-tag state.
+    pub(crate) fn open(cfg: QueueConfig, depth: u32) -> Result<Self, UringError> {
+        let entries = depth.clamp(1, MAX_QUEUE_DEPTH).next_power_of_two();
+        let (ring, flags) = build_ring::<S, C>(&cfg.name, entries, cfg.iopoll)?;
+        ring.submitter()
+            .register_files(&[cfg.file.as_raw_fd()])
+            .map_err(|e| UringError::Ring {
+                name: cfg.name.to_string(),
+                what: "register file",
+                source: e,
+            })?;
+        let bufs = register_regions(&ring, &cfg.name, &cfg.regions);
+        // GETEVENTS on every enter: runs deferred task work (DEFER_TASKRUN) and polls (IOPOLL),
+        // so completions are flushed to the CQ by the same system call that submits.
+        let enter_flags = if flags.defer_taskrun || flags.iopoll {
+            IORING_ENTER_GETEVENTS
+        } else {
+            0
+        };
+        let d = depth as usize;
+        Ok(UringQueue {
+            ring,
+            prep: Prep { cfg, bufs },
+            st: State {
+                progress: vec![0; d],
+                dsm: vec![DsmRange::default(); d],
+                failed: Vec::with_capacity(d),
+                outstanding: 0,
+                pending_sqes: 0,
+                enter_error_logged: false,
+            },
+            enter_flags,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+/// Registers `regions` as fixed buffers (split at the kernel's 1 GiB limit). On failure the
+/// queue uses plain read/write opcodes and says so once.
+fn register_regions<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
+    ring: &IoUring<S, C>,
+    name: &str,
+    regions: &[(usize, usize)],
+) -> Vec<RegBuf> {
+    let mut iov = Vec::new();
+    let mut bufs = Vec::new();
+    for &(start, len) in regions {
+        let mut off = 0;
+        while off < len {
+            let chunk = (len - off).min(MAX_REG_BUF);
+            bufs.push(RegBuf {
+                start: start + off,
+                end: start + off + chunk,
+                index: iov.len() as u16,
+            });
+            iov.push(libc::iovec {
+                iov_base: (start + off) as *mut libc::c_void,
+                iov_len: chunk,
+            });
+            off += chunk;
+        }
+    }
+    if iov.is_empty() {
+        return bufs;
+    }
+    // SAFETY: the device's `register_buffers` contract (an unsafe fn) makes its caller keep
+    // every region valid until the queues opened after it are dropped; the kernel pins the
+    // pages for the ring's lifetime.
+    match unsafe { ring.submitter().register_buffers(&iov) } {
+        Ok(()) => {
+            log::debug!(
+                "uring bdev {name}: {} fixed buffer(s) registered",
+                iov.len()
+            );
+            bufs
+        }
+        Err(e) => {
+            log::warn!(
+                "uring bdev {name}: registering {} buffer(s) failed ({e}); using plain \
+                 read/write opcodes",
+                iov.len()
+            );
+            Vec::new()
+        }
+    }
+}
+
+impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
+    /// One `io_uring_enter`: submits what is queued and, with GETEVENTS, flushes completions.
+    #[inline]
+    fn enter(&mut self, force_getevents: bool) {
+        let to_submit = self.ring.submission().len() as u32;
+        let mut flags = self.enter_flags;
+        if force_getevents {
+            flags |= IORING_ENTER_GETEVENTS;
+        }
+        if to_submit == 0 && flags == 0 {
+            return;
+        }
+        // SAFETY: no argument struct is passed (size 0, null pointer); the SQEs queued point at
+        // buffers their submitters keep valid until completion (IoBuf's contract).
+        let r = unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(to_submit, 0, flags, None)
+        };
+        self.st.pending_sqes = 0;
+        if let Err(e) = r {
+            self.enter_failed(e);
+        }
+    }
+
+    /// An enter that failed (EAGAIN/EBUSY/EINTR): the SQEs stay queued and go with the next
+    /// enter. Logged once per queue.
+    #[cold]
+    fn enter_failed(&mut self, e: io::Error) {
+        if !self.st.enter_error_logged {
+            self.st.enter_error_logged = true;
+            log::warn!(
+                "uring bdev {}: io_uring_enter failed ({e}); retrying on the next poll",
+                self.prep.cfg.name
+            );
+        }
+    }
+
+    /// Pushes one SQE; on a full SQ (only when an earlier enter failed), enters and retries.
+    #[inline]
+    fn push(&mut self, sqe: &S) -> bool {
+        // SAFETY: the SQE's buffer belongs to a request between submit and completion, which
+        // its submitter keeps valid (IoBuf's contract); a DSM range lives in `st.dsm`.
+        if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+            self.st.pending_sqes += 1;
+            return true;
+        }
+        self.enter(false);
+        // SAFETY: as above.
+        let ok = unsafe { self.ring.submission().push(sqe) }.is_ok();
+        self.st.pending_sqes += u32::from(ok);
+        ok
+    }
+
+    /// Prepares and pushes the SQE of `tag`, `done` bytes in; refusals go to `failed`.
+    #[inline]
+    fn start(&mut self, rqs: &[Request], tag: u16, done: u32) {
+        let t = tag as usize;
+        if t >= self.st.progress.len() {
+            self.st.grow(t);
+        }
+        self.st.progress[t] = done;
+        let r = self.prep.sqe::<S>(&rqs[t], done, &mut self.st.dsm[t]);
+        match r {
+            Ok(sqe) => {
+                let sqe = sqe_with_tag(sqe, tag);
+                if !self.push(&sqe) {
+                    self.st.failed.push((tag, libc::EBUSY));
+                }
+            }
+            Err(errno) => self.st.failed.push((tag, errno)),
+        }
+    }
+
+    /// Reaps up to `max` CQEs; resubmits short transfers.
+    fn reap(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            let cqe: cqueue::Entry = cqe.into();
+            let tag = cqe.user_data() as u16;
+            let t = tag as usize;
+            let Some(rq) = rqs.get_mut(t) else {
+                log::error!(
+                    "uring bdev {}: completion for unknown tag {tag}",
+                    self.prep.cfg.name
+                );
+                continue;
+            };
+            let step = match self.prep.cfg.target {
+                Target::Nvme { .. } => Step::Complete(nvme::decode_status(cqe.result())),
+                Target::File => {
+                    let total = if rq.op.has_data() {
+                        (u64::from(rq.nblocks) << self.prep.cfg.block_shift) as u32
+                    } else {
+                        0
+                    };
+                    file_step(
+                        rq.op,
+                        cqe.result(),
+                        self.st.progress[t],
+                        total,
+                        self.prep.cfg.direct_align,
+                    )
+                }
+            };
+            match step {
+                Step::Complete(status) => {
+                    rq.status = status;
+                    done.push(tag);
+                    self.st.outstanding -= 1;
+                    n += 1;
+                }
+                Step::Resubmit(progress) => self.start(rqs, tag, progress),
+            }
+        }
+        n
+    }
+
+    /// Completes requests refused before reaching the kernel.
+    #[cold]
+    fn complete_failed(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some((tag, errno)) = self.st.failed.pop() else {
+                break;
+            };
+            rqs[tag as usize].status = IoStatus::Errno(errno);
+            done.push(tag);
+            self.st.outstanding -= 1;
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Sets `user_data` = tag.
+#[inline]
+fn sqe_with_tag<S: squeue::EntryMarker>(mut sqe: S, tag: u16) -> S {
+    sqe.set_user_data(u64::from(tag));
+    sqe
+}
+
+impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
+    fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        self.st.outstanding += tags.len();
+        for &tag in tags {
+            self.start(rqs, tag, 0);
+        }
+        if self.st.pending_sqes > 0 {
+            self.enter(false);
+        }
+    }
+
+    fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        let mut n = 0;
+        if !self.st.failed.is_empty() {
+            n += self.complete_failed(rqs, done, max);
+        }
+        n += self.reap(rqs, done, max - n);
+        let in_kernel = self.st.outstanding - self.st.failed.len();
+        if n == 0 && in_kernel > 0 {
+            // Nothing in the CQ: let the kernel run deferred completions (or poll), then look
+            // again. One system call per empty poll, none when the CQ had entries.
+            self.enter(true);
+            n += self.reap(rqs, done, max);
+        }
+        if self.st.pending_sqes > 0 {
+            self.enter(false);
+        }
+        n
+    }
+
+    fn outstanding(&self) -> usize {
+        self.st.outstanding
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_transfers_resume_and_eof_fails() {
+        // Full transfer.
+        assert_eq!(
+            file_step(Op::Read, 4096, 0, 4096, 512),
+            Step::Complete(IoStatus::Success)
+        );
+        // Short read: resume from 1024 bytes, then finish.
+        assert_eq!(
+            file_step(Op::Read, 1024, 0, 4096, 512),
+            Step::Resubmit(1024)
+        );
+        assert_eq!(
+            file_step(Op::Read, 3072, 1024, 4096, 512),
+            Step::Complete(IoStatus::Success)
+        );
+        // End of file: nothing moved.
+        assert_eq!(
+            file_step(Op::Read, 0, 1024, 4096, 512),
+            Step::Complete(IoStatus::Errno(libc::EIO))
+        );
+        // O_DIRECT stopping at an unaligned end of file cannot resume.
+        assert_eq!(
+            file_step(Op::Read, 100, 0, 4096, 512),
+            Step::Complete(IoStatus::Errno(libc::EIO))
+        );
+        // Buffered (align 1) can.
+        assert_eq!(file_step(Op::Write, 100, 0, 4096, 1), Step::Resubmit(100));
+        // Errors carry their errno.
+        assert_eq!(
+            file_step(Op::Write, -libc::ENOSPC, 0, 4096, 1),
+            Step::Complete(IoStatus::Errno(libc::ENOSPC))
+        );
+        // Flush and friends return 0 on success.
+        assert_eq!(
+            file_step(Op::Flush, 0, 0, 0, 512),
+            Step::Complete(IoStatus::Success)
+        );
+    }
+
+    #[test]
+    fn ioprio_encoding() {
+        let mut rq = Request::default();
+        assert_eq!(ioprio(&rq), 0, "default priority leaves the thread's");
+        rq.prio = pmio::IoPrio {
+            class: PrioClass::Rt,
+            level: 2,
+        };
+        assert_eq!(ioprio(&rq), 1 << 13 | 2);
+        rq.prio = pmio::IoPrio {
+            class: PrioClass::Idle,
+            level: 9,
+        };
+        assert_eq!(ioprio(&rq), 3 << 13 | 7);
+    }
+
+    #[test]
+    fn ring_builds_with_some_flags() {
+        let (_ring, flags) = build_ring::<squeue::Entry, cqueue::Entry>("t", 64, false).unwrap();
+        assert!(!flags.iopoll);
+        // A second ring in the same thread also builds (SINGLE_ISSUER is per ring).
+        let (_r2, f2) = build_ring::<squeue::Entry128, cqueue::Entry32>("t", 8, false).unwrap();
+        assert_eq!(flags, f2);
+    }
+}
