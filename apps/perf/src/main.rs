@@ -1,1 +1,353 @@
-fn main() {}
+//! pmio-perf: drive block devices from pinned reactors and report IOPS, bandwidth and
+//! latency — pmio's peer of t/io_uring and spdk_nvme_perf.
+//!
+//! Exit status: 0 success; 1 I/O errors, verify mismatches or a runtime failure; 2 bad
+//! flags or device specs.
+
+mod cli;
+mod pattern;
+mod report;
+mod spec;
+mod worker;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::Parser;
+use pmio::BlockDevice;
+use pmio::bdev::Registry;
+use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, now_ns};
+
+use cli::Opts;
+use report::{CoreCounters, CoreResult, Counts, Report, process_cpu_ns, second_line};
+use worker::{JobSpec, Outcome, Phase, Timing, Worker};
+
+/// A usage error: one line on stderr, exit status 2.
+struct Usage(String);
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let opts = Opts::parse(); // clap prints its own errors and exits 2
+    let plan = match plan(&opts) {
+        Ok(p) => p,
+        Err(Usage(msg)) => {
+            eprintln!("pmio-perf: error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts, plan) {
+        Ok(report) => {
+            if opts.json {
+                match serde_json::to_string(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("pmio-perf: error: JSON: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            } else {
+                println!("{}", report.summary());
+            }
+            if report.errors > 0 || report.verify_mismatches > 0 {
+                eprintln!(
+                    "pmio-perf: {} I/O errors, {} verify mismatches",
+                    report.errors, report.verify_mismatches
+                );
+                return ExitCode::from(1);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("pmio-perf: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A device as the run sees it.
+struct Dev {
+    dev: Arc<dyn BlockDevice>,
+    stores_data: bool,
+}
+
+/// What will run where, validated.
+struct Plan {
+    mask: CoreMask,
+    devs: Vec<Dev>,
+    /// (core, device index, region index among that device's cores, region count).
+    pairs: Vec<(u32, usize, u64, u64)>,
+    _registry: Registry,
+}
+
+/// Validates everything that can be wrong in the command line, before starting anything.
+fn plan(opts: &Opts) -> Result<Plan, Usage> {
+    opts.validate().map_err(Usage)?;
+    let mask = match &opts.cores {
+        Some(m) => CoreMask::parse(m).map_err(|e| Usage(format!("-m {m}: {e}")))?,
+        None => {
+            let avail = CoreMask::available().map_err(|e| Usage(format!("cores: {e}")))?;
+            CoreMask::from_cores([avail.last()]).map_err(|e| Usage(format!("cores: {e}")))?
+        }
+    };
+    let registry = Registry::new();
+    let specs: Vec<String> = if opts.dev.is_empty() {
+        vec!["null".into()]
+    } else {
+        opts.dev.clone()
+    };
+    let mut devs = Vec::new();
+    let mut per_driver = std::collections::HashMap::<String, usize>::new();
+    for s in &specs {
+        let driver = s.split(':').next().unwrap_or("").to_string();
+        let idx = per_driver.entry(driver).or_default();
+        let c = spec::parse_dev(s, *idx).map_err(|e| Usage(e.to_string()))?;
+        *idx += 1;
+        registry
+            .register(Arc::clone(&c.dev))
+            .map_err(|e| Usage(format!("--dev {s:?}: {e}")))?;
+        devs.push(Dev {
+            dev: c.dev,
+            stores_data: c.stores_data,
+        });
+    }
+    for d in &devs {
+        let i = d.dev.info();
+        if !opts.bs.is_multiple_of(u64::from(i.block_size)) {
+            return Err(Usage(format!(
+                "--bs {}: not a multiple of {}'s block size {}",
+                opts.bs, i.name, i.block_size
+            )));
+        }
+        if opts.bs > i.size_bytes() {
+            return Err(Usage(format!(
+                "--bs {}: larger than {} ({} bytes)",
+                opts.bs,
+                i.name,
+                i.size_bytes()
+            )));
+        }
+        if opts.verify
+            && usize::try_from(opts.bs).unwrap_or(0) < pattern::MIN_BLOCK.max(i.block_size as usize)
+        {
+            return Err(Usage(format!("--verify: --bs {} too small", opts.bs)));
+        }
+        if opts.depth > i.max_queue_depth {
+            return Err(Usage(format!(
+                "--depth {}: {} supports at most {}",
+                opts.depth, i.name, i.max_queue_depth
+            )));
+        }
+        if opts.verify && !d.stores_data {
+            return Err(Usage(format!(
+                "--verify: {} does not store data (use malloc or a real device)",
+                i.name
+            )));
+        }
+    }
+    // Pair cores and devices as spdk_nvme_perf does.
+    let cores = mask.cores().to_vec();
+    let mut raw: Vec<(u32, usize)> = Vec::new();
+    if opts.use_every_core {
+        for &c in &cores {
+            for d in 0..devs.len() {
+                raw.push((c, d));
+            }
+        }
+    } else {
+        let n = cores.len().max(devs.len());
+        for i in 0..n {
+            raw.push((cores[i % cores.len()], i % devs.len()));
+        }
+    }
+    let mut pairs = Vec::new();
+    for &(c, d) in &raw {
+        let count = raw.iter().filter(|p| p.1 == d).count() as u64;
+        let index = raw
+            .iter()
+            .take_while(|p| **p != (c, d))
+            .filter(|p| p.1 == d)
+            .count() as u64;
+        pairs.push((c, d, index, count));
+    }
+    for &(_, d, _, count) in &pairs {
+        let i = devs[d].dev.info();
+        let units = i.size_bytes() / opts.bs / count;
+        if units == 0 {
+            return Err(Usage(format!(
+                "{}: too small for {count} cores at --bs {}",
+                i.name, opts.bs
+            )));
+        }
+        if opts.verify && units <= u64::from(opts.depth) {
+            return Err(Usage(format!(
+                "--verify: {} gives each core {units} I/O units of {} bytes; need more than the depth {}",
+                i.name, opts.bs, opts.depth
+            )));
+        }
+    }
+    Ok(Plan {
+        mask,
+        devs,
+        pairs,
+        _registry: registry,
+    })
+}
+
+/// Starts reactors, runs the fill (if verifying reads) and timed phases, and builds the report.
+fn run(opts: &Opts, plan: Plan) -> anyhow::Result<Report> {
+    let reactors = Reactors::start(plan.mask.clone(), ReactorsOptions::default())
+        .context("starting reactors")?;
+    let cores: Vec<u32> = plan.mask.cores().to_vec();
+    let reads = opts.rw.read_pct(opts.rwmixread) > 0;
+    let mut tables: Vec<Option<Vec<u32>>> = plan
+        .pairs
+        .iter()
+        .map(|&(_, d, _, count)| {
+            opts.verify.then(|| {
+                let units = plan.devs[d].dev.info().size_bytes() / opts.bs / count;
+                vec![0u32; units as usize]
+            })
+        })
+        .collect();
+    if opts.verify && reads {
+        if !opts.json {
+            println!(
+                "verify: writing each core's region once before the {} run",
+                opts.rw.name()
+            );
+        }
+        let outcomes = phase(opts, &plan, &reactors, &cores, Phase::Fill, &mut tables)?;
+        for o in &outcomes {
+            if o.result.errors > 0 {
+                return Err(anyhow!(
+                    "fill phase: {} I/O errors on core {}",
+                    o.result.errors,
+                    o.result.core
+                ));
+            }
+        }
+    }
+    let cpu0 = process_cpu_ns();
+    let outcomes = phase(opts, &plan, &reactors, &cores, Phase::Run, &mut tables)?;
+    let cpu_ns = process_cpu_ns().saturating_sub(cpu0);
+    reactors.stop().context("stopping reactors")?;
+    let results: Vec<CoreResult> = outcomes.into_iter().map(|o| o.result).collect();
+    let names = plan
+        .devs
+        .iter()
+        .map(|d| d.dev.info().name.clone())
+        .collect();
+    Ok(Report::build(results, opts, names, cpu_ns))
+}
+
+/// Runs one phase on every core; returns one outcome per core (jobs merged).
+fn phase(
+    opts: &Opts,
+    plan: &Plan,
+    reactors: &Reactors,
+    cores: &[u32],
+    ph: Phase,
+    tables: &mut [Option<Vec<u32>>],
+) -> anyhow::Result<Vec<Outcome>> {
+    let timing = Arc::new(Timing::default());
+    let (tx, rx) = mpsc::channel::<Outcome>();
+    let mut counters = Vec::new();
+    let mut active_cores = Vec::new();
+    // pair index order per core, to hand verify tables back.
+    let mut pair_ids: Vec<(u32, Vec<usize>)> = Vec::new();
+    for &core in cores {
+        let ids: Vec<usize> = (0..plan.pairs.len())
+            .filter(|&i| plan.pairs[i].0 == core)
+            .collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let mut specs = Vec::new();
+        for &i in &ids {
+            let (_, d, index, count) = plan.pairs[i];
+            let info = plan.devs[d].dev.info();
+            let units = info.size_bytes() / opts.bs / count;
+            specs.push(JobSpec {
+                dev: Arc::clone(&plan.devs[d].dev),
+                depth: opts.depth,
+                submit_batch: opts.submit_batch,
+                complete_batch: opts.complete_batch,
+                bs: opts.bs,
+                random: opts.rw.random(),
+                read_pct: opts.rw.read_pct(opts.rwmixread),
+                region_start: if count > 1 { index * units } else { 0 },
+                region_units: units,
+                verify: tables[i].take(),
+            });
+        }
+        let c = Arc::new(CoreCounters::default());
+        counters.push(Arc::clone(&c));
+        let (t, tx) = (Arc::clone(&timing), tx.clone());
+        reactors
+            .run_on(core, move |ctx| Worker::start(ctx, ph, specs, t, c, tx))
+            .context("reaching a reactor")?
+            .map_err(|e| anyhow!("core {core}: {e}"))?;
+        active_cores.push(core);
+        pair_ids.push((core, ids));
+    }
+    drop(tx);
+    let start = now_ns();
+    let warm = if ph == Phase::Run { opts.warmup } else { 0.0 };
+    let measure_start = start + (warm * 1e9) as u64;
+    let end = if ph == Phase::Run {
+        measure_start + (opts.time * 1e9) as u64
+    } else {
+        u64::MAX
+    };
+    timing.measure_start.store(measure_start, Ordering::Release);
+    timing.end.store(end, Ordering::Release);
+
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut last = Counts::default();
+    let mut last_t = start;
+    let mut next = start + 1_000_000_000;
+    while outcomes.len() < active_cores.len() {
+        let wait = next.saturating_sub(now_ns());
+        match rx.recv_timeout(Duration::from_nanos(wait)) {
+            Ok(o) => {
+                outcomes.push(o);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(anyhow!("a reactor stopped before reporting"));
+            }
+        }
+        let t = now_ns();
+        let mut cur = Counts::default();
+        for c in &counters {
+            cur.add(&c.load());
+        }
+        if !opts.json && ph == Phase::Run {
+            println!(
+                "{}",
+                second_line(&cur.since(&last), (t - last_t) as f64 / 1e9, opts.bs)
+            );
+        }
+        last = cur;
+        last_t = t;
+        next += 1_000_000_000;
+    }
+    // Hand the verify tables back in pair order.
+    for o in &mut outcomes {
+        if let Some((_, ids)) = pair_ids.iter().find(|(c, _)| *c == o.result.core) {
+            for (k, &i) in ids.iter().enumerate() {
+                tables[i] = o.verify.get_mut(k).and_then(Option::take);
+            }
+        }
+        if let Some(e) = &o.error {
+            return Err(anyhow!("core {}: {e}", o.result.core));
+        }
+    }
+    outcomes.sort_by_key(|o| o.result.core);
+    Ok(outcomes)
+}

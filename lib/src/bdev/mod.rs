@@ -10,9 +10,11 @@ use std::fmt;
 use crate::hctx::{HctxQueues, HctxType};
 use crate::request::{OpSet, Request};
 
+pub mod queue;
 pub mod registry;
 pub mod stats;
 
+pub use queue::{BdevQueue, BdevQueueOptions, SchedMode, SubmitError};
 pub use registry::Registry;
 pub use stats::{OpStats, QueueStats, QueueStatsCell, now_ns};
 

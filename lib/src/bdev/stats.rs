@@ -216,7 +216,10 @@ mod tests {
         a.op_mut(Op::Write).record(512, 50, false);
         let r = a.op(Op::Read);
         assert_eq!((r.ops, r.bytes, r.errors), (2, 8192, 0));
-        assert_eq!((r.lat_min_ns, r.lat_max_ns, r.lat_avg_ns()), (100, 300, 200));
+        assert_eq!(
+            (r.lat_min_ns, r.lat_max_ns, r.lat_avg_ns()),
+            (100, 300, 200)
+        );
         let w = a.op(Op::Write);
         assert_eq!((w.ops, w.bytes, w.errors), (1, 0, 1));
         let mut b = QueueStats::default();

@@ -1,0 +1,819 @@
+//! A reactor's handle on one block device: the submit / flush / poll path.
+//!
+//! [`BdevQueue::open`] opens, on the calling reactor, queue 0 of every hctx type the device
+//! declares ([`crate::HctxQueues`]), each with its own [`Tags`], [`RequestPool`], allocation
+//! hints, a pending list (started at the next flush) and a done list, all allocated at open.
+//! The handle is not `Send`: it lives and dies on the reactor that opened it.
+//!
+//! One I/O: [`BdevQueue::submit`] validates it (op supported, LBA range, buffer length), maps
+//! it to an hctx type, takes a request through the submitter's [`Plug`] (one batch of tags per
+//! burst; a single tag outside a burst), prepares it and appends it to the pending list;
+//! [`BdevQueue::flush`] hands each hctx's pending tags to its driver queue in one
+//! [`DriverQueue::submit`] (one doorbell); [`BdevQueue::poll`] reaps completions in batches,
+//! stamps them with one clock read per batch, updates the queue's statistics, calls the
+//! caller back per request, then frees the batch's tags with one `put_batch`.
+//! A full queue answers [`SubmitError::Busy`]; nothing is dropped.
+//!
+//! No allocation, lock, or per-I/O clock read happens on this path: clocks are read once per
+//! burst (first submit after a flush) and once per completion batch.
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use pmio::bdev::{BdevQueue, BdevQueueOptions};
+//! # use pmio::plug::Plug;
+//! # use pmio::{BlockDevice, Io, Op};
+//! # fn demo(dev: Arc<dyn BlockDevice>, buf: pmio::IoBuf) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut q = BdevQueue::open(dev, BdevQueueOptions { depth: 128, ..Default::default() })?;
+//! let mut plug = Plug::default();
+//! let io = Io { op: Op::Read, lba: 0, nblocks: 8, buf, ..Io::default() };
+//! plug.begin();
+//! q.expect(&mut plug, &io);
+//! q.submit(&mut plug, &io)?;
+//! plug.finish();
+//! q.flush();
+//! while q.outstanding() > 0 {
+//!     q.poll(32, |rq| assert!(rq.status.is_success()));
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::stats::{QueueStats, QueueStatsCell, now_ns};
+use super::{BdevError, BlockDevice, DriverQueue};
+use crate::hctx::{HCTX_MAX_TYPES, HctxQueues, HctxType};
+use crate::plug::{DevKey, Plug};
+use crate::request::{Io, Op, OpSet, Request};
+use crate::sbitmap::AllocHint;
+use crate::tags::{RequestPool, Tags, TagsOptions};
+
+/// Where requests go between submit and flush.
+///
+/// `None` hands them straight to the driver at flush. The mq-deadline scheduler plugs in
+/// here: `submit` will insert into it and `flush` dispatch from it, taking driver tags at
+/// dispatch (the seam is `BdevQueue::flush`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SchedMode {
+    /// No scheduler: pending requests go to the driver at the next flush.
+    #[default]
+    None,
+}
+
+/// Options of [`BdevQueue::open`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BdevQueueOptions {
+    /// Requests in flight per hctx (driver tags); at most the device's `max_queue_depth`.
+    /// Default 128.
+    pub depth: u32,
+    /// Scheduler (default none).
+    pub sched: SchedMode,
+}
+
+impl Default for BdevQueueOptions {
+    fn default() -> Self {
+        BdevQueueOptions {
+            depth: 128,
+            sched: SchedMode::None,
+        }
+    }
+}
+
+/// Why an I/O was not accepted. Everything but `Busy` is the submitter's mistake.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// No request free on the hctx this I/O maps to: reap completions and retry.
+    #[error("queue busy: no free request")]
+    Busy,
+    #[error("bdev {name}: operation {op} not supported")]
+    Unsupported { name: String, op: &'static str },
+    #[error("bdev {name}: blocks {lba}+{nblocks} beyond the device's {num_blocks} blocks")]
+    OutOfRange {
+        name: String,
+        lba: u64,
+        nblocks: u32,
+        num_blocks: u64,
+    },
+    #[error("bdev {name}: {op} of 0 blocks")]
+    Empty { name: String, op: &'static str },
+    #[error("bdev {name}: buffer of {len} bytes for {nblocks} blocks of {block_size} bytes")]
+    BadBuffer {
+        name: String,
+        len: u32,
+        nblocks: u32,
+        block_size: u32,
+    },
+    #[error("bdev {name}: {nblocks} blocks exceed the largest transfer ({max} blocks)")]
+    TooLarge {
+        name: String,
+        nblocks: u32,
+        max: u32,
+    },
+}
+
+impl SubmitError {
+    /// Whether the I/O may succeed later unchanged.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, SubmitError::Busy)
+    }
+}
+
+/// One opened hardware queue with its tags and requests.
+struct Hctx {
+    drv: Box<dyn DriverQueue>,
+    tags: Arc<Tags>,
+    pool: RequestPool,
+    /// The submitter's allocation hint (one submitter: the owning reactor).
+    hint: AllocHint,
+    /// Hint for freeing at completion.
+    put_hint: AllocHint,
+    /// Prepared, not yet handed to the driver (capacity: depth).
+    pending: Vec<u16>,
+    /// The completion batch being processed (capacity: depth).
+    done: Vec<u16>,
+}
+
+static NEXT_KEY: AtomicU32 = AtomicU32::new(0);
+
+/// A reactor's queue handle on one block device. Not `Send`. See the module docs.
+pub struct BdevQueue {
+    dev: Arc<dyn BlockDevice>,
+    name: Arc<str>,
+    key: DevKey,
+    block_size: u32,
+    num_blocks: u64,
+    max_transfer: u32,
+    ops: OpSet,
+    queues: HctxQueues,
+    /// Opened hctxs; `slot[ty]` indexes `hctx` for each type the device has.
+    hctx: Vec<Hctx>,
+    slot: [u8; HCTX_MAX_TYPES],
+    sched: SchedMode,
+    /// Clock of the current burst (0: not read yet since the last flush).
+    burst_ns: u64,
+    /// Submitted (pending or started) and not yet reaped.
+    inflight: u32,
+    stats: QueueStats,
+    cell: Arc<QueueStatsCell>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for BdevQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BdevQueue")
+            .field("bdev", &self.name)
+            .field("key", &self.key)
+            .field("hctxs", &self.hctx.len())
+            .field("inflight", &self.inflight)
+            .finish()
+    }
+}
+
+const NO_SLOT: u8 = u8::MAX;
+
+impl BdevQueue {
+    /// Opens `dev` on the calling reactor: queue 0 of each hctx type the device declares,
+    /// `opts.depth` deep. A device with several queues of one type offers them to several
+    /// openers; one handle uses one queue per type.
+    pub fn open(dev: Arc<dyn BlockDevice>, opts: BdevQueueOptions) -> Result<BdevQueue, BdevError> {
+        let info = dev.info();
+        let name: Arc<str> = Arc::from(info.name.as_str());
+        let invalid = |reason: String| BdevError::InvalidConfig {
+            name: info.name.clone(),
+            reason,
+        };
+        if opts.depth == 0 || opts.depth > info.max_queue_depth.min(65535) {
+            return Err(invalid(format!(
+                "queue depth {} outside 1..={}",
+                opts.depth,
+                info.max_queue_depth.min(65535)
+            )));
+        }
+        if info.queues.default == 0 {
+            return Err(invalid("device declares no default queue".into()));
+        }
+        let mut hctx = Vec::with_capacity(HCTX_MAX_TYPES);
+        let mut slot = [NO_SLOT; HCTX_MAX_TYPES];
+        for ty in HctxType::ALL {
+            if info.queues.count(ty) == 0 {
+                continue;
+            }
+            let drv = dev.open_queue(ty, 0, opts.depth)?;
+            let tags = Tags::new(TagsOptions {
+                depth: opts.depth,
+                ..TagsOptions::default()
+            })
+            .map_err(|e| invalid(e.to_string()))?;
+            let pool = RequestPool::new(&tags, ty);
+            let hint = tags.new_hint();
+            let put_hint = tags.new_hint();
+            slot[ty.index()] = hctx.len() as u8;
+            hctx.push(Hctx {
+                drv,
+                tags: Arc::new(tags),
+                pool,
+                hint,
+                put_hint,
+                pending: Vec::with_capacity(opts.depth as usize),
+                done: Vec::with_capacity(opts.depth as usize),
+            });
+        }
+        Ok(BdevQueue {
+            name,
+            key: DevKey(NEXT_KEY.fetch_add(1, Ordering::Relaxed)),
+            block_size: info.block_size,
+            num_blocks: info.num_blocks,
+            max_transfer: info.max_transfer_blocks,
+            ops: info.supported_ops,
+            queues: info.queues,
+            hctx,
+            slot,
+            sched: opts.sched,
+            burst_ns: 0,
+            inflight: 0,
+            stats: QueueStats::default(),
+            cell: Arc::new(QueueStatsCell::new()),
+            _not_send: PhantomData,
+            dev,
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This handle's key in plugs.
+    pub fn key(&self) -> DevKey {
+        self.key
+    }
+
+    /// Logical block size.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Number of logical blocks.
+    pub fn num_blocks(&self) -> u64 {
+        self.num_blocks
+    }
+
+    /// The scheduler mode.
+    pub fn sched(&self) -> SchedMode {
+        self.sched
+    }
+
+    /// I/Os submitted and not yet reaped (pending ones included).
+    pub fn outstanding(&self) -> u32 {
+        self.inflight
+    }
+
+    /// Binds `plug`'s cache entries for this device ahead of the first burst (optional).
+    pub fn register_plug(&self, plug: &mut Plug) {
+        for ty in HctxType::ALL {
+            if let Some(h) = self.hctx_of(ty) {
+                plug.register(self.key, ty, &h.tags);
+            }
+        }
+    }
+
+    fn hctx_of(&self, ty: HctxType) -> Option<&Hctx> {
+        self.hctx.get(self.slot[ty.index()] as usize)
+    }
+
+    /// Counts `io` for the plug's next batch allocation (call for each I/O of a burst
+    /// before submitting them, as blk-mq's plug sizes its batch).
+    #[inline]
+    pub fn expect(&self, plug: &mut Plug, io: &Io) {
+        self.expect_n(plug, io, 1);
+    }
+
+    /// Counts `n` I/Os shaped like `io` (same op and flags) at once.
+    #[inline]
+    pub fn expect_n(&self, plug: &mut Plug, io: &Io, n: u32) {
+        let (ty, _) = self.queues.map(io.op, io.flags);
+        plug.expect(self.key, ty, n);
+    }
+
+    /// Validates `io`, takes a request for it and queues it for the next [`flush`]. Returns
+    /// the request's tag. [`SubmitError::Busy`] when its hctx has no free request.
+    ///
+    /// [`flush`]: BdevQueue::flush
+    #[inline]
+    pub fn submit(&mut self, plug: &mut Plug, io: &Io) -> Result<u16, SubmitError> {
+        self.validate(io)?;
+        let (ty, flags) = self.queues.map(io.op, io.flags);
+        if self.burst_ns == 0 {
+            self.burst_ns = now_ns();
+        }
+        let now = self.burst_ns;
+        let h = &mut self.hctx[self.slot[ty.index()] as usize];
+        let tag = plug
+            .take(self.key, ty, &h.tags, &mut h.hint)
+            .ok_or(SubmitError::Busy)?;
+        let rq = &mut h.pool[tag];
+        rq.prepare(io, now);
+        rq.flags = flags;
+        h.pending.push(tag);
+        self.inflight += 1;
+        Ok(tag)
+    }
+
+    #[inline]
+    fn validate(&self, io: &Io) -> Result<(), SubmitError> {
+        if !self.ops.contains(io.op) {
+            return Err(self.unsupported(io));
+        }
+        if io.op == Op::Flush {
+            return Ok(());
+        }
+        let end = io.lba.checked_add(u64::from(io.nblocks));
+        if io.nblocks == 0
+            || end.is_none_or(|e| e > self.num_blocks)
+            || io.nblocks > self.max_transfer
+        {
+            return Err(self.bad_range(io));
+        }
+        if io.op.has_data()
+            && u64::from(io.buf.len()) != u64::from(io.nblocks) * u64::from(self.block_size)
+        {
+            return Err(SubmitError::BadBuffer {
+                name: self.name.to_string(),
+                len: io.buf.len(),
+                nblocks: io.nblocks,
+                block_size: self.block_size,
+            });
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn unsupported(&self, io: &Io) -> SubmitError {
+        SubmitError::Unsupported {
+            name: self.name.to_string(),
+            op: io.op.name(),
+        }
+    }
+
+    #[cold]
+    fn bad_range(&self, io: &Io) -> SubmitError {
+        let name = self.name.to_string();
+        if io.nblocks == 0 {
+            SubmitError::Empty {
+                name,
+                op: io.op.name(),
+            }
+        } else if io.nblocks > self.max_transfer {
+            SubmitError::TooLarge {
+                name,
+                nblocks: io.nblocks,
+                max: self.max_transfer,
+            }
+        } else {
+            SubmitError::OutOfRange {
+                name,
+                lba: io.lba,
+                nblocks: io.nblocks,
+                num_blocks: self.num_blocks,
+            }
+        }
+    }
+
+    /// Starts every pending request: one driver `submit` call (one doorbell) per hctx that
+    /// has any. Returns how many were started.
+    #[inline]
+    pub fn flush(&mut self) -> usize {
+        self.burst_ns = 0;
+        let mut n = 0;
+        match self.sched {
+            SchedMode::None => {
+                for h in &mut self.hctx {
+                    if h.pending.is_empty() {
+                        continue;
+                    }
+                    h.drv.submit(h.pool.as_mut_slice(), &h.pending);
+                    n += h.pending.len();
+                    h.pending.clear();
+                }
+            }
+        }
+        n
+    }
+
+    /// Reaps up to `max` completions (in driver batches of at most `max`), calls `f` for each
+    /// completed request (status, token, `submit_ns`, `complete_ns` are set), updates the
+    /// statistics, and frees the tags. Returns how many completed.
+    #[inline]
+    pub fn poll<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        let mut total = 0;
+        for h in &mut self.hctx {
+            if total >= max {
+                break;
+            }
+            h.done.clear();
+            let n = h.drv.poll(h.pool.as_mut_slice(), &mut h.done, max - total);
+            if n == 0 {
+                continue;
+            }
+            let now = now_ns();
+            for &tag in &h.done {
+                let rq = &mut h.pool[tag];
+                rq.complete_ns = now;
+                let lat = now.saturating_sub(rq.submit_ns);
+                let bytes = if rq.op.has_data() {
+                    u64::from(rq.nblocks) * u64::from(self.block_size)
+                } else {
+                    0
+                };
+                self.stats
+                    .op_mut(rq.op)
+                    .record(bytes, lat, rq.status.is_success());
+                f(rq);
+            }
+            h.tags.put_batch(&mut h.put_hint, &h.done);
+            total += n;
+        }
+        if total > 0 {
+            self.inflight -= total as u32;
+            self.cell.publish(&self.stats);
+        }
+        total
+    }
+
+    /// This queue's statistics so far.
+    pub fn stats(&self) -> &QueueStats {
+        &self.stats
+    }
+
+    /// The shared cell other threads read this queue's statistics from (updated once per
+    /// completion batch).
+    pub fn stats_cell(&self) -> Arc<QueueStatsCell> {
+        Arc::clone(&self.cell)
+    }
+
+    /// Driver tags in use on `ty`'s hctx (0 when the device has none of that type).
+    pub fn busy_tags(&self, ty: HctxType) -> u32 {
+        self.hctx_of(ty).map_or(0, |h| h.tags.busy())
+    }
+}
+
+impl Drop for BdevQueue {
+    fn drop(&mut self) {
+        if self.inflight > 0 {
+            log::warn!(
+                "bdev {}: queue closed with {} I/O outstanding",
+                self.name,
+                self.inflight
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bdev::{BdevInfo, Uuid};
+    use crate::request::{IoBuf, IoStatus};
+    use std::cell::RefCell;
+    use std::collections::{HashSet, VecDeque};
+    use std::rc::Rc;
+
+    /// What the test driver saw.
+    #[derive(Default)]
+    struct Log {
+        submit_calls: Vec<(HctxType, usize)>,
+        started: HashSet<(HctxType, u16)>,
+    }
+
+    struct TestDev {
+        info: BdevInfo,
+        fail_lba: Option<u64>,
+        log: Arc<parking_lot::Mutex<Log>>,
+    }
+
+    struct TestQueue {
+        ty: HctxType,
+        fifo: VecDeque<u16>,
+        fail_lba: Option<u64>,
+        log: Arc<parking_lot::Mutex<Log>>,
+    }
+
+    impl BlockDevice for TestDev {
+        fn info(&self) -> &BdevInfo {
+            &self.info
+        }
+        fn open_queue(
+            &self,
+            ty: HctxType,
+            _i: u16,
+            _d: u32,
+        ) -> Result<Box<dyn DriverQueue>, BdevError> {
+            Ok(Box::new(TestQueue {
+                ty,
+                fifo: VecDeque::new(),
+                fail_lba: self.fail_lba,
+                log: Arc::clone(&self.log),
+            }))
+        }
+    }
+
+    impl DriverQueue for TestQueue {
+        fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+            let mut log = self.log.lock();
+            log.submit_calls.push((self.ty, tags.len()));
+            for &t in tags {
+                assert!(log.started.insert((self.ty, t)), "tag {t} handed out twice");
+                assert_eq!(rqs[t as usize].hctx, self.ty);
+                self.fifo.push_back(t);
+            }
+        }
+        fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+            let mut log = self.log.lock();
+            let mut n = 0;
+            while n < max {
+                let Some(t) = self.fifo.pop_front() else {
+                    break;
+                };
+                let rq = &mut rqs[t as usize];
+                rq.status = if Some(rq.lba) == self.fail_lba {
+                    IoStatus::Errno(libc::EIO)
+                } else {
+                    IoStatus::Success
+                };
+                log.started.remove(&(self.ty, t));
+                done.push(t);
+                n += 1;
+            }
+            n
+        }
+        fn outstanding(&self) -> usize {
+            self.fifo.len()
+        }
+    }
+
+    fn dev(
+        queues: HctxQueues,
+        fail_lba: Option<u64>,
+    ) -> (Arc<dyn BlockDevice>, Arc<parking_lot::Mutex<Log>>) {
+        let log = Arc::new(parking_lot::Mutex::new(Log::default()));
+        let d = TestDev {
+            info: BdevInfo {
+                name: "T0".into(),
+                uuid: Uuid::default(),
+                product_name: "Test".into(),
+                block_size: 512,
+                num_blocks: 1024,
+                supported_ops: OpSet::READ_WRITE.with(Op::Flush),
+                queues,
+                max_queue_depth: 256,
+                max_transfer_blocks: 64,
+            },
+            fail_lba,
+            log: Arc::clone(&log),
+        };
+        (Arc::new(d), log)
+    }
+
+    fn read(lba: u64, buf: &mut [u8]) -> Io {
+        Io {
+            op: Op::Read,
+            lba,
+            nblocks: (buf.len() / 512) as u32,
+            // SAFETY: the tests keep `buf` alive and untouched until the I/O completes.
+            buf: unsafe { IoBuf::from_raw_parts(buf.as_mut_ptr(), buf.len() as u32) },
+            token: lba,
+            ..Io::default()
+        }
+    }
+
+    #[test]
+    fn busy_when_full_nothing_dropped_each_completes_once() {
+        let (d, log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        let mut q = BdevQueue::open(
+            d,
+            BdevQueueOptions {
+                depth: 16,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 512];
+        let mut tags = HashSet::new();
+        for i in 0..16 {
+            let t = q.submit(&mut plug, &read(i, &mut buf)).unwrap();
+            assert!(tags.insert(t), "tag {t} given twice");
+        }
+        assert_eq!(
+            q.submit(&mut plug, &read(99, &mut buf)),
+            Err(SubmitError::Busy)
+        );
+        assert_eq!(q.outstanding(), 16);
+        assert_eq!(q.flush(), 16);
+        assert_eq!(
+            log.lock().submit_calls,
+            vec![(HctxType::Default, 16)],
+            "one doorbell"
+        );
+        let mut seen = Vec::new();
+        let n = q.poll(10, |rq| seen.push(rq.token));
+        assert_eq!(n, 10);
+        // Freed tags are reusable right away.
+        for i in 0..10 {
+            q.submit(&mut plug, &read(100 + i, &mut buf)).unwrap();
+        }
+        assert!(
+            q.submit(&mut plug, &read(0, &mut buf))
+                .unwrap_err()
+                .is_busy()
+        );
+        q.flush();
+        while q.outstanding() > 0 {
+            q.poll(7, |rq| seen.push(rq.token));
+        }
+        seen.sort_unstable();
+        let mut want: Vec<u64> = (0..16).chain(100..110).collect();
+        want.sort_unstable();
+        assert_eq!(seen, want, "every I/O completed exactly once");
+        assert_eq!(q.busy_tags(HctxType::Default), 0);
+        assert!(log.lock().started.is_empty());
+    }
+
+    #[test]
+    fn plug_burst_allocates_in_a_batch() {
+        let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        let mut q = BdevQueue::open(d, BdevQueueOptions::default()).unwrap();
+        let mut plug = Plug::default();
+        q.register_plug(&mut plug);
+        let mut buf = vec![0u8; 512];
+        for _round in 0..50 {
+            plug.begin();
+            let io = read(1, &mut buf);
+            q.expect_n(&mut plug, &io, 32);
+            let mut got = HashSet::new();
+            for _ in 0..32 {
+                assert!(got.insert(q.submit(&mut plug, &io).unwrap()));
+            }
+            plug.finish();
+            q.flush();
+            let mut n = 0;
+            while n < 32 {
+                n += q.poll(32, |_| {});
+            }
+        }
+        let s = plug.stats();
+        assert_eq!(s.cache_misses, 0, "{s:?}");
+        assert!(s.batches_obtained >= 50, "{s:?}");
+        assert_eq!(q.busy_tags(HctxType::Default), 0);
+    }
+
+    #[test]
+    fn invalid_ios_are_rejected_with_clear_errors() {
+        let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        let mut q = BdevQueue::open(d, BdevQueueOptions::default()).unwrap();
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 1024];
+        let mut io = read(1023, &mut buf);
+        assert!(matches!(
+            q.submit(&mut plug, &io),
+            Err(SubmitError::OutOfRange { .. })
+        ));
+        io.lba = u64::MAX;
+        assert!(matches!(
+            q.submit(&mut plug, &io),
+            Err(SubmitError::OutOfRange { .. })
+        ));
+        io.lba = 0;
+        io.nblocks = 3;
+        let e = q.submit(&mut plug, &io).unwrap_err();
+        assert!(matches!(e, SubmitError::BadBuffer { .. }));
+        assert!(e.to_string().contains("1024 bytes for 3 blocks"), "{e}");
+        io.nblocks = 0;
+        assert!(matches!(
+            q.submit(&mut plug, &io),
+            Err(SubmitError::Empty { .. })
+        ));
+        io.nblocks = 65;
+        assert!(matches!(
+            q.submit(&mut plug, &io),
+            Err(SubmitError::TooLarge { .. })
+        ));
+        io.op = Op::Discard;
+        io.nblocks = 1;
+        let e = q.submit(&mut plug, &io).unwrap_err();
+        assert_eq!(e.to_string(), "bdev T0: operation unmap not supported");
+        let flush = Io {
+            op: Op::Flush,
+            ..Io::default()
+        };
+        assert!(q.submit(&mut plug, &flush).is_ok());
+        assert_eq!(q.outstanding(), 1, "rejected I/Os took no request");
+        q.flush();
+        assert_eq!(q.poll(8, |_| {}), 1);
+    }
+
+    #[test]
+    fn stats_count_ops_bytes_errors_and_latency() {
+        let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, Some(5));
+        let mut q = BdevQueue::open(d, BdevQueueOptions::default()).unwrap();
+        let cell = q.stats_cell();
+        let mut plug = Plug::default();
+        let mut rbuf = vec![0u8; 2048];
+        let mut wbuf = vec![0u8; 512];
+        q.submit(&mut plug, &read(0, &mut rbuf)).unwrap();
+        q.submit(&mut plug, &read(5, &mut rbuf)).unwrap();
+        let mut w = read(7, &mut wbuf);
+        w.op = Op::Write;
+        q.submit(&mut plug, &w).unwrap();
+        q.flush();
+        let statuses = Rc::new(RefCell::new(Vec::new()));
+        let s2 = Rc::clone(&statuses);
+        while q.outstanding() > 0 {
+            q.poll(32, |rq| {
+                assert!(rq.complete_ns >= rq.submit_ns && rq.submit_ns > 0);
+                s2.borrow_mut().push((rq.lba, rq.status));
+            });
+        }
+        assert!(statuses.borrow().contains(&(5, IoStatus::Errno(libc::EIO))));
+        let s = q.stats();
+        let r = s.op(Op::Read);
+        assert_eq!((r.ops, r.bytes, r.errors), (2, 2048, 1));
+        let wr = s.op(Op::Write);
+        assert_eq!((wr.ops, wr.bytes, wr.errors), (1, 512, 0));
+        assert!(r.lat_min_ns <= r.lat_max_ns && r.lat_sum_ns >= r.lat_max_ns);
+        assert_eq!(cell.load(), *s, "published to the shared cell");
+    }
+
+    #[test]
+    fn reads_use_read_queues_when_the_device_has_them() {
+        let (d, log) = dev(
+            HctxQueues {
+                default: 1,
+                read: 1,
+                poll: 0,
+            },
+            None,
+        );
+        let mut q = BdevQueue::open(
+            d,
+            BdevQueueOptions {
+                depth: 4,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 512];
+        for i in 0..4 {
+            q.submit(&mut plug, &read(i, &mut buf)).unwrap();
+        }
+        assert!(
+            q.submit(&mut plug, &read(9, &mut buf))
+                .unwrap_err()
+                .is_busy()
+        );
+        let mut w = read(9, &mut buf);
+        w.op = Op::Write;
+        q.submit(&mut plug, &w).expect("writes have their own hctx");
+        q.flush();
+        let calls = log.lock().submit_calls.clone();
+        assert_eq!(calls, vec![(HctxType::Default, 1), (HctxType::Read, 4)]);
+        assert_eq!(q.busy_tags(HctxType::Read), 4);
+        let mut n = 0;
+        while q.outstanding() > 0 {
+            n += q.poll(2, |_| {});
+        }
+        assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn open_checks_depth() {
+        let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        assert!(
+            BdevQueue::open(
+                Arc::clone(&d),
+                BdevQueueOptions {
+                    depth: 0,
+                    ..Default::default()
+                }
+            )
+            .is_err()
+        );
+        assert!(
+            BdevQueue::open(
+                d,
+                BdevQueueOptions {
+                    depth: 257,
+                    ..Default::default()
+                }
+            )
+            .is_err()
+        );
+    }
+}
