@@ -1,1 +1,856 @@
-fn main() {}
+//! pmio-rpc: send one JSON-RPC method to pmio-tgt and print the result, with SPDK rpc.py's
+//! positional arguments, flags and output, so `rpc.py` command lines work by changing the name.
+//!
+//! `pmio-rpc [-s SOCK] [-t TIMEOUT] METHOD [ARGS…]`. Exit status 1 on an error reply (printed as
+//! rpc.py prints it) or a connection failure.
+
+mod client;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::{Map, Value, json};
+
+use client::{CallError, Client, py_dumps};
+
+/// pmio-rpc: JSON-RPC client for pmio-tgt (SPDK rpc.py's arguments and output).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// RPC socket path.
+    #[arg(short = 's', default_value = "/var/tmp/pmio.sock")]
+    server_addr: PathBuf,
+    /// Seconds to wait for a response.
+    #[arg(short = 't', default_value_t = 60.0)]
+    timeout: f64,
+    /// Retry connecting N times, 0.2 s apart.
+    #[arg(short = 'r', default_value_t = 0)]
+    conn_retries: u32,
+    #[command(subcommand)]
+    method: Method,
+}
+
+#[derive(Subcommand, Debug)]
+#[command(rename_all = "snake_case")]
+enum Method {
+    /// Get the daemon's version.
+    SpdkGetVersion,
+    /// List the RPC methods.
+    RpcGetMethods {
+        /// Only methods callable in the current state.
+        #[arg(short = 'c', long)]
+        current: bool,
+        /// Include aliases.
+        #[arg(short = 'i', long)]
+        include_aliases: bool,
+    },
+    /// Finish start-up (after --wait-for-rpc).
+    FrameworkStartInit,
+    /// Reactor statistics.
+    FrameworkGetReactors,
+    /// Per-thread statistics.
+    ThreadGetStats,
+    /// List subsystems.
+    FrameworkGetSubsystems,
+    /// A subsystem's configuration.
+    FrameworkGetConfig {
+        /// Subsystem name.
+        name: String,
+    },
+    /// Print the configuration of every subsystem (client-side, as rpc.py).
+    SaveConfig {
+        /// Indent level; a negative value prints compact JSON.
+        #[arg(short = 'i', long, default_value_t = 2, allow_negative_numbers = true)]
+        indent: i32,
+    },
+    /// Replay a configuration (from --json-conf or stdin).
+    LoadConfig {
+        /// Include aliases when checking methods.
+        #[arg(short = 'i', long)]
+        include_aliases: bool,
+        /// Configuration file (default: standard input).
+        #[arg(short = 'j', long = "json-conf")]
+        json_conf: Option<PathBuf>,
+    },
+    /// Create a null bdev.
+    BdevNullCreate {
+        /// Bdev name.
+        name: String,
+        /// Size in MiB.
+        total_size: u64,
+        /// Block size in bytes.
+        block_size: u64,
+        /// UUID.
+        #[arg(short = 'u', long)]
+        uuid: Option<String>,
+        /// Physical block size.
+        #[arg(short = 'p', long)]
+        physical_block_size: Option<u64>,
+        /// Metadata size per block (pmio supports 0).
+        #[arg(short = 'm', long)]
+        md_size: Option<u64>,
+        /// DIF type (pmio supports 0).
+        #[arg(short = 't', long)]
+        dif_type: Option<u64>,
+        /// DIF at the head of metadata.
+        #[arg(short = 'd', long)]
+        dif_is_head_of_md: bool,
+    },
+    /// Delete a null bdev.
+    BdevNullDelete {
+        /// Bdev name.
+        name: String,
+    },
+    /// Create a malloc (RAM) bdev.
+    BdevMallocCreate {
+        /// Size in MiB.
+        total_size: f64,
+        /// Block size in bytes.
+        block_size: u64,
+        /// Bdev name (default: Malloc0, Malloc1, …).
+        #[arg(short = 'b', long)]
+        name: Option<String>,
+        /// UUID.
+        #[arg(short = 'u', long)]
+        uuid: Option<String>,
+        /// Physical block size.
+        #[arg(short = 'p', long)]
+        physical_block_size: Option<u64>,
+        /// Optimal I/O boundary in blocks.
+        #[arg(short = 'o', long)]
+        optimal_io_boundary: Option<u64>,
+        /// Metadata size per block.
+        #[arg(short = 'm', long)]
+        md_size: Option<u64>,
+        /// Interleave metadata.
+        #[arg(short = 'i', long)]
+        md_interleave: bool,
+        /// DIF type.
+        #[arg(short = 't', long)]
+        dif_type: Option<u64>,
+        /// DIF at the head of metadata.
+        #[arg(short = 'd', long)]
+        dif_is_head_of_md: bool,
+    },
+    /// Delete a malloc bdev.
+    BdevMallocDelete {
+        /// Bdev name.
+        name: String,
+    },
+    /// Create a bdev on a file or block device through io_uring.
+    BdevUringCreate {
+        /// File or block device path.
+        filename: String,
+        /// Bdev name.
+        name: String,
+        /// Block size (default: the device's logical block size, 512 for files).
+        #[arg(short = 'b', long)]
+        block_size: Option<u64>,
+        /// UUID.
+        #[arg(short = 'u', long)]
+        uuid: Option<String>,
+    },
+    /// Delete a uring bdev.
+    BdevUringDelete {
+        /// Bdev name.
+        name: String,
+    },
+    /// Attach an NVMe controller and create a bdev per namespace.
+    BdevNvmeAttachController {
+        /// Controller name.
+        #[arg(short = 'b', long)]
+        name: String,
+        /// Transport type (PCIe).
+        #[arg(short = 't', long)]
+        trtype: String,
+        /// Transport address (PCI BDF, e.g. 0000:00:04.0).
+        #[arg(short = 'a', long)]
+        traddr: String,
+        /// Address family.
+        #[arg(short = 'f', long)]
+        adrfam: Option<String>,
+        /// Transport service id.
+        #[arg(short = 's', long)]
+        trsvcid: Option<String>,
+        /// Subsystem NQN.
+        #[arg(short = 'n', long)]
+        subnqn: Option<String>,
+        /// Host NQN.
+        #[arg(short = 'q', long)]
+        hostnqn: Option<String>,
+        /// Enable reference tag checking.
+        #[arg(short = 'r', long)]
+        prchk_reftag: bool,
+        /// Enable guard checking.
+        #[arg(short = 'g', long)]
+        prchk_guard: bool,
+        /// Header digest.
+        #[arg(short = 'e', long)]
+        hdgst: bool,
+        /// Data digest.
+        #[arg(short = 'd', long)]
+        ddgst: bool,
+        /// Number of I/O queues.
+        #[arg(long)]
+        num_io_queues: Option<u32>,
+        /// Allow unrecognized command sets.
+        #[arg(short = 'U', long)]
+        allow_unrecognized_csi: bool,
+    },
+    /// Detach an NVMe controller and delete its bdevs.
+    BdevNvmeDetachController {
+        /// Controller name.
+        name: String,
+        /// Transport type.
+        #[arg(short = 't', long)]
+        trtype: Option<String>,
+        /// Transport address.
+        #[arg(short = 'a', long)]
+        traddr: Option<String>,
+    },
+    /// List bdevs, or one.
+    BdevGetBdevs {
+        /// Bdev name (or UUID).
+        #[arg(short = 'b', long)]
+        name: Option<String>,
+        /// Milliseconds to wait for the bdev.
+        #[arg(short = 't', long)]
+        timeout: Option<u64>,
+    },
+    /// I/O statistics of bdevs.
+    BdevGetIostat {
+        /// Bdev name.
+        #[arg(short = 'b', long)]
+        name: Option<String>,
+        /// Per-channel statistics (pmio: not supported).
+        #[arg(short = 'c', long)]
+        per_channel: bool,
+    },
+    /// Select a bdev's I/O scheduler (pmio).
+    BdevSetScheduler {
+        /// Bdev name.
+        name: String,
+        /// none or mq-deadline.
+        scheduler: String,
+        /// Read deadline, ms.
+        #[arg(long)]
+        read_expire_ms: Option<u64>,
+        /// Write deadline, ms.
+        #[arg(long)]
+        write_expire_ms: Option<u64>,
+        /// Requests dispatched in one sequential batch.
+        #[arg(long)]
+        fifo_batch: Option<u32>,
+        /// Read batches before writes are served.
+        #[arg(long)]
+        writes_starved: Option<u32>,
+        /// Front merges (0 or 1).
+        #[arg(long)]
+        front_merges: Option<u32>,
+        /// Age after which lower-priority requests are served, ms.
+        #[arg(long)]
+        prio_aging_expire_ms: Option<u64>,
+    },
+    /// Scheduler, tunables and per-priority counters of bdevs (pmio).
+    BdevGetScheduler {
+        /// Bdev name.
+        #[arg(short = 'b', long)]
+        name: Option<String>,
+    },
+    /// Run a bdevperf-style workload inside the daemon (pmio).
+    PerformTests {
+        /// Bdev to run on (repeat for several; default: every bdev).
+        #[arg(short = 'b', long = "bdev")]
+        bdevs: Vec<String>,
+        /// Workload: read, write, randread, randwrite, rw, randrw.
+        #[arg(short = 'w', long = "rw", default_value = "randread")]
+        rw: String,
+        /// Queue depth per bdev.
+        #[arg(short = 'q', long = "depth", default_value_t = 32)]
+        depth: u32,
+        /// I/O size in bytes.
+        #[arg(short = 'o', long = "size", default_value_t = 4096)]
+        size: u64,
+        /// Run time in seconds.
+        #[arg(short = 't', long = "seconds", default_value_t = 5.0)]
+        seconds: f64,
+        /// Read percentage for rw/randrw.
+        #[arg(short = 'M', long)]
+        rwmixread: Option<u32>,
+    },
+    /// Stop the daemon.
+    SpdkKillInstance {
+        /// Signal name (SIGTERM, SIGINT, SIGKILL, …).
+        sig_name: String,
+    },
+}
+
+/// How rpc.py prints a method's result.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Print {
+    /// `print_dict`: indent-2 JSON.
+    Dict,
+    /// `print_json`: indent-2 JSON with surrounding quotes stripped (strings print bare).
+    Json,
+    /// `print_array`: elements space-separated.
+    Array,
+    /// Nothing (delete/detach/kill return `true`).
+    Nothing,
+}
+
+fn obj(pairs: Vec<(&str, Option<Value>)>) -> Value {
+    let mut m = Map::new();
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    }
+    Value::Object(m)
+}
+
+fn some<T: Into<Value>>(v: T) -> Option<Value> {
+    Some(v.into())
+}
+
+fn opt<T: Into<Value>>(v: Option<T>) -> Option<Value> {
+    v.map(Into::into)
+}
+
+/// Method name, params and output style of a simple (one-call) method.
+fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
+    Ok(match m {
+        Method::SpdkGetVersion => ("spdk_get_version", None, Print::Json),
+        Method::RpcGetMethods {
+            current,
+            include_aliases,
+        } => (
+            "rpc_get_methods",
+            Some(obj(vec![
+                ("current", some(*current)),
+                ("include_aliases", some(*include_aliases)),
+            ])),
+            Print::Dict,
+        ),
+        Method::FrameworkStartInit => ("framework_start_init", None, Print::Nothing),
+        Method::FrameworkGetReactors => ("framework_get_reactors", None, Print::Dict),
+        Method::ThreadGetStats => ("thread_get_stats", None, Print::Dict),
+        Method::FrameworkGetSubsystems => ("framework_get_subsystems", None, Print::Dict),
+        Method::FrameworkGetConfig { name } => (
+            "framework_get_config",
+            Some(json!({ "name": name })),
+            Print::Dict,
+        ),
+        Method::BdevNullCreate {
+            name,
+            total_size,
+            block_size,
+            uuid,
+            physical_block_size,
+            md_size,
+            dif_type,
+            dif_is_head_of_md,
+        } => {
+            let num_blocks = mib_to_blocks(*total_size as f64, *block_size)?;
+            (
+                "bdev_null_create",
+                Some(obj(vec![
+                    ("num_blocks", some(num_blocks)),
+                    ("block_size", some(*block_size)),
+                    ("physical_block_size", opt(*physical_block_size)),
+                    ("name", some(name.clone())),
+                    ("uuid", opt(uuid.clone())),
+                    ("md_size", opt(*md_size)),
+                    ("dif_type", opt(*dif_type)),
+                    ("dif_is_head_of_md", some(*dif_is_head_of_md)),
+                ])),
+                Print::Json,
+            )
+        }
+        Method::BdevNullDelete { name } => (
+            "bdev_null_delete",
+            Some(json!({ "name": name })),
+            Print::Nothing,
+        ),
+        Method::BdevMallocCreate {
+            total_size,
+            block_size,
+            name,
+            uuid,
+            physical_block_size,
+            optimal_io_boundary,
+            md_size,
+            md_interleave,
+            dif_type,
+            dif_is_head_of_md,
+        } => {
+            let num_blocks = mib_to_blocks(*total_size, *block_size)?;
+            (
+                "bdev_malloc_create",
+                Some(obj(vec![
+                    ("num_blocks", some(num_blocks)),
+                    ("block_size", some(*block_size)),
+                    ("physical_block_size", opt(*physical_block_size)),
+                    ("name", opt(name.clone())),
+                    ("uuid", opt(uuid.clone())),
+                    ("optimal_io_boundary", opt(*optimal_io_boundary)),
+                    ("md_size", opt(*md_size)),
+                    ("md_interleave", some(*md_interleave)),
+                    ("dif_type", opt(*dif_type)),
+                    ("dif_is_head_of_md", some(*dif_is_head_of_md)),
+                ])),
+                Print::Json,
+            )
+        }
+        Method::BdevMallocDelete { name } => (
+            "bdev_malloc_delete",
+            Some(json!({ "name": name })),
+            Print::Nothing,
+        ),
+        Method::BdevUringCreate {
+            filename,
+            name,
+            block_size,
+            uuid,
+        } => (
+            "bdev_uring_create",
+            Some(obj(vec![
+                ("filename", some(filename.clone())),
+                ("name", some(name.clone())),
+                ("block_size", opt(*block_size)),
+                ("uuid", opt(uuid.clone())),
+            ])),
+            Print::Json,
+        ),
+        Method::BdevUringDelete { name } => (
+            "bdev_uring_delete",
+            Some(json!({ "name": name })),
+            Print::Nothing,
+        ),
+        Method::BdevNvmeAttachController {
+            name,
+            trtype,
+            traddr,
+            adrfam,
+            trsvcid,
+            subnqn,
+            hostnqn,
+            prchk_reftag,
+            prchk_guard,
+            hdgst,
+            ddgst,
+            num_io_queues,
+            allow_unrecognized_csi,
+        } => (
+            "bdev_nvme_attach_controller",
+            Some(obj(vec![
+                ("name", some(name.clone())),
+                ("trtype", some(trtype.clone())),
+                ("traddr", some(traddr.clone())),
+                ("adrfam", opt(adrfam.clone())),
+                ("trsvcid", opt(trsvcid.clone())),
+                ("subnqn", opt(subnqn.clone())),
+                ("hostnqn", opt(hostnqn.clone())),
+                ("prchk_reftag", some(*prchk_reftag)),
+                ("prchk_guard", some(*prchk_guard)),
+                ("hdgst", some(*hdgst)),
+                ("ddgst", some(*ddgst)),
+                ("num_io_queues", opt(*num_io_queues)),
+                ("allow_unrecognized_csi", some(*allow_unrecognized_csi)),
+            ])),
+            Print::Array,
+        ),
+        Method::BdevNvmeDetachController {
+            name,
+            trtype,
+            traddr,
+        } => (
+            "bdev_nvme_detach_controller",
+            Some(obj(vec![
+                ("name", some(name.clone())),
+                ("trtype", opt(trtype.clone())),
+                ("traddr", opt(traddr.clone())),
+            ])),
+            Print::Nothing,
+        ),
+        Method::BdevGetBdevs { name, timeout } => (
+            "bdev_get_bdevs",
+            Some(obj(vec![
+                ("name", opt(name.clone())),
+                ("timeout", opt(*timeout)),
+            ])),
+            Print::Dict,
+        ),
+        Method::BdevGetIostat { name, per_channel } => (
+            "bdev_get_iostat",
+            Some(obj(vec![
+                ("name", opt(name.clone())),
+                ("per_channel", some(*per_channel)),
+            ])),
+            Print::Dict,
+        ),
+        Method::BdevSetScheduler {
+            name,
+            scheduler,
+            read_expire_ms,
+            write_expire_ms,
+            fifo_batch,
+            writes_starved,
+            front_merges,
+            prio_aging_expire_ms,
+        } => (
+            "bdev_set_scheduler",
+            Some(obj(vec![
+                ("name", some(name.clone())),
+                ("scheduler", some(scheduler.clone())),
+                ("read_expire_ms", opt(*read_expire_ms)),
+                ("write_expire_ms", opt(*write_expire_ms)),
+                ("fifo_batch", opt(*fifo_batch)),
+                ("writes_starved", opt(*writes_starved)),
+                ("front_merges", opt(*front_merges)),
+                ("prio_aging_expire_ms", opt(*prio_aging_expire_ms)),
+            ])),
+            Print::Nothing,
+        ),
+        Method::BdevGetScheduler { name } => (
+            "bdev_get_scheduler",
+            Some(obj(vec![("name", opt(name.clone()))])),
+            Print::Dict,
+        ),
+        Method::PerformTests {
+            bdevs,
+            rw,
+            depth,
+            size,
+            seconds,
+            rwmixread,
+        } => (
+            "perform_tests",
+            Some(obj(vec![
+                ("bdevs", (!bdevs.is_empty()).then(|| json!(bdevs))),
+                ("rw", some(rw.clone())),
+                ("depth", some(*depth)),
+                ("size", some(*size)),
+                ("seconds", some(*seconds)),
+                ("rwmixread", opt(*rwmixread)),
+            ])),
+            Print::Dict,
+        ),
+        Method::SpdkKillInstance { sig_name } => (
+            "spdk_kill_instance",
+            Some(json!({ "sig_name": sig_name })),
+            Print::Nothing,
+        ),
+        Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
+            return Err("save_config/load_config are client-side sequences".into());
+        }
+    })
+}
+
+/// rpc.py's `(total_size * 1024 * 1024) // block_size`.
+fn mib_to_blocks(total_mib: f64, block_size: u64) -> Result<u64, String> {
+    if block_size == 0 {
+        return Err("block_size must not be 0".into());
+    }
+    if !(total_mib.is_finite() && total_mib >= 0.0) {
+        return Err(format!("invalid total_size {total_mib}"));
+    }
+    Ok(((total_mib * 1024.0 * 1024.0) as u64) / block_size)
+}
+
+fn print_result(v: &Value, how: Print) {
+    match how {
+        Print::Nothing => {}
+        Print::Dict => println!("{}", py_dumps(v)),
+        Print::Json => {
+            let s = py_dumps(v);
+            println!("{}", s.trim_matches('"'));
+        }
+        Print::Array => {
+            let items: Vec<String> = match v.as_array() {
+                Some(a) => a
+                    .iter()
+                    .map(|x| {
+                        x.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| x.to_string())
+                    })
+                    .collect(),
+                None => vec![v.to_string()],
+            };
+            println!("{}", items.join(" "));
+        }
+    }
+}
+
+/// Python's `json.dump(config, fd, indent=indent)`: indent < 0 is compact (`", "`, `": "`).
+fn dump_indent(v: &Value, indent: i32) -> String {
+    if indent < 0 {
+        return py_compact(v);
+    }
+    let pad = " ".repeat(indent as usize);
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    serde::Serialize::serialize(v, &mut ser).expect("serialising JSON");
+    client::ascii_escape(String::from_utf8(out).expect("JSON is UTF-8"))
+}
+
+/// `json.dumps(v)` without indent: `", "` and `": "` separators.
+fn py_compact(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(py_compact).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), py_compact(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
+fn save_config(c: &mut Client, indent: i32) -> Result<(), CallError> {
+    let subsystems = c.call("framework_get_subsystems", None)?;
+    let mut out = Vec::new();
+    for s in subsystems.as_array().into_iter().flatten() {
+        let name = s.get("subsystem").cloned().unwrap_or(Value::Null);
+        let config = c.call("framework_get_config", Some(json!({ "name": name })))?;
+        out.push(json!({"subsystem": name, "config": config}));
+    }
+    println!("{}", dump_indent(&json!({ "subsystems": out }), indent));
+    Ok(())
+}
+
+fn load_config(
+    c: &mut Client,
+    include_aliases: bool,
+    json_conf: Option<&PathBuf>,
+) -> Result<(), CallError> {
+    let text = match json_conf {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| CallError::Transport(format!("reading {}: {e}", p.display())))?,
+        None => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| CallError::Transport(format!("reading standard input: {e}")))?;
+            s
+        }
+    };
+    let doc: Value = serde_json::from_str(&text)
+        .map_err(|e| CallError::Transport(format!("invalid JSON configuration: {e}")))?;
+    let Some(subsystems) = doc.get("subsystems").and_then(Value::as_array) else {
+        return Err(CallError::Transport(
+            "invalid JSON configuration: no \"subsystems\" array".into(),
+        ));
+    };
+    // As rpc.py: drop subsystems with no config, check every method is known, then replay in
+    // rounds of what the current state allows, calling framework_start_init when allowed.
+    let mut pending: Vec<Vec<Value>> = subsystems
+        .iter()
+        .filter_map(|s| s.get("config").and_then(Value::as_array).cloned())
+        .filter(|c| !c.is_empty())
+        .collect();
+    let names = |v: Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect()
+    };
+    let allowed = names(c.call(
+        "rpc_get_methods",
+        Some(json!({ "include_aliases": include_aliases })),
+    )?);
+    if pending.is_empty() {
+        if allowed.iter().any(|m| m == "framework_start_init") {
+            c.call("framework_start_init", None)?;
+        }
+        return Ok(());
+    }
+    for e in pending.iter().flatten() {
+        let known = e
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| allowed.iter().any(|a| a == m));
+        if !known {
+            return Err(CallError::Transport(
+                "Unknown method was included in the config file".into(),
+            ));
+        }
+    }
+    while !pending.is_empty() {
+        let allowed = names(c.call(
+            "rpc_get_methods",
+            Some(json!({ "current": true, "include_aliases": include_aliases })),
+        )?);
+        let mut found = false;
+        for config in pending.iter_mut() {
+            let mut rest = Vec::new();
+            for e in config.drain(..) {
+                let m = e.get("method").and_then(Value::as_str).unwrap_or_default();
+                if allowed.iter().any(|a| a == m) {
+                    c.call(m, e.get("params").cloned())?;
+                    found = true;
+                } else {
+                    rest.push(e);
+                }
+            }
+            *config = rest;
+        }
+        pending.retain(|c| !c.is_empty());
+        if allowed.iter().any(|m| m == "framework_start_init") {
+            c.call("framework_start_init", None)?;
+            found = true;
+        }
+        if !found {
+            break;
+        }
+    }
+    if !pending.is_empty() {
+        println!("Some configs were skipped because the RPC state that can call them passed over.");
+    }
+    Ok(())
+}
+
+fn connect(args: &Args) -> Result<Client, CallError> {
+    let timeout = Duration::try_from_secs_f64(args.timeout.max(0.0)).unwrap_or(Duration::ZERO);
+    let mut last = None;
+    for _ in 0..args.conn_retries {
+        match Client::connect(&args.server_addr, timeout) {
+            Ok(c) => return Ok(c),
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = last;
+    Client::connect(&args.server_addr, timeout)
+}
+
+fn run(args: &Args) -> Result<(), CallError> {
+    let mut c = connect(args)?;
+    match &args.method {
+        Method::SaveConfig { indent } => save_config(&mut c, *indent),
+        Method::LoadConfig {
+            include_aliases,
+            json_conf,
+        } => load_config(&mut c, *include_aliases, json_conf.as_ref()),
+        m => {
+            let (method, params, how) = request(m).map_err(CallError::Transport)?;
+            let r = c.call(method, params)?;
+            print_result(&r, how);
+            Ok(())
+        }
+    }
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        println!("{}", e.render());
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(argv: &[&str]) -> Value {
+        let a = Args::try_parse_from(argv).unwrap();
+        request(&a.method).unwrap().1.unwrap()
+    }
+
+    #[test]
+    fn null_create_converts_mib_to_blocks() {
+        let p = params(&["pmio-rpc", "bdev_null_create", "Null0", "64", "512"]);
+        assert_eq!(
+            serde_json::to_string(&p).unwrap(),
+            r#"{"num_blocks":131072,"block_size":512,"name":"Null0","dif_is_head_of_md":false}"#
+        );
+    }
+
+    #[test]
+    fn malloc_create_matches_rpc_py() {
+        let p = params(&[
+            "pmio-rpc",
+            "bdev_malloc_create",
+            "-b",
+            "Malloc0",
+            "64",
+            "512",
+        ]);
+        assert_eq!(
+            serde_json::to_string(&p).unwrap(),
+            r#"{"num_blocks":131072,"block_size":512,"name":"Malloc0","md_interleave":false,"dif_is_head_of_md":false}"#
+        );
+    }
+
+    #[test]
+    fn nvme_attach_sends_flags_as_false() {
+        let p = params(&[
+            "pmio-rpc",
+            "bdev_nvme_attach_controller",
+            "-b",
+            "Nvme0",
+            "-t",
+            "PCIe",
+            "-a",
+            "0000:00:04.0",
+        ]);
+        assert_eq!(
+            serde_json::to_string(&p).unwrap(),
+            r#"{"name":"Nvme0","trtype":"PCIe","traddr":"0000:00:04.0","prchk_reftag":false,"prchk_guard":false,"hdgst":false,"ddgst":false,"allow_unrecognized_csi":false}"#
+        );
+    }
+
+    #[test]
+    fn global_options_and_simple_methods() {
+        let a = Args::try_parse_from([
+            "pmio-rpc",
+            "-s",
+            "/tmp/x.sock",
+            "-t",
+            "5",
+            "bdev_get_bdevs",
+            "-b",
+            "Null0",
+        ])
+        .unwrap();
+        assert_eq!(a.server_addr, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(a.timeout, 5.0);
+        assert_eq!(
+            request(&a.method).unwrap().1.unwrap(),
+            json!({"name": "Null0"})
+        );
+        let a = Args::try_parse_from(["pmio-rpc", "spdk_get_version"]).unwrap();
+        assert_eq!(request(&a.method).unwrap().1, None);
+        assert_eq!(
+            params(&["pmio-rpc", "bdev_get_iostat"]),
+            json!({"per_channel": false})
+        );
+        assert_eq!(
+            params(&["pmio-rpc", "spdk_kill_instance", "SIGTERM"]),
+            json!({"sig_name": "SIGTERM"})
+        );
+    }
+
+    #[test]
+    fn compact_dump_uses_python_separators() {
+        assert_eq!(
+            dump_indent(&json!({"a": [1, {"b": null}]}), -1),
+            r#"{"a": [1, {"b": null}]}"#
+        );
+        assert_eq!(
+            dump_indent(&json!({"a": [1]}), 4),
+            "{\n    \"a\": [\n        1\n    ]\n}"
+        );
+    }
+}
