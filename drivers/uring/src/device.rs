@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, squeue};
@@ -17,7 +17,7 @@ use pmio::{
 use crate::error::UringError;
 use crate::nvme;
 use crate::options::UringOptions;
-use crate::queue::{MAX_QUEUE_DEPTH, MAX_RW_BYTES, QueueConfig, Target, UringQueue};
+use crate::queue::{BufferSet, MAX_QUEUE_DEPTH, MAX_RW_BYTES, QueueConfig, Target, UringQueue};
 use crate::sys;
 
 /// What kind of thing a uring bdev sits on.
@@ -42,7 +42,7 @@ pub struct UringBdev {
     read_only: bool,
     iopoll: bool,
     iopoll_fallback: Option<String>,
-    regions: Mutex<Vec<(usize, usize)>>,
+    buffers: Arc<BufferSet>,
 }
 
 impl std::fmt::Debug for UringBdev {
@@ -110,7 +110,7 @@ impl UringBdev {
             read_only: opened.read_only,
             iopoll: false,
             iopoll_fallback: None,
-            regions: Mutex::new(Vec::new()),
+            buffers: Arc::default(),
         };
         if opts.hipri {
             bdev.setup_iopoll(opened.rdev);
@@ -160,17 +160,18 @@ impl UringBdev {
     }
 
     /// Registers memory regions `(address, length)` as io_uring fixed buffers in every queue
-    /// opened **after** this call: a read or write whose buffer lies wholly inside a region
-    /// uses `READ_FIXED`/`WRITE_FIXED` (no per-I/O page pinning); other buffers use plain
-    /// opcodes. Regions of more than 1 GiB are split. Typically the whole of a
-    /// `pmio::dma::DmaRegion` (`as_ptr()`, `len()`).
+    /// of this device, open or opened later (an open queue picks them up at its next
+    /// `submit`): a read or write whose buffer lies wholly inside a region uses
+    /// `READ_FIXED`/`WRITE_FIXED` (no per-I/O page pinning); other buffers use plain opcodes.
+    /// Regions of more than 1 GiB are split. Typically the whole of a `pmio::dma::DmaRegion`
+    /// (`as_ptr()`, `len()`).
     ///
     /// # Safety
-    /// Each region must be valid, mapped memory and stay mapped until every queue opened after
-    /// this call has been dropped.
+    /// Each region must be valid, mapped memory and stay mapped, with the same pages, until
+    /// every queue of this device has been dropped (the kernel keeps the pages registered;
+    /// I/O to a registered address reaches those pages even if the address is remapped).
     pub unsafe fn register_buffers(&self, regions: &[(*mut u8, usize)]) {
-        let mut r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        r.extend(
+        self.buffers.add(
             regions
                 .iter()
                 .filter(|(_, len)| *len > 0)
@@ -192,11 +193,7 @@ impl UringBdev {
             direct_align: if self.direct { self.info.block_size } else { 1 },
             supported: self.info.supported_ops,
             iopoll,
-            regions: self
-                .regions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            buffers: Arc::clone(&self.buffers),
         }
     }
 

@@ -9,7 +9,8 @@ use std::fs::File;
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use pmio::{DriverQueue, IoStatus, Op, OpSet, PrioClass, ReqFlags, Request};
@@ -49,8 +50,38 @@ pub(crate) struct QueueConfig {
     pub supported: OpSet,
     /// Build an IOPOLL ring.
     pub iopoll: bool,
-    /// Memory regions `(address, length)` to register as fixed buffers.
-    pub regions: Vec<(usize, usize)>,
+    /// Memory regions to register as fixed buffers (shared with the device).
+    pub buffers: Arc<BufferSet>,
+}
+
+/// Memory regions `(address, length)` the device's queues register as fixed buffers, with a
+/// generation number that changes on every registration so open queues pick it up (one
+/// relaxed load per submitted batch).
+#[derive(Debug, Default)]
+pub(crate) struct BufferSet {
+    regions: Mutex<Vec<(usize, usize)>>,
+    generation: AtomicU64,
+}
+
+impl BufferSet {
+    /// Adds regions and bumps the generation.
+    pub(crate) fn add(&self, regions: impl IntoIterator<Item = (usize, usize)>) {
+        let mut r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        r.extend(regions);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The current generation.
+    #[inline]
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// The regions and the generation they belong to.
+    fn snapshot(&self) -> (Vec<(usize, usize)>, u64) {
+        let r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        (r.clone(), self.generation.load(Ordering::Acquire))
+    }
 }
 
 /// The setup flags a ring was created with.
@@ -381,6 +412,8 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     prep: Prep,
     st: State,
     enter_flags: u32,
+    /// Generation of the buffer set registered with the ring.
+    buffers_gen: u64,
     /// Not Send: the ring was created for (SINGLE_ISSUER) and belongs to one thread.
     _not_send: PhantomData<*const ()>,
 }
@@ -397,7 +430,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 what: "register file",
                 source: e,
             })?;
-        let bufs = register_regions(&ring, &cfg.name, &cfg.regions);
+        let (regions, buffers_gen) = cfg.buffers.snapshot();
+        let bufs = register_regions(&ring, &cfg.name, &regions);
         // GETEVENTS on every enter: runs deferred task work (DEFER_TASKRUN) and polls (IOPOLL),
         // so completions are flushed to the CQ by the same system call that submits.
         let enter_flags = if flags.defer_taskrun || flags.iopoll {
@@ -418,6 +452,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 enter_error_logged: false,
             },
             enter_flags,
+            buffers_gen,
             _not_send: PhantomData,
         })
     }
@@ -452,8 +487,8 @@ fn register_regions<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
         return bufs;
     }
     // SAFETY: the device's `register_buffers` contract (an unsafe fn) makes its caller keep
-    // every region valid until the queues opened after it are dropped; the kernel pins the
-    // pages for the ring's lifetime.
+    // every region valid until the device's queues are dropped; the kernel pins the pages
+    // for as long as they are registered.
     match unsafe { ring.submitter().register_buffers(&iov) } {
         Ok(()) => {
             log::debug!(
@@ -509,6 +544,19 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 self.prep.cfg.name
             );
         }
+    }
+
+    /// Registers the device's current buffer set in place of the old one. Cold: runs once per
+    /// `register_buffers` call on the device. Requests already in flight keep the buffers
+    /// they were issued with (the kernel holds them until they complete).
+    #[cold]
+    fn reregister_buffers(&mut self) {
+        let (regions, generation) = self.prep.cfg.buffers.snapshot();
+        if !self.prep.bufs.is_empty() {
+            let _ = self.ring.submitter().unregister_buffers();
+        }
+        self.prep.bufs = register_regions(&self.ring, &self.prep.cfg.name, &regions);
+        self.buffers_gen = generation;
     }
 
     /// Pushes one SQE; on a full SQ (only when an earlier enter failed), enters and retries.
@@ -620,6 +668,9 @@ fn sqe_with_tag<S: squeue::EntryMarker>(mut sqe: S, tag: u16) -> S {
 
 impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        if self.prep.cfg.buffers.generation() != self.buffers_gen {
+            self.reregister_buffers();
+        }
         self.st.outstanding += tags.len();
         for &tag in tags {
             self.start(rqs, tag, 0);
