@@ -1,18 +1,48 @@
 //! pmio's user-space NVMe driver over VFIO.
 //!
-//! - [`spec`]: SQE/CQE/Identify layouts, opcodes, status codes.
+//! - [`vfio`]: the controller through VFIO ([`vfio::VfioPci`]): BAR0, config space, DMA
+//!   mappings; [`vfio::attach`] opens and brings up a controller from its PCI address.
+//! - [`ctrlr`]: bring-up state machine, I/O queue creation, shutdown ([`Controller`]).
+//! - [`bdev`]: namespaces as `pmio` block devices ([`NvmeBdev`], `Nvme0n1`).
+//! - [`qpair`]: the I/O queue pair, the hot path ([`NvmeQpair`], a `pmio::DriverQueue`).
 //! - [`regs`]: controller registers and [`RegisterIo`], the register-access interface.
 //! - [`dma`]: [`DmaMapper`], the DMA-mapping interface (IOVA = virtual address), and mapped
 //!   queue memory.
-//! - [`prp`]: PRP entries and lists.
+//! - [`spec`]: SQE/CQE/Identify layouts, opcodes, status codes; [`prp`]: PRP entries and lists.
 //! - [`error`]: attach and I/O errors.
+//!
+//! A software controller (tests, the emulator of issue 7) implements [`RegisterIo`] and
+//! [`DmaMapper`] and is attached with [`Controller::attach_with`].
+//!
+//! ```no_run
+//! use pmio::BlockDevice;
+//!
+//! let ctrlr = pmio_nvme::attach("0000:00:04.0", pmio_nvme::NvmeOptions::default())?;
+//! for bdev in ctrlr.bdevs() {
+//!     println!("{} {} blocks of {}", bdev.info().name, bdev.info().num_blocks, bdev.info().block_size);
+//! }
+//! ctrlr.detach()?;
+//! # Ok::<(), pmio_nvme::NvmeError>(())
+//! ```
 
+mod admin;
+pub mod bdev;
+pub mod ctrlr;
 pub mod dma;
 pub mod error;
+#[cfg(test)]
+mod fake;
 pub mod prp;
+pub mod qpair;
 pub mod regs;
+mod ring;
 pub mod spec;
+pub mod vfio;
 
+pub use bdev::NvmeBdev;
+pub use ctrlr::{Controller, InitState, Namespace, NvmeOptions};
 pub use dma::{DmaMapper, DmaMem};
 pub use error::{IoError, NvmeError};
+pub use qpair::{NvmeQpair, QpairStats};
 pub use regs::RegisterIo;
+pub use vfio::attach;

@@ -1,0 +1,109 @@
+//! Namespaces as block devices: `Nvme0n1` is namespace 1 of controller `Nvme0`.
+
+use std::sync::Arc;
+
+use pmio::bdev::{BdevError, BdevInfo, BlockDevice, DriverQueue, Uuid};
+use pmio::hctx::HctxType;
+use pmio::request::{Op, OpSet};
+
+use crate::ctrlr::{Controller, CtrlrInner, Namespace};
+use crate::qpair::NvmeQpair;
+use crate::spec::IdentifyController;
+
+/// One active namespace as a bdev. Each `open_queue` creates an I/O queue pair on the
+/// controller for the calling reactor; dropping the queue deletes it.
+pub struct NvmeBdev {
+    info: BdevInfo,
+    ns: Namespace,
+    ctrlr: Arc<CtrlrInner>,
+}
+
+impl NvmeBdev {
+    fn new(ctrlr: Arc<CtrlrInner>, ns: Namespace) -> NvmeBdev {
+        let oncs = ctrlr.id.oncs;
+        let mut ops = OpSet::READ_WRITE.with(Op::Flush);
+        if oncs & IdentifyController::ONCS_WRITE_ZEROES != 0 {
+            ops = ops.with(Op::WriteZeroes);
+        }
+        if oncs & IdentifyController::ONCS_DSM != 0 {
+            ops = ops.with(Op::Discard);
+        }
+        let max_depth = (ctrlr.cap.max_queue_entries() - 1).min(4096);
+        let max_blocks = (ctrlr.max_transfer >> ns.block_shift).min(1 << 16);
+        let info = BdevInfo {
+            name: format!("{}n{}", ctrlr.name, ns.nsid),
+            uuid: Uuid::new_v4(),
+            product_name: "NVMe disk".to_string(),
+            block_size: ns.block_size(),
+            num_blocks: ns.num_blocks,
+            supported_ops: ops,
+            queues: ctrlr.opts.queues,
+            max_queue_depth: max_depth,
+            max_transfer_blocks: max_blocks as u32,
+        };
+        NvmeBdev { info, ns, ctrlr }
+    }
+
+    /// Namespace ID.
+    pub fn nsid(&self) -> u32 {
+        self.ns.nsid
+    }
+
+    /// Opens a queue pair directly (the typed form of [`BlockDevice::open_queue`]).
+    pub fn open_qpair(&self, depth: u32) -> Result<NvmeQpair, crate::NvmeError> {
+        NvmeQpair::new(self.ctrlr.clone(), &self.ns, depth)
+    }
+}
+
+impl BlockDevice for NvmeBdev {
+    fn info(&self) -> &BdevInfo {
+        &self.info
+    }
+
+    fn open_queue(
+        &self,
+        ty: HctxType,
+        index: u16,
+        depth: u32,
+    ) -> Result<Box<dyn DriverQueue>, BdevError> {
+        match self.open_qpair(depth) {
+            Ok(q) => Ok(Box::new(q)),
+            Err(crate::NvmeError::Detached { .. }) => {
+                Err(BdevError::Removed(self.info.name.clone()))
+            }
+            Err(e) => Err(BdevError::QueueOpen {
+                name: self.info.name.clone(),
+                ty,
+                index,
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+impl Controller {
+    /// One bdev per active namespace without metadata, named `<controller>n<nsid>`.
+    pub fn bdevs(&self) -> Vec<Arc<NvmeBdev>> {
+        self.inner
+            .namespaces
+            .iter()
+            .filter(|ns| {
+                if ns.metadata != 0 {
+                    log::warn!(
+                        "{}: namespace {} has {} metadata bytes per block: not exposed",
+                        self.inner.name,
+                        ns.nsid,
+                        ns.metadata
+                    );
+                }
+                ns.metadata == 0
+            })
+            .map(|ns| Arc::new(NvmeBdev::new(self.inner.clone(), ns.clone())))
+            .collect()
+    }
+
+    /// The bdev of namespace `nsid`, if active and usable.
+    pub fn bdev(&self, nsid: u32) -> Option<Arc<NvmeBdev>> {
+        self.bdevs().into_iter().find(|b| b.nsid() == nsid)
+    }
+}
