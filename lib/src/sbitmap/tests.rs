@@ -441,3 +441,423 @@ fn concurrent_get_put_never_hands_out_a_busy_tag() {
     let mut hint = AllocHint::new(&sb);
     assert_eq!(drain(&sb, &mut hint).len(), 128);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Regressions: one per item of Linux's sbitmap bug history (reference/anchors.md §1.8, "Ours").
+
+/// Linux fbb564a55780 ("lib/sbitmap: Fix invalid loop in __sbitmap_queue_get_batch()", 5.19,
+/// fixing 9672b0d43782): the batch get's "word full" branch did `continue` without advancing
+/// the word index and re-scanned the same full word. A full word must hand over to the next.
+#[test]
+fn regression_full_word_advances_to_next_word() {
+    let sb = map(256); // 4 words of 64
+    let mut hint = AllocHint::with_start(0);
+    assert_eq!(sb.get_batch(&mut hint, 64), Some((u64::MAX, 0)));
+    // Hinted at the full word 0: the batch comes from word 1, and so does a single get.
+    let mut h = AllocHint::with_start(3);
+    assert_eq!(sb.get_batch(&mut h, 8), Some((0xff, 64)));
+    let mut h = AllocHint::with_start(3);
+    assert_eq!(sb.get(&mut h), Some(72));
+    // Only the word before the hinted one has room: the search wraps all the way round.
+    for _ in 0..2 {
+        sb.get_batch(&mut AllocHint::with_start(128), 64).unwrap();
+    }
+    // Word 1 has 64..73 busy: the 64-bit window covers the whole word, the rest of it is ours.
+    let got = sb.get_batch(&mut AllocHint::with_start(0), 64).unwrap();
+    assert_eq!(got, (!low_mask(9), 64));
+    assert_eq!(sb.busy(), 256);
+    sb.put_batch(&mut hint, &[10]);
+    assert_eq!(
+        sb.get_batch(&mut AllocHint::with_start(130), 32),
+        Some((1, 10))
+    );
+}
+
+/// Linux fbb564a55780 (part b) and 4dbce39540c3 ("sbitmap: remove redundant check in
+/// __sbitmap_queue_get_batch", 2022): the batch's CAS ORs a window that may overlap busy
+/// bits; the result must be filtered to the bits that were free (`get_mask & ~old`), never
+/// "taking" a tag someone else owns.
+#[test]
+fn regression_partial_overlap_cas_returns_only_new_bits() {
+    let sb = map(256);
+    let mut hint = AllocHint::with_start(0);
+    let first = sb.get_batch(&mut hint, 8).unwrap();
+    assert_eq!(first, (0xff, 0));
+    // Free 0, 2, 4, 6: bits 1, 3, 5, 7 stay owned inside the next window.
+    sb.put_batch(&mut hint, &[0, 2, 4, 6]);
+    let (mask, offset) = sb.get_batch(&mut AllocHint::with_start(0), 12).unwrap();
+    assert_eq!(offset, 0);
+    assert_eq!(
+        mask, 0b1111_0101_0101,
+        "only the free bits: 0, 2, 4, 6 and 8..12"
+    );
+    assert_eq!(sb.busy(), 12);
+    // The owners of 1, 3, 5, 7 can still free them exactly once.
+    sb.put_batch(&mut hint, &[1, 3, 5, 7]);
+    assert_eq!(sb.busy(), 8);
+}
+
+/// Linux 9672b0d43782 ("sbitmap: add __sbitmap_queue_get_batch()", 5.16) folded `cleared`
+/// before each word; Xue He's 2025 `sbitmap_find_bits_in_word` ("lib/sbitmap: add an helper of
+/// sbitmap_find_bits_in_word") folds only when the word looks full or the window does not fit,
+/// then retries the word. Either way, tags freed with the deferred `put` must be obtainable by
+/// a batch get, not only by single gets.
+#[test]
+fn regression_pending_cleared_reclaimable_by_batch() {
+    let sb = map(128); // 4 words of 32
+    let mut hint = AllocHint::with_start(0);
+    drain(&sb, &mut hint);
+    for t in [33, 40, 41, 63] {
+        sb.put(&mut hint, t);
+    }
+    assert_eq!(
+        sb.map[1].word.0.load(Ordering::Relaxed),
+        u64::from(u32::MAX)
+    );
+    let mut h = AllocHint::with_start(0);
+    let (mask, offset) = sb.get_batch(&mut h, 32).expect("deferred frees reclaimed");
+    let mut got = tags_of(mask, offset);
+    got.sort_unstable();
+    assert_eq!(got, vec![33, 40, 41, 63]);
+    assert_eq!(sb.busy(), 128);
+    // A window short of free bits folds pending frees in before its CAS.
+    sb.put_batch(&mut hint, &[64, 65]);
+    sb.put(&mut hint, 70);
+    let (mask, offset) = sb.get_batch(&mut AllocHint::with_start(64), 32).unwrap();
+    let mut got = tags_of(mask, offset);
+    got.sort_unstable();
+    assert_eq!(got, vec![64, 65, 70]);
+}
+
+/// Linux 72d04bdcf3f7 ("sbitmap: fix io hung due to race on sbitmap_word::cleared", 2024) and
+/// 65f666c62036 (swap_lock made raw): two allocators on a word whose free bits are all in
+/// `cleared`; one takes `cleared`, the other saw it empty and the word full and gave up, and
+/// the task hung. Ours is lockless: the loser may give up, but then the folder gets a tag
+/// (never both fail), and an allocator retries a word only while its searched range has a
+/// free bit (never spins; in round-robin mode bits below the hint are outside the range).
+#[test]
+fn regression_cleared_race_neither_both_fail_nor_spin() {
+    // Deterministic replay of the interleaving.
+    let sb = map(2);
+    let mut hint = AllocHint::with_start(0);
+    drain(&sb, &mut hint);
+    sb.put(&mut hint, 0);
+    sb.put(&mut hint, 1);
+    let w = &sb.map[0];
+    // A has found the word full and exchanged `cleared` out, but not yet cleared the word.
+    let taken = w.cleared.0.swap(0, Ordering::Acquire);
+    assert_eq!(taken, 0b11);
+    // B: nothing pending, word full: gives up at once.
+    assert_eq!(sb.get(&mut AllocHint::with_start(0)), None);
+    // A finishes its fold and retries: succeeds.
+    w.word.0.fetch_and(!taken, Ordering::Release);
+    assert!(get_word(&w.word.0, 2, 0, true).is_some());
+    // B's search ran before A's fold completed, B's deferred clear after it: B retries.
+    assert!(deferred_clear(w, 2, 0, true), "free bit visible: retry");
+    assert!(sb.get(&mut AllocHint::with_start(0)).is_some());
+    assert!(
+        !deferred_clear(w, 2, 0, true),
+        "full and nothing pending: give up"
+    );
+
+    // Round robin: bits below the hint are free, the searched range is full: no endless retry,
+    // and the free bits are found on the second visit of the start word.
+    let rr = rr_map(3);
+    let mut h = AllocHint::with_start(0);
+    drain(&rr, &mut h);
+    rr.put(&mut h, 0);
+    assert!(fold_cleared(&rr.map[0]));
+    assert!(!deferred_clear(&rr.map[0], 3, 1, false));
+    assert_eq!(rr.get(&mut AllocHint::with_start(1)), Some(0));
+
+    // Threads: two allocators racing on an all-pending word, many times.
+    let rounds = 2000;
+    let sb = map(2);
+    for _ in 0..rounds {
+        let mut h = AllocHint::with_start(0);
+        drain(&sb, &mut h);
+        sb.put(&mut h, 0);
+        sb.put(&mut h, 1);
+        let got: Vec<Option<u32>> = std::thread::scope(|s| {
+            let a = s.spawn(|| sb.get(&mut AllocHint::with_start(0)));
+            let b = s.spawn(|| sb.get(&mut AllocHint::with_start(0)));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let won: Vec<u32> = got.iter().flatten().copied().collect();
+        assert!(!won.is_empty(), "both allocators failed");
+        if won.len() == 2 {
+            assert_ne!(won[0], won[1]);
+        }
+        sb.put_batch(&mut h, &won.iter().map(|&t| t as u16).collect::<Vec<_>>());
+        assert_eq!(sb.busy(), 0, "nothing lost");
+    }
+}
+
+/// Linux 9672b0d43782 ("sbitmap: add __sbitmap_queue_get_batch()", 5.16): the batch mask is
+/// built as `((1UL << nr_tags) - 1) << nr`, undefined for `nr_tags == 64` (harmless in blk-mq,
+/// whose batches are ≤ 32). A batch of a whole word must work: a full-word mask.
+#[test]
+fn regression_batch_of_a_whole_word() {
+    let sb = map(1024);
+    let mut hint = AllocHint::with_start(0);
+    assert_eq!(sb.bits_per_word(), 64);
+    assert_eq!(sb.get_batch(&mut hint, 64), Some((u64::MAX, 0)));
+    assert_eq!(sb.get_batch(&mut hint, 64), Some((u64::MAX, 64)));
+    let tags: Vec<u16> = (0..128).collect();
+    sb.put_batch(&mut hint, &tags);
+    assert_eq!(sb.busy(), 0);
+    // Smaller words: a batch of bits_per_word is the full (narrower) word.
+    for depth in [64u32, 32, 8, 3] {
+        let sb = map(depth);
+        let bpw = sb.bits_per_word().min(depth);
+        let mut hint = AllocHint::with_start(0);
+        assert_eq!(
+            sb.get_batch(&mut hint, bpw),
+            Some((low_mask(bpw), 0)),
+            "depth {depth}"
+        );
+    }
+}
+
+/// The 2022 depth refactor (per-word `sbitmap_word::depth` replaced by `__map_depth()`): the
+/// last word may be shorter than the others. Neither single nor batch gets may hand out bits
+/// beyond it, and its free bits must still be found.
+#[test]
+fn regression_last_short_word_respects_map_depth() {
+    let sb = map(200); // six words of 32, then 8
+    assert_eq!((sb.bits_per_word(), sb.map_nr()), (32, 7));
+    let mut hint = AllocHint::with_start(0);
+    for _ in 0..6 {
+        sb.get_batch(&mut hint, 32).unwrap();
+    }
+    let (mask, offset) = sb.get_batch(&mut AllocHint::with_start(199), 32).unwrap();
+    assert_eq!(
+        (mask, offset),
+        (0xff, 192),
+        "only the 8 bits of the short word"
+    );
+    assert_eq!(sb.get(&mut hint), None);
+    assert_eq!(sb.get_batch(&mut hint, 1), None);
+    sb.put(&mut hint, 199);
+    assert_eq!(sb.get(&mut AllocHint::with_start(195)), Some(199));
+    let sb = map(1000); // 15 words of 64, then 40
+    assert_eq!((sb.bits_per_word(), sb.map_nr()), (64, 16));
+    let mut hint = AllocHint::with_start(999);
+    let (mask, offset) = sb.get_batch(&mut hint, 64).unwrap();
+    assert_eq!((mask, offset), (low_mask(40), 960));
+    // Every tag handed out exactly once, none ≥ depth, for depths with a short last word.
+    for depth in [5u32, 9, 66, 130, 200, 1000] {
+        let sb = map(depth);
+        let mut hint = AllocHint::new(&sb);
+        let mut got = Vec::new();
+        while let Some((mask, offset)) = sb.get_batch(&mut hint, 32) {
+            got.extend(tags_of(mask, offset));
+        }
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), depth as usize, "depth {depth}");
+        assert!(got.iter().all(|&t| u32::from(t) < depth));
+    }
+}
+
+/// Linux's `update_alloc_hint_before_get` (since the hint moved into `struct sbitmap`, 5.13):
+/// after `sbitmap_resize` shrinks the map, a per-CPU hint may point beyond the depth and must be
+/// re-randomised within it, never used to index a word that is out of range.
+#[test]
+fn regression_hint_beyond_depth_after_shrink() {
+    let sb = map(1024);
+    let mut hint = AllocHint::with_start(1000);
+    let t = sb.get(&mut hint).unwrap();
+    assert!(t >= 960, "hinted word");
+    assert_eq!(sb.resize(100), 100);
+    for _ in 0..50 {
+        let t = sb.get(&mut hint).unwrap();
+        assert!(t < 100, "tag {t} beyond the shrunk depth");
+        assert!(hint.value() < 100);
+    }
+    // A hint beyond the depth before a batch or shallow get too.
+    let mut h = AllocHint::with_start(5000);
+    let (_, offset) = sb.get_batch(&mut h, 8).unwrap();
+    assert!(offset < 100);
+    let mut h = AllocHint::with_start(700);
+    assert!(sb.get_shallow(&mut h, 90).unwrap() < 100);
+    // Freeing a tag from before the shrink does not point the hint beyond the depth.
+    let mut h = AllocHint::with_start(3);
+    sb.put(&mut h, t);
+    assert_eq!(h.value(), 3);
+    // Shrink to nothing: gets fail without touching any word.
+    sb.resize(0);
+    assert_eq!(sb.get(&mut h), None);
+    assert_eq!(sb.get_batch(&mut h, 8), None);
+    assert_eq!(h.value(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests against a model: a Vec<bool> of busy tags.
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Get,
+        GetShallow(u32),
+        GetBatch(u32),
+        /// Free (deferred) the i-th busy tag, modulo the number busy.
+        Put(usize),
+        /// Free these busy tags (indices modulo the number busy) with one put_batch.
+        PutBatch(Vec<usize>),
+        /// Resize to this fraction (per mille) of the capacity.
+        Resize(u32),
+        /// Switch to the other of two hints.
+        SwapHint,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Get),
+            2 => (0u32..400).prop_map(Op::GetShallow),
+            4 => (0u32..=70).prop_map(Op::GetBatch),
+            3 => any::<usize>().prop_map(Op::Put),
+            3 => proptest::collection::vec(any::<usize>(), 0..40).prop_map(Op::PutBatch),
+            1 => (0u32..=1200).prop_map(Op::Resize),
+            1 => Just(Op::SwapHint),
+        ]
+    }
+
+    struct Model {
+        busy: Vec<bool>,
+        depth: u32,
+    }
+
+    impl Model {
+        fn free_below_depth(&self) -> impl Iterator<Item = u32> + '_ {
+            (0..self.depth).filter(|&t| !self.busy[t as usize])
+        }
+        fn busy_tags(&self) -> Vec<u32> {
+            (0..self.busy.len() as u32)
+                .filter(|&t| self.busy[t as usize])
+                .collect()
+        }
+        fn take(&mut self, t: u32) -> Result<(), TestCaseError> {
+            prop_assert!(t < self.depth, "tag {} beyond depth {}", t, self.depth);
+            prop_assert!(!self.busy[t as usize], "busy tag {} handed out", t);
+            self.busy[t as usize] = true;
+            Ok(())
+        }
+    }
+
+    fn run(depth: u32, round_robin: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+        let sb = Sbitmap::new(depth, SbitmapOptions { round_robin });
+        let mut hints = [AllocHint::new(&sb), AllocHint::new(&sb)];
+        let mut cur = 0;
+        let mut m = Model {
+            busy: vec![false; depth as usize],
+            depth,
+        };
+        let bpw = sb.bits_per_word();
+        for op in ops {
+            let hint = &mut hints[cur];
+            match op {
+                Op::Get => match sb.get(hint) {
+                    Some(t) => m.take(t)?,
+                    None => prop_assert_eq!(m.free_below_depth().count(), 0),
+                },
+                Op::GetShallow(s) => {
+                    let allowed = |t: u32| t % bpw < sb.shallow_word_depth(t / bpw, *s);
+                    match sb.get_shallow(hint, *s) {
+                        Some(t) => {
+                            prop_assert!(allowed(t), "tag {} outside shallow {}", t, s);
+                            m.take(t)?;
+                        }
+                        None => {
+                            prop_assert_eq!(m.free_below_depth().filter(|&t| allowed(t)).count(), 0)
+                        }
+                    }
+                }
+                Op::GetBatch(n) => match sb.get_batch(hint, *n) {
+                    Some((mask, offset)) => {
+                        prop_assert!(!round_robin && *n > 0);
+                        prop_assert!(mask != 0);
+                        prop_assert!(mask.count_ones() <= (*n).min(bpw));
+                        let tags = tags_of(mask, offset);
+                        let word = u32::from(tags[0]) / bpw;
+                        for t in tags {
+                            prop_assert_eq!(u32::from(t) / bpw, word, "batch spans words");
+                            m.take(u32::from(t))?;
+                        }
+                    }
+                    None => {
+                        prop_assert!(round_robin || *n == 0 || m.free_below_depth().count() == 0)
+                    }
+                },
+                Op::Put(i) => {
+                    let busy = m.busy_tags();
+                    if !busy.is_empty() {
+                        let t = busy[i % busy.len()];
+                        sb.put(hint, t);
+                        m.busy[t as usize] = false;
+                    }
+                }
+                Op::PutBatch(idx) => {
+                    let busy = m.busy_tags();
+                    if !busy.is_empty() {
+                        let mut tags: Vec<u16> =
+                            idx.iter().map(|i| busy[i % busy.len()] as u16).collect();
+                        tags.dedup();
+                        let mut seen = std::collections::HashSet::new();
+                        tags.retain(|t| seen.insert(*t));
+                        sb.put_batch(hint, &tags);
+                        for t in tags {
+                            m.busy[t as usize] = false;
+                        }
+                    }
+                }
+                Op::Resize(permille) => {
+                    let d = (u64::from(depth) * u64::from(*permille) / 1000) as u32;
+                    m.depth = sb.resize(d);
+                    prop_assert_eq!(m.depth, d.min(depth));
+                }
+                Op::SwapHint => cur ^= 1,
+            }
+            let expected = (0..m.depth).filter(|&t| m.busy[t as usize]).count() as u32;
+            prop_assert_eq!(sb.busy(), expected);
+        }
+        // Every free tag can be obtained: free everything, then get them all back.
+        let busy: Vec<u16> = m.busy_tags().iter().map(|&t| t as u16).collect();
+        sb.put_batch(&mut hints[0], &busy);
+        sb.resize(depth);
+        let mut got: Vec<u32> = std::iter::from_fn(|| sb.get(&mut hints[1])).collect();
+        got.sort_unstable();
+        prop_assert_eq!(got, (0..depth).collect::<Vec<_>>());
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Random mixes of every operation on random depths agree with the model.
+        #[test]
+        fn prop_matches_model(
+            depth in 1u32..300,
+            round_robin in proptest::bool::weighted(0.2),
+            ops in proptest::collection::vec(op(), 1..150),
+        ) {
+            run(depth, round_robin, &ops)?;
+        }
+
+        /// Depths around word boundaries, batch-heavy.
+        #[test]
+        fn prop_batches_at_word_boundaries(
+            depth in proptest::sample::select(vec![1u32, 3, 4, 63, 64, 65, 127, 128, 129, 256, 257, 1024]),
+            ops in proptest::collection::vec(
+                prop_oneof![(1u32..=64).prop_map(Op::GetBatch), any::<usize>().prop_map(Op::Put),
+                    proptest::collection::vec(any::<usize>(), 1..64).prop_map(Op::PutBatch)],
+                1..100,
+            ),
+        ) {
+            run(depth, false, &ops)?;
+        }
+    }
+}
