@@ -79,6 +79,16 @@ impl BlockDevice for NvmeBdev {
             }),
         }
     }
+
+    /// Maps the regions into the controller's IOMMU domain (IOVA = VA). I/O buffers must lie
+    /// in registered memory; a failure is logged (I/O to the region then fails with a data
+    /// transfer error from the device, never reaching other memory).
+    unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) {
+        // SAFETY: the trait's contract is DmaMapper::map's: memory stays valid while mapped.
+        if let Err(e) = unsafe { self.ctrlr.register_memory(regions) } {
+            log::error!("{}: cannot register I/O memory: {e}", self.info.name);
+        }
+    }
 }
 
 impl Controller {

@@ -593,6 +593,7 @@ impl Init {
             detached: AtomicBool::new(false),
             open_qpairs: AtomicUsize::new(0),
             opts: self.opts,
+            registered: Mutex::new(Vec::new()),
         };
         Ok(Controller {
             inner: Arc::new(ctrlr),
@@ -618,6 +619,8 @@ pub(crate) struct CtrlrInner {
     pub detached: AtomicBool,
     pub open_qpairs: AtomicUsize,
     pub opts: NvmeOptions,
+    /// I/O memory mapped through `register_memory`, unmapped when the controller goes.
+    registered: Mutex<Vec<(usize, usize)>>,
 }
 
 impl CtrlrInner {
@@ -747,10 +750,37 @@ impl CtrlrInner {
     }
 }
 
+impl CtrlrInner {
+    /// Maps I/O memory for the device once per region (IOVA = VA); regions already mapped
+    /// (also by another namespace of the controller) are skipped.
+    ///
+    /// # Safety
+    /// As [`DmaMapper::map`]; the mappings are removed when the controller is dropped.
+    pub unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) -> Result<(), NvmeError> {
+        let mut reg = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+        for &(addr, len) in regions {
+            let (a, l) = (addr as usize, len);
+            if reg.iter().any(|&(ra, rl)| ra <= a && a + l <= ra + rl) {
+                continue;
+            }
+            // SAFETY: forwarded to the caller.
+            unsafe { self.mapper.map(addr, len)? };
+            reg.push((a, l));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for CtrlrInner {
     fn drop(&mut self) {
         if let Err(e) = self.shutdown() {
             log::error!("{e}");
+        }
+        let reg = std::mem::take(self.registered.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for (a, l) in reg {
+            if let Err(e) = self.mapper.unmap(a as *mut u8, l) {
+                log::error!("{e}");
+            }
         }
     }
 }
@@ -812,18 +842,29 @@ impl Controller {
         self.inner.open_qpairs.load(Ordering::Acquire)
     }
 
-    /// Makes `len` bytes at `addr` usable as I/O buffers (maps them for the device).
+    /// Makes `len` bytes at `addr` usable as I/O buffers (maps them for the device unless
+    /// already registered). Mappings left registered are removed when the controller goes.
     ///
     /// # Safety
-    /// As [`DmaMapper::map`]: the memory must stay valid until [`Controller::dma_unregister`].
+    /// As [`DmaMapper::map`]: the memory must stay valid until [`Controller::dma_unregister`]
+    /// or until the controller is dropped.
     pub unsafe fn dma_register(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
         // SAFETY: forwarded to the caller.
-        unsafe { self.inner.mapper.map(addr, len) }
+        unsafe { self.inner.register_memory(&[(addr, len)]) }
     }
 
-    /// Undoes [`Controller::dma_register`].
+    /// Undoes [`Controller::dma_register`] (no I/O may use the memory any more).
     pub fn dma_unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        self.inner.mapper.unmap(addr, len)
+        let mut reg = self
+            .inner
+            .registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
+            reg.swap_remove(i);
+            self.inner.mapper.unmap(addr, len)?;
+        }
+        Ok(())
     }
 
     /// Shuts the controller down (normal shutdown, bounded wait). Queue pairs should be

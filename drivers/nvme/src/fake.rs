@@ -735,6 +735,10 @@ mod tests {
         let c = attach(&fake);
         let bdev = c.bdev(1).unwrap();
         let q = bdev.open_queue(HctxType::Default, 0, 4).unwrap();
+        let mem = DmaRegion::new(4096).unwrap();
+        // SAFETY: `mem` outlives the controller (dropped at the end of the test).
+        unsafe { bdev.register_memory(&[(mem.as_ptr(), mem.len()), (mem.as_ptr(), 4096)]) };
+        assert_eq!(fake.mapped(), 3, "admin, qpair, and the region once");
         drop(q);
         c.detach().unwrap();
         assert_eq!(fake.shst(), 2);
