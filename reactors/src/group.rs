@@ -24,7 +24,8 @@ pub struct ReactorsOptions {
     pub msg_batch: usize,
     /// Interrupt mode: a reactor whose turns stayed idle for this long sleeps on its eventfd
     /// until a message, a stop request or its next timed poller. `None` (default) = busy
-    /// polling, what `pmio-perf` wants.
+    /// polling, what `pmio-perf` wants. Active pollers do not run while the reactor sleeps
+    /// (see [`ReactorCtx::stay_awake`]). `Some(Duration::ZERO)` sleeps after any idle turn.
     pub interrupt_idle: Option<Duration>,
     /// Pin each reactor thread to its core with `sched_setaffinity` (default true). With
     /// pinning, every core of the mask must be available to the process.
@@ -382,6 +383,8 @@ impl Reactors {
     /// and returns once every thread is pinned and running its loop.
     pub fn start(mask: CoreMask, opts: ReactorsOptions) -> Result<Reactors, ReactorError> {
         opts.validate()?;
+        // Calibrate the clock here, not on the first reactor turn.
+        sys::now_ns();
         if opts.pin_threads {
             mask.check_available()?;
         }
@@ -455,13 +458,14 @@ impl Reactors {
             }
         }
         log::info!(
-            "started {} reactor(s) on cores {} ({})",
+            "started {} reactor(s) on cores {} ({}, clock {})",
             shared.mask.len(),
             shared.mask,
             match opts.interrupt_idle {
                 None => "busy polling".to_string(),
                 Some(d) => format!("interrupt mode after {d:?} idle"),
-            }
+            },
+            sys::clock_source()
         );
         Ok(reactors)
     }

@@ -19,6 +19,28 @@
 //! - Stop: [`Reactors::stop`] runs every accepted message, drops pollers and locals on their
 //!   threads, and joins. Per-reactor [`ReactorStats`] are readable from any thread.
 //!
+//! # Stop semantics
+//!
+//! [`ReactorsHandle::request_stop`] (or [`Reactors::stop`], which also joins) sets a flag;
+//! from then on every `send` fails with [`ReactorError::Stopped`] and the closure is dropped
+//! unrun. Each reactor finishes its current turn, stops running pollers, runs **every message
+//! whose `send` returned `Ok`** (a sender racing with stop either gets `Ok` and its message
+//! runs, or gets `Stopped`; nothing accepted is dropped), then drops its pollers and
+//! reactor-local values on its own thread and exits. Messages running in that final drain see
+//! [`ReactorCtx::is_stopping`] and cannot send any more messages (`Stopped`), so apps tear
+//! down cross-reactor state (e.g. with [`ReactorsHandle::run_on_all`]) *before* stopping.
+//! If a message or poller panics, its reactor drops its queued messages (blocked `run_on`
+//! callers get [`ReactorError::Panicked`]), requests stop for the group, and `stop`/`wait`
+//! report `Panicked`.
+//!
+//! # Interrupt mode
+//!
+//! Active pollers run only while the reactor is awake: an interrupt-mode reactor sleeps once
+//! all its turns were idle for [`ReactorsOptions::interrupt_idle`], and wakes for a message, a
+//! stop request, or its next timed poller. A poller that is idle only because it waits for a
+//! device calls [`ReactorCtx::stay_awake`] to keep polling. The mode can be switched per
+//! reactor at run time ([`ReactorsHandle::set_interrupt_idle`]).
+//!
 //! ```
 //! use std::time::Duration;
 //! use pmio_reactors::{CoreMask, PollerResult, Reactors, ReactorsOptions};
@@ -68,7 +90,7 @@ pub use error::ReactorError;
 pub use group::{Reactors, ReactorsHandle, ReactorsOptions, current_core};
 pub use reactor::{Message, PollerId, PollerInfo, PollerResult, ReactorCtx};
 pub use stats::ReactorStats;
-pub use sys::{MAX_CORES, now_ns, thread_cpu_time_ns};
+pub use sys::{MAX_CORES, clock_source, now_ns, thread_cpu_time_ns};
 
 #[cfg(test)]
 mod tests;

@@ -58,13 +58,105 @@ pub fn thread_cpu_time_ns() -> u64 {
 
 /// Monotonic nanoseconds since a process-wide epoch (the first call).
 ///
-/// One `clock_gettime(CLOCK_MONOTONIC)` through the vDSO (~20 ns with the TSC clocksource).
-/// Reactors read it once per loop turn and hand the value to pollers as [`crate::ReactorCtx::now_ns`].
+/// Reads the TSC (`rdtsc`, scaled by a multiply and a shift) when the kernel itself trusts
+/// it (clocksource `tsc`, CPU flags `constant_tsc` and `nonstop_tsc`); otherwise
+/// `clock_gettime(CLOCK_MONOTONIC)`. Reactors read it once per loop turn and hand the value to
+/// pollers as [`crate::ReactorCtx::now_ns`]; apps can use it for batched latency stamps.
+/// Values from different threads are comparable (the TSC is synchronised when the kernel uses
+/// it as clocksource); the first call calibrates for ~10 ms.
 #[inline]
 pub fn now_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    epoch.elapsed().as_nanos() as u64
+    CLOCK.get_or_init(Clock::init).now_ns()
+}
+
+/// Which clock [`now_ns`] reads: `"tsc"` or `"monotonic"`.
+pub fn clock_source() -> &'static str {
+    match CLOCK.get_or_init(Clock::init) {
+        Clock::Monotonic { .. } => "monotonic",
+        #[cfg(target_arch = "x86_64")]
+        Clock::Tsc { .. } => "tsc",
+    }
+}
+
+static CLOCK: OnceLock<Clock> = OnceLock::new();
+
+enum Clock {
+    Monotonic {
+        epoch: Instant,
+    },
+    /// ns = (tsc - base) * mult >> 32
+    #[cfg(target_arch = "x86_64")]
+    Tsc {
+        base: u64,
+        mult: u64,
+    },
+}
+
+impl Clock {
+    fn init() -> Clock {
+        let epoch = Instant::now();
+        #[cfg(target_arch = "x86_64")]
+        if tsc_is_reliable() {
+            return Clock::calibrate_tsc();
+        }
+        Clock::Monotonic { epoch }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn calibrate_tsc() -> Clock {
+        let t0 = Instant::now();
+        let c0 = rdtsc();
+        let mut t1 = Instant::now();
+        while t1.duration_since(t0) < Duration::from_millis(10) {
+            std::hint::spin_loop();
+            t1 = Instant::now();
+        }
+        let c1 = rdtsc();
+        let ns = t1.duration_since(t0).as_nanos() as u64;
+        let ticks = c1.saturating_sub(c0).max(1);
+        let mult = ((ns as u128) << 32) / ticks as u128;
+        log::debug!("clock: TSC at {:.3} GHz", ticks as f64 / ns.max(1) as f64);
+        Clock::Tsc {
+            base: c0,
+            mult: mult.min(u64::MAX as u128) as u64,
+        }
+    }
+
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        match self {
+            Clock::Monotonic { epoch } => epoch.elapsed().as_nanos() as u64,
+            #[cfg(target_arch = "x86_64")]
+            Clock::Tsc { base, mult } => {
+                ((rdtsc().saturating_sub(*base) as u128 * *mult as u128) >> 32) as u64
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn rdtsc() -> u64 {
+    // SAFETY: RDTSC has no memory effects and exists on every x86_64 CPU.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// The kernel uses the TSC as clocksource and the CPU says it is invariant.
+#[cfg(target_arch = "x86_64")]
+fn tsc_is_reliable() -> bool {
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    if source.trim() != "tsc" {
+        return false;
+    }
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    has("constant_tsc") && has("nonstop_tsc")
 }
 
 /// A non-blocking eventfd used to wake a sleeping reactor.
@@ -166,6 +258,21 @@ mod tests {
         .join()
         .unwrap();
         assert!(pin_current_thread(MAX_CORES).is_err());
+    }
+
+    #[test]
+    fn now_ns_tracks_wall_time() {
+        let (a, t) = (now_ns(), Instant::now());
+        std::thread::sleep(Duration::from_millis(50));
+        let (b, el) = (now_ns(), t.elapsed().as_nanos() as u64);
+        // Within 2% + 1 ms of the monotonic clock, whichever source is used.
+        let diff = (b - a).abs_diff(el);
+        assert!(
+            diff < el / 50 + 1_000_000,
+            "{} vs {el} ({})",
+            b - a,
+            clock_source()
+        );
     }
 
     #[test]

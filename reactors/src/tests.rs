@@ -723,3 +723,13 @@ fn interrupt_mode_can_be_switched_at_run_time() {
     assert!(reactors.set_interrupt_idle(core + 100, None).is_err());
     reactors.stop().unwrap();
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Reactors>();
+    send_sync::<ReactorsHandle>();
+    send_sync::<ReactorStats>();
+    send_sync::<ReactorError>();
+    send_sync::<CoreMask>();
+}
