@@ -228,7 +228,7 @@ enum Method {
         #[arg(short = 'c', long)]
         per_channel: bool,
     },
-    /// Select a bdev's I/O scheduler (pmio).
+    /// Select a bdev's I/O scheduler and its tunables (pmio; Linux's iosched names, ms).
     BdevSetScheduler {
         /// Bdev name.
         name: String,
@@ -236,22 +236,28 @@ enum Method {
         scheduler: String,
         /// Read deadline, ms.
         #[arg(long)]
-        read_expire_ms: Option<u64>,
+        read_expire: Option<u64>,
         /// Write deadline, ms.
         #[arg(long)]
-        write_expire_ms: Option<u64>,
-        /// Requests dispatched in one sequential batch.
+        write_expire: Option<u64>,
+        /// Read batches served before waiting writes.
         #[arg(long)]
-        fifo_batch: Option<u32>,
-        /// Read batches before writes are served.
-        #[arg(long)]
-        writes_starved: Option<u32>,
+        writes_starved: Option<u64>,
         /// Front merges (0 or 1).
         #[arg(long)]
-        front_merges: Option<u32>,
+        front_merges: Option<u64>,
+        /// Requests dispatched in one sequential batch.
+        #[arg(long)]
+        fifo_batch: Option<u64>,
         /// Age after which lower-priority requests are served, ms.
         #[arg(long)]
-        prio_aging_expire_ms: Option<u64>,
+        prio_aging_expire: Option<u64>,
+        /// Shallow tag depth for asynchronous requests.
+        #[arg(long)]
+        async_depth: Option<u64>,
+        /// Scheduler tags.
+        #[arg(long)]
+        nr_requests: Option<u64>,
     },
     /// Scheduler, tunables and per-priority counters of bdevs (pmio).
     BdevGetScheduler {
@@ -493,23 +499,27 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::BdevSetScheduler {
             name,
             scheduler,
-            read_expire_ms,
-            write_expire_ms,
-            fifo_batch,
+            read_expire,
+            write_expire,
             writes_starved,
             front_merges,
-            prio_aging_expire_ms,
+            fifo_batch,
+            prio_aging_expire,
+            async_depth,
+            nr_requests,
         } => (
             "bdev_set_scheduler",
             Some(obj(vec![
                 ("name", some(name.clone())),
                 ("scheduler", some(scheduler.clone())),
-                ("read_expire_ms", opt(*read_expire_ms)),
-                ("write_expire_ms", opt(*write_expire_ms)),
-                ("fifo_batch", opt(*fifo_batch)),
+                ("read_expire", opt(*read_expire)),
+                ("write_expire", opt(*write_expire)),
                 ("writes_starved", opt(*writes_starved)),
                 ("front_merges", opt(*front_merges)),
-                ("prio_aging_expire_ms", opt(*prio_aging_expire_ms)),
+                ("fifo_batch", opt(*fifo_batch)),
+                ("prio_aging_expire", opt(*prio_aging_expire)),
+                ("async_depth", opt(*async_depth)),
+                ("nr_requests", opt(*nr_requests)),
             ])),
             Print::Nothing,
         ),

@@ -4,6 +4,11 @@
 //!   format, see `reference/spdk-rpc.md`).
 //! - [`params`]: strict parameter decoding with errors that name the parameter.
 //! - [`server`]: the unix-socket server (limits, one thread per connection, clean stop).
+//! - [`target`]: the daemon state (framework state, bdev records, statistics, reactors).
+//! - [`methods`]: the method table and the SPDK methods on the target state;
+//!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
+//!   [`uring`] and [`nvme`] add theirs.
+//! - [`config`]: `-c` start-up configuration in `save_config`'s shape.
 //!
 //! ```
 //! use pmio_tgt::jsonrpc::{Decoder, handle_value, RpcError};
@@ -18,6 +23,8 @@ pub mod config;
 pub mod jsonrpc;
 pub mod methods;
 pub mod params;
+pub mod perf;
+pub mod sched;
 pub mod server;
 pub mod target;
 

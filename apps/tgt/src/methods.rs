@@ -49,7 +49,9 @@ pub struct Rpc {
 impl Rpc {
     /// The full method table over `target`; `on_kill` handles `spdk_kill_instance`.
     pub fn new(target: Arc<Target>, on_kill: KillFn) -> Rpc {
-        let methods = base_methods();
+        let mut methods = base_methods();
+        methods.extend(crate::perf::methods());
+        methods.extend(crate::sched::methods());
         Rpc {
             target,
             methods,
@@ -318,6 +320,7 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
             "params": {"name": c.name, "trtype": "PCIe", "traddr": c.traddr}
         }));
     }
+    out.extend(crate::sched::config(rpc));
     out
 }
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pmio::bdev::Registry;
 use pmio::bdev::stats::QueueStats;
+use pmio::sched::Scheduler;
 use pmio::{BdevError, BlockDevice, Op, Uuid};
 use pmio_reactors::ReactorsHandle;
 use serde_json::{Value, json};
@@ -108,6 +109,8 @@ pub struct Target {
     busy: Mutex<HashMap<String, usize>>,
     /// I/O statistics of finished jobs, per bdev.
     iostat: Mutex<HashMap<String, QueueStats>>,
+    /// Bdev name → its scheduler (absent: none).
+    scheds: Mutex<HashMap<String, Scheduler>>,
     reactors: ReactorsHandle,
     start_ns: u64,
 }
@@ -135,6 +138,7 @@ impl Target {
             stopping: AtomicBool::new(false),
             busy: Mutex::new(HashMap::new()),
             iostat: Mutex::new(HashMap::new()),
+            scheds: Mutex::new(HashMap::new()),
             reactors,
             start_ns: pmio_reactors::now_ns(),
         }
@@ -246,8 +250,32 @@ impl Target {
         self.check_not_busy(name)?;
         self.registry.unregister(name).map_err(|e| bdev_error(&e))?;
         records.remove(pos);
-        lock(&self.iostat).remove(name);
+        self.forget_bdev_state(name);
         Ok(())
+    }
+
+    /// Drops per-bdev state (statistics, scheduler) of a removed bdev.
+    pub fn forget_bdev_state(&self, name: &str) {
+        lock(&self.iostat).remove(name);
+        lock(&self.scheds).remove(name);
+    }
+
+    /// The scheduler set on bdev `name`, if any.
+    pub fn scheduler(&self, name: &str) -> Option<Scheduler> {
+        lock(&self.scheds).get(name).cloned()
+    }
+
+    /// Sets bdev `name`'s scheduler (`Scheduler::None` removes the setting).
+    pub fn set_scheduler(&self, name: &str, s: Scheduler) {
+        let mut m = lock(&self.scheds);
+        match s {
+            Scheduler::None => {
+                m.remove(name);
+            }
+            s => {
+                m.insert(name.to_string(), s);
+            }
+        }
     }
 
     /// Removes every bdev record of controller `ctrlr` (after its devices were unregistered).

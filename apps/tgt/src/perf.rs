@@ -1,0 +1,769 @@
+//! `perform_tests`: a bdevperf-style workload run inside the daemon, on its reactors.
+//!
+//! Each named bdev gets one job, placed round-robin on the reactors. A job is a poller: it opens
+//! a [`BdevQueue`] on its reactor, keeps `depth` I/Os of `size` bytes in flight for `seconds`,
+//! records every latency in a histogram, then drains, reports on a channel and unregisters
+//! itself. The RPC thread only sends the start messages and waits for the reports; no reactor
+//! ever waits for it.
+//!
+//! When the bdev's scheduler is mq-deadline (`bdev_set_scheduler`), every I/O goes through the
+//! device's shared [`SharedDeadline`](pmio::sched::SharedDeadline): inserted in bursts,
+//! dispatched in batches as driver tags free up, completed (with merged members) through it;
+//! latency then counts from insertion.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use pmio::bdev::stats::QueueStats;
+use pmio::bdev::{BdevQueue, BdevQueueOptions};
+use pmio::dma::DmaRegion;
+use pmio::plug::Plug;
+use pmio::sched::{Dispatched, SchedQueue, SchedRq, Scheduler};
+use pmio::{BlockDevice, Io, IoBuf, IoStatus, Op, PrioClass, ReqFlags};
+use pmio_reactors::{PollerId, PollerResult, ReactorCtx};
+use serde_json::{Value, json};
+
+use crate::jsonrpc::RpcError;
+use crate::methods::{Method, RUNTIME, Rpc};
+use crate::params::Params;
+use crate::target::Target;
+
+/// The methods of this module.
+pub fn methods() -> Vec<Method> {
+    vec![Method {
+        name: "perform_tests",
+        states: RUNTIME,
+        run: perform_tests,
+    }]
+}
+
+/// I/Os submitted per burst (one plug, one doorbell).
+const BURST: usize = 32;
+/// Completions reaped per poll call.
+const REAP: usize = 64;
+/// Longest run accepted, in seconds.
+const MAX_SECONDS: f64 = 3600.0;
+
+/// Access pattern of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Random offsets (else sequential).
+    pub random: bool,
+    /// Percentage of reads.
+    pub read_pct: u8,
+}
+
+impl Workload {
+    /// Parses bdevperf's `-w` names; `mix` is the read percentage of `rw`/`randrw`.
+    pub fn parse(rw: &str, mix: Option<u32>) -> Result<Workload, String> {
+        let (random, read_pct) = match rw {
+            "read" => (false, 100),
+            "write" => (false, 0),
+            "randread" => (true, 100),
+            "randwrite" => (true, 0),
+            "rw" | "randrw" => {
+                let m = mix.unwrap_or(50);
+                if m > 100 {
+                    return Err(format!("rwmixread {m} is above 100"));
+                }
+                (rw == "randrw", m as u8)
+            }
+            other => {
+                return Err(format!(
+                    "rw \"{other}\" is not one of read, write, randread, randwrite, rw, randrw"
+                ));
+            }
+        };
+        if mix.is_some() && !matches!(rw, "rw" | "randrw") {
+            return Err(format!("rwmixread applies only to rw and randrw, not {rw}"));
+        }
+        Ok(Workload { random, read_pct })
+    }
+}
+
+/// One job as the RPC thread describes it.
+struct JobSpec {
+    dev: Arc<dyn BlockDevice>,
+    depth: u32,
+    size: u64,
+    load: Workload,
+    seconds: f64,
+    sched: Scheduler,
+}
+
+/// What a job reports.
+struct JobReport {
+    name: String,
+    core: u32,
+    ios: u64,
+    bytes: u64,
+    errors: u64,
+    elapsed_ns: u64,
+    hist: Histogram<u64>,
+    stats: QueueStats,
+    aborted: bool,
+    error: Option<String>,
+}
+
+fn new_hist() -> Histogram<u64> {
+    // 1 ns .. 1 h at 3 significant digits; allocated once per job, never per I/O.
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let names: Option<Vec<String>> = p.opt("bdevs")?;
+    let rw: String = p.opt("rw")?.unwrap_or_else(|| "randread".into());
+    let depth: u32 = p.opt("depth")?.unwrap_or(32);
+    let size: u64 = p.opt("size")?.unwrap_or(4096);
+    let seconds: f64 = p.opt("seconds")?.unwrap_or(5.0);
+    let mix: Option<u32> = p.opt("rwmixread")?;
+    p.finish()?;
+    let inval = |m: String| RpcError::errno_detail(-libc::EINVAL, m);
+    let load = Workload::parse(&rw, mix).map_err(inval)?;
+    if !(seconds > 0.0 && seconds <= MAX_SECONDS) {
+        return Err(inval(format!(
+            "seconds {seconds} not in (0, {MAX_SECONDS}]"
+        )));
+    }
+    if depth == 0 || depth > 4096 {
+        return Err(inval(format!("depth {depth} not in 1..=4096")));
+    }
+    let t = &rpc.target;
+    if t.is_stopping() {
+        return Err(RpcError::errno_detail(
+            -libc::ESHUTDOWN,
+            "the daemon is shutting down",
+        ));
+    }
+    let devs: Vec<Arc<dyn BlockDevice>> = match names {
+        Some(ns) if ns.is_empty() => return Err(inval("bdevs is empty".into())),
+        Some(ns) => ns
+            .iter()
+            .map(|n| {
+                t.find_bdev(n)
+                    .ok_or_else(|| RpcError::errno_detail(-libc::ENODEV, format_args!("bdev {n}")))
+            })
+            .collect::<Result<_, _>>()?,
+        None => t.bdevs_in_order(),
+    };
+    if devs.is_empty() {
+        return Err(RpcError::errno_detail(-libc::ENODEV, "no bdevs to test"));
+    }
+    let mut specs = Vec::with_capacity(devs.len());
+    for dev in devs {
+        let i = dev.info();
+        let name = &i.name;
+        if specs.iter().any(|s: &JobSpec| s.dev.info().name == *name) {
+            return Err(inval(format!("bdev {name} is named twice")));
+        }
+        if t.is_claimed(name) {
+            return Err(RpcError::errno_detail(
+                -libc::EBUSY,
+                format_args!("bdev {name} is already running perform_tests"),
+            ));
+        }
+        let bs = u64::from(i.block_size);
+        if size == 0 || !size.is_multiple_of(bs) || size / bs > u64::from(i.max_transfer_blocks) {
+            return Err(inval(format!(
+                "size {size} is not a multiple of bdev {name}'s block size {bs} up to {} blocks",
+                i.max_transfer_blocks
+            )));
+        }
+        if size > i.size_bytes() {
+            return Err(inval(format!(
+                "size {size} is larger than bdev {name} ({} bytes)",
+                i.size_bytes()
+            )));
+        }
+        if depth > i.max_queue_depth {
+            return Err(inval(format!(
+                "depth {depth} exceeds bdev {name}'s largest queue ({})",
+                i.max_queue_depth
+            )));
+        }
+        if load.read_pct < 100 && !i.supported_ops.contains(Op::Write) {
+            return Err(RpcError::errno_detail(
+                -libc::EOPNOTSUPP,
+                format_args!("bdev {name} does not support writes"),
+            ));
+        }
+        let sched = crate::sched::scheduler_of(t, name);
+        if let Some(nr) = sched.nr_requests()
+            && depth > nr
+        {
+            return Err(inval(format!(
+                "depth {depth} exceeds bdev {name}'s mq-deadline nr_requests ({nr})"
+            )));
+        }
+        specs.push(JobSpec {
+            dev,
+            depth,
+            size,
+            load,
+            seconds,
+            sched,
+        });
+    }
+    let names: Vec<String> = specs.iter().map(|s| s.dev.info().name.clone()).collect();
+    let _claim = rpc.target.claim(&names);
+    let cores = t.reactors().cores().to_vec();
+    let (tx, rx) = mpsc::channel::<JobReport>();
+    let mut started = 0;
+    for (i, spec) in specs.into_iter().enumerate() {
+        let core = cores[i % cores.len()];
+        let tx = tx.clone();
+        let target = rpc.target.clone();
+        let name = spec.dev.info().name.clone();
+        let sent = t.reactors().send(core, move |ctx| {
+            if let Err(e) = Job::start(ctx, spec, target, tx.clone()) {
+                let _ = tx.send(JobReport::failed(name, ctx.core(), e));
+            }
+        });
+        if let Err(e) = sent {
+            log::warn!("perform_tests: cannot reach reactor {core}: {e}");
+            break;
+        }
+        started += 1;
+    }
+    drop(tx);
+    let wait = Duration::from_secs_f64(seconds) + Duration::from_secs(30);
+    let mut reports = Vec::with_capacity(started);
+    for _ in 0..started {
+        match rx.recv_timeout(wait) {
+            Ok(r) => reports.push(r),
+            Err(_) => {
+                return Err(RpcError::errno_detail(
+                    -libc::ETIMEDOUT,
+                    "a perform_tests job did not report in time",
+                ));
+            }
+        }
+    }
+    if reports.len() < names.len() {
+        return Err(RpcError::errno_detail(
+            -libc::ESHUTDOWN,
+            "reactors are stopping; perform_tests not run",
+        ));
+    }
+    reports.sort_by_key(|r| names.iter().position(|n| *n == r.name));
+    for r in &reports {
+        t.add_iostat(&r.name, &r.stats);
+    }
+    if let Some(r) = reports.iter().find(|r| r.error.is_some()) {
+        return Err(RpcError::errno_detail(
+            -libc::EIO,
+            format_args!(
+                "bdev {}: {}",
+                r.name,
+                r.error.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    let results: Vec<Value> = reports
+        .iter()
+        .map(|r| {
+            let sched = crate::sched::scheduler_of(t, &r.name);
+            report_json(r, &rw, depth, size, sched.name())
+        })
+        .collect();
+    let cores_used: std::collections::BTreeSet<u32> = reports.iter().map(|r| r.core).collect();
+    Ok(json!({"results": results, "core_count": cores_used.len()}))
+}
+
+fn us(ns: u64) -> f64 {
+    (ns as f64 / 1000.0 * 1000.0).round() / 1000.0
+}
+
+fn report_json(r: &JobReport, rw: &str, depth: u32, size: u64, sched: &str) -> Value {
+    let secs = r.elapsed_ns as f64 / 1e9;
+    let iops = if secs > 0.0 { r.ios as f64 / secs } else { 0.0 };
+    let mibps = if secs > 0.0 {
+        r.bytes as f64 / secs / (1024.0 * 1024.0)
+    } else {
+        0.0
+    };
+    let h = &r.hist;
+    let (min, max, avg) = if h.is_empty() {
+        (0, 0, 0.0)
+    } else {
+        (h.min(), h.max(), h.mean())
+    };
+    let pct = |q: f64| {
+        us(if h.is_empty() {
+            0
+        } else {
+            h.value_at_quantile(q)
+        })
+    };
+    json!({
+        "job": r.name,
+        "core_mask": format!("0x{:x}", 1u128 << r.core),
+        "workload": rw,
+        "status": if r.aborted { "aborted" } else { "finished" },
+        "queue_depth": depth,
+        "io_size": size,
+        "runtime": (secs * 1e6).round() / 1e6,
+        "iops": (iops * 100.0).round() / 100.0,
+        "mibps": (mibps * 100.0).round() / 100.0,
+        "io_failed": r.errors,
+        "io_timeout": 0,
+        "avg_latency_us": (avg / 1000.0 * 1000.0).round() / 1000.0,
+        "min_latency_us": us(min),
+        "max_latency_us": us(max),
+        "latency_percentiles_us": {
+            "p50": pct(0.50),
+            "p90": pct(0.90),
+            "p99": pct(0.99),
+            "p99.9": pct(0.999),
+            "p99.99": pct(0.9999)
+        },
+        "scheduler": sched
+    })
+}
+
+impl JobReport {
+    fn failed(name: String, core: u32, error: String) -> JobReport {
+        JobReport {
+            name,
+            core,
+            ios: 0,
+            bytes: 0,
+            errors: 0,
+            elapsed_ns: 0,
+            hist: new_hist(),
+            stats: QueueStats::default(),
+            aborted: false,
+            error: Some(error),
+        }
+    }
+}
+
+/// Scheduler state of a job on an mq-deadline bdev.
+struct SchedPath {
+    q: SchedQueue,
+    /// Insertion time per slot (= scheduler tag).
+    insert_ns: Vec<u64>,
+    rqs: Vec<SchedRq>,
+    out: Vec<Dispatched>,
+    done: Vec<(u32, IoStatus)>,
+}
+
+/// One job on its reactor.
+struct Job {
+    name: String,
+    core: u32,
+    q: BdevQueue,
+    plug: Plug,
+    bufs: DmaRegion,
+    size: u64,
+    nblocks: u32,
+    depth: u32,
+    load: Workload,
+    units: u64,
+    cursor: u64,
+    rng: u64,
+    free: Vec<u16>,
+    sched: Option<SchedPath>,
+    target: Arc<Target>,
+    start_ns: u64,
+    end_ns: u64,
+    stopping: bool,
+    aborted: bool,
+    error: Option<String>,
+    ios: u64,
+    bytes: u64,
+    errors: u64,
+    hist: Histogram<u64>,
+    tx: Sender<JobReport>,
+    poller: Rc<Cell<Option<PollerId>>>,
+}
+
+impl Job {
+    /// Opens the queue and buffers on this reactor and registers the job's poller.
+    fn start(
+        ctx: &mut ReactorCtx,
+        spec: JobSpec,
+        target: Arc<Target>,
+        tx: Sender<JobReport>,
+    ) -> Result<(), String> {
+        let info = spec.dev.info().clone();
+        let mut plug = Plug::default();
+        let q = BdevQueue::open(
+            spec.dev,
+            BdevQueueOptions {
+                depth: spec.depth,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        q.register_plug(&mut plug);
+        let bufs = DmaRegion::new((u64::from(spec.depth) * spec.size) as usize)
+            .map_err(|e| format!("I/O buffers: {e}"))?;
+        let nblocks = (spec.size / u64::from(info.block_size)) as u32;
+        let sched = match &spec.sched {
+            Scheduler::None => None,
+            s @ Scheduler::MqDeadline(_) => Some(SchedPath {
+                q: s.queue(0),
+                insert_ns: vec![0; spec.depth as usize],
+                rqs: Vec::with_capacity(BURST),
+                out: Vec::with_capacity(spec.depth as usize),
+                done: Vec::with_capacity(REAP),
+            }),
+        };
+        let poller = Rc::new(Cell::new(None));
+        let now = ctx.now_ns();
+        let duration_ns = (spec.seconds * 1e9) as u64;
+        let mut job = Job {
+            name: info.name.clone(),
+            core: ctx.core(),
+            q,
+            plug,
+            bufs,
+            size: spec.size,
+            nblocks,
+            depth: spec.depth,
+            load: spec.load,
+            units: info.num_blocks / u64::from(nblocks),
+            cursor: 0,
+            rng: (now ^ (u64::from(ctx.core()) << 32)) | 1,
+            free: (0..spec.depth as u16).rev().collect(),
+            sched,
+            target,
+            start_ns: now,
+            end_ns: now + duration_ns,
+            stopping: false,
+            aborted: false,
+            error: None,
+            ios: 0,
+            bytes: 0,
+            errors: 0,
+            hist: new_hist(),
+            tx,
+            poller: poller.clone(),
+        };
+        let id = ctx.register_poller("perform_tests", move |ctx| job.step(ctx));
+        poller.set(Some(id));
+        Ok(())
+    }
+
+    /// One poller turn: reap, stop when due, refill, report when drained.
+    fn step(&mut self, ctx: &mut ReactorCtx) -> PollerResult {
+        let now = ctx.now_ns();
+        if !self.stopping && (now >= self.end_ns || self.target.is_stopping()) {
+            self.stopping = true;
+            self.aborted = now < self.end_ns;
+        }
+        let mut did = self.reap(now) > 0;
+        if !self.stopping && self.error.is_none() {
+            match self.refill(now) {
+                Ok(n) => did |= n > 0,
+                Err(e) => {
+                    self.error = Some(e);
+                    self.stopping = true;
+                }
+            }
+        }
+        if self.stopping && self.q.outstanding() == 0 && self.sched_idle() {
+            self.finish(ctx, now);
+            return PollerResult::Idle;
+        }
+        // Waiting for a device is not idleness: keep an interrupt-mode reactor awake.
+        ctx.stay_awake();
+        did.into()
+    }
+
+    fn sched_idle(&self) -> bool {
+        self.free.len() == self.depth as usize
+    }
+
+    #[inline]
+    fn next_rng(&mut self) -> u64 {
+        let x = &mut self.rng;
+        *x ^= *x >> 12;
+        *x ^= *x << 25;
+        *x ^= *x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Picks op and LBA for one I/O.
+    #[inline]
+    fn plan(&mut self) -> (Op, u64) {
+        let r = self.next_rng();
+        let op = match self.load.read_pct {
+            100 => Op::Read,
+            0 => Op::Write,
+            p => {
+                if (r >> 32) % 100 < u64::from(p) {
+                    Op::Read
+                } else {
+                    Op::Write
+                }
+            }
+        };
+        let unit = if self.load.random {
+            ((u128::from(r) * u128::from(self.units)) >> 64) as u64
+        } else {
+            let u = self.cursor % self.units;
+            self.cursor += 1;
+            u
+        };
+        (op, unit * u64::from(self.nblocks))
+    }
+
+    #[inline]
+    fn slot_buf(&self, slot: u16) -> *mut u8 {
+        // SAFETY: slot < depth, so the slot's `size` bytes lie inside `bufs` (depth * size
+        // bytes), which lives as long as the job.
+        unsafe { self.bufs.as_ptr().add(slot as usize * self.size as usize) }
+    }
+
+    /// Submits new I/O while slots are free. Returns how many were submitted or queued.
+    fn refill(&mut self, now: u64) -> Result<usize, String> {
+        if self.sched.is_some() {
+            return self.refill_sched(now);
+        }
+        let mut total = 0;
+        while !self.free.is_empty() {
+            let n = self.free.len().min(BURST);
+            let mut io = Io {
+                nblocks: self.nblocks,
+                ..Io::default()
+            };
+            self.plug.begin();
+            io.op = Op::Read;
+            self.q.expect_n(&mut self.plug, &io, n as u32);
+            let mut submitted = 0;
+            let mut result = Ok(());
+            for _ in 0..n {
+                let Some(slot) = self.free.pop() else { break };
+                let (op, lba) = self.plan();
+                io.op = op;
+                io.lba = lba;
+                // SAFETY: the slot's buffer is valid for `size` bytes and used by this one I/O
+                // until its completion returns the slot to `free`.
+                io.buf = unsafe { IoBuf::from_raw_parts(self.slot_buf(slot), self.size as u32) };
+                io.token = u64::from(slot);
+                match self.q.submit(&mut self.plug, &io) {
+                    Ok(_) => submitted += 1,
+                    Err(e) => {
+                        self.free.push(slot);
+                        if !e.is_busy() {
+                            result = Err(format!("submit: {e}"));
+                        }
+                        break;
+                    }
+                }
+            }
+            self.plug.finish();
+            self.q.flush();
+            total += submitted;
+            result?;
+            if submitted < n {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Inserts new I/O into the scheduler, then dispatches what fits in the driver queue.
+    fn refill_sched(&mut self, now: u64) -> Result<usize, String> {
+        let mut total = 0;
+        while !self.free.is_empty() {
+            let n = self.free.len().min(BURST);
+            let mut rqs = std::mem::take(&mut self.sched.as_mut().expect("sched path").rqs);
+            rqs.clear();
+            for _ in 0..n {
+                let Some(slot) = self.free.pop() else { break };
+                let (op, lba) = self.plan();
+                rqs.push(SchedRq {
+                    id: u32::from(slot),
+                    owner: 0,
+                    op,
+                    prio: PrioClass::Be,
+                    flags: ReqFlags::NONE,
+                    sector: lba,
+                    nblocks: self.nblocks,
+                    addr: self.slot_buf(slot) as u64,
+                });
+            }
+            let s = self.sched.as_mut().expect("sched path");
+            for r in &rqs {
+                s.insert_ns[r.id as usize] = now;
+            }
+            let inserted = s.q.insert_batch(&rqs, now);
+            total += rqs.len();
+            s.rqs = rqs;
+            inserted.map_err(|e| format!("mq-deadline insert: {e}"))?;
+        }
+        self.dispatch(now)?;
+        Ok(total)
+    }
+
+    /// Moves dispatched requests from the scheduler to the driver, as many as it has room for.
+    fn dispatch(&mut self, now: u64) -> Result<usize, String> {
+        let Some(s) = self.sched.as_mut() else {
+            return Ok(0);
+        };
+        let room = self.depth.saturating_sub(self.q.outstanding()) as usize;
+        if room == 0 || !s.q.has_work() {
+            return Ok(0);
+        }
+        s.out.clear();
+        let n = s.q.dispatch_batch(now, room, &mut s.out);
+        if n == 0 {
+            return Ok(0);
+        }
+        let block_size = u64::from(self.q.block_size());
+        let mut io = Io::default();
+        self.plug.begin();
+        io.nblocks = self.nblocks;
+        io.op = Op::Read;
+        self.q.expect_n(&mut self.plug, &io, n as u32);
+        let mut sent = 0;
+        let mut result = Ok(());
+        for d in &s.out {
+            io.op = d.op;
+            io.lba = d.sector;
+            io.nblocks = d.nblocks;
+            io.token = u64::from(d.id);
+            let len = u64::from(d.nblocks) * block_size;
+            // SAFETY: with max_segments = 1 (the default) a dispatched request, merged or not,
+            // is one contiguous run of slot buffers inside `bufs`, starting at `addr`, each
+            // owned by one of its members until completion.
+            io.buf = unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) };
+            match self.q.submit(&mut self.plug, &io) {
+                Ok(_) => sent += 1,
+                Err(e) => {
+                    if !e.is_busy() {
+                        result = Err(format!("submit: {e}"));
+                    }
+                    break;
+                }
+            }
+        }
+        self.plug.finish();
+        self.q.flush();
+        if sent < s.out.len() {
+            s.q.requeue_batch(&s.out[sent..])
+                .map_err(|e| format!("mq-deadline requeue: {e}"))?;
+        }
+        result.map(|()| sent)
+    }
+
+    /// Reaps completions. Returns how many requests completed.
+    fn reap(&mut self, now: u64) -> usize {
+        if self.q.outstanding() == 0 {
+            if self.sched.is_some() && !self.stopping {
+                return 0;
+            }
+            // Requests still in the scheduler (stopping): push them out so they complete.
+            if self.sched.as_ref().is_some_and(|s| s.q.has_work())
+                && let Err(e) = self.dispatch(now)
+            {
+                self.error.get_or_insert(e);
+            }
+            return 0;
+        }
+        let Job {
+            q,
+            sched,
+            free,
+            hist,
+            ios,
+            bytes,
+            errors,
+            size,
+            ..
+        } = self;
+        let mut record = |slot: u16, lat: u64, status: IoStatus| {
+            hist.saturating_record(lat.max(1));
+            *ios += 1;
+            if status.is_success() {
+                *bytes += *size;
+            } else {
+                *errors += 1;
+            }
+            free.push(slot);
+        };
+        let (n, err) = match sched {
+            None => {
+                let n = q.poll(REAP, |rq| {
+                    record(
+                        rq.token as u16,
+                        rq.complete_ns.saturating_sub(rq.submit_ns),
+                        rq.status,
+                    )
+                });
+                (n, None)
+            }
+            Some(s) => {
+                s.done.clear();
+                let done = &mut s.done;
+                let n = q.poll(REAP, |rq| done.push((rq.token as u32, rq.status)));
+                let insert_ns = &s.insert_ns;
+                let r = s.q.complete_batch(s.done.drain(..), |id, st| {
+                    record(id as u16, now.saturating_sub(insert_ns[id as usize]), st)
+                });
+                (n, r.err().map(|e| format!("mq-deadline complete: {e}")))
+            }
+        };
+        if let Some(e) = err {
+            self.error.get_or_insert(e);
+            self.stopping = true;
+        }
+        if n > 0
+            && let Err(e) = self.dispatch(now)
+        {
+            self.error.get_or_insert(e);
+        }
+        n
+    }
+
+    #[cold]
+    fn finish(&mut self, ctx: &mut ReactorCtx, now: u64) {
+        let Some(id) = self.poller.take() else {
+            return;
+        };
+        ctx.unregister_poller(id);
+        let hist = std::mem::replace(&mut self.hist, Histogram::new(1).expect("histogram"));
+        let elapsed_ns = now.saturating_sub(self.start_ns);
+        let _ = self.tx.send(JobReport {
+            name: self.name.clone(),
+            core: self.core,
+            ios: self.ios,
+            bytes: self.bytes,
+            errors: self.errors,
+            elapsed_ns: elapsed_ns.max(1),
+            hist,
+            stats: *self.q.stats(),
+            aborted: self.aborted,
+            error: self.error.take(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_parse() {
+        assert_eq!(
+            Workload::parse("randread", None).unwrap(),
+            Workload {
+                random: true,
+                read_pct: 100
+            }
+        );
+        assert_eq!(Workload::parse("rw", Some(70)).unwrap().read_pct, 70);
+        assert_eq!(Workload::parse("randrw", None).unwrap().read_pct, 50);
+        assert!(Workload::parse("verify", None).is_err());
+        assert!(Workload::parse("read", Some(50)).is_err());
+        assert!(Workload::parse("rw", Some(101)).is_err());
+    }
+}
