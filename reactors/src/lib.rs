@@ -45,7 +45,11 @@
 //! use std::time::Duration;
 //! use pmio_reactors::{CoreMask, PollerResult, Reactors, ReactorsOptions};
 //!
-//! let mask = CoreMask::parse("0x1")?; // core 0
+//! assert_eq!(CoreMask::parse_unchecked("0x3")?.cores(), &[0, 1]); // SPDK's `-m 0x3`
+//! assert_eq!(CoreMask::parse_unchecked("0-3,6")?.len(), 5);
+//! // One reactor, on the first core this process may use (`[0]` on most machines).
+//! let first = CoreMask::available()?.first();
+//! let mask = CoreMask::parse(&format!("[{first}]"))?;
 //! let opts = ReactorsOptions {
 //!     interrupt_idle: Some(Duration::from_millis(1)), // sleep when idle
 //!     ..ReactorsOptions::default()
@@ -66,11 +70,11 @@
 //!     });
 //!     ctx.core()
 //! })?;
-//! assert_eq!(cores, vec![0]);
+//! assert_eq!(cores, vec![first]);
 //!
 //! // A message from this (non-reactor) thread; a blocking round trip.
-//! reactors.send(0, |ctx| log::info!("hello from core {}", ctx.core()))?;
-//! while reactors.run_on(0, |ctx| *ctx.local::<u64>().unwrap())? < 100 {
+//! reactors.send(first, |ctx| log::info!("hello from core {}", ctx.core()))?;
+//! while reactors.run_on(first, |ctx| *ctx.local::<u64>().unwrap())? < 100 {
 //!     std::thread::sleep(Duration::from_millis(1));
 //! }
 //! let stats = reactors.stop()?;

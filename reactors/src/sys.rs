@@ -8,12 +8,25 @@ use std::time::{Duration, Instant};
 /// Largest number of cores a mask can name (`CPU_SETSIZE`, as SPDK's `SPDK_CPUSET_SIZE`).
 pub const MAX_CORES: u32 = libc::CPU_SETSIZE as u32;
 
-/// The cores this process may run on (`sched_getaffinity`), ascending.
+/// The cores this process may run on, ascending: the affinity of its main thread
+/// (`sched_getaffinity(getpid())`), so that a pinned calling thread (a reactor) still sees the
+/// whole set. Reflects `taskset` and cgroup cpusets.
 pub fn available_cores() -> io::Result<Vec<u32>> {
+    // SAFETY: getpid has no preconditions.
+    affinity(unsafe { libc::getpid() })
+}
+
+/// The cores the calling thread may run on (after pinning: just its core).
+#[cfg(test)]
+pub fn current_thread_cores() -> io::Result<Vec<u32>> {
+    affinity(0)
+}
+
+fn affinity(pid: libc::pid_t) -> io::Result<Vec<u32>> {
     // SAFETY: cpu_set_t is a plain bit array; all-zero is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: we pass a valid pointer to a cpu_set_t and its exact size; pid 0 = this thread.
-    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: we pass a valid pointer to a cpu_set_t and its exact size.
+    let rc = unsafe { libc::sched_getaffinity(pid, size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -253,7 +266,9 @@ mod tests {
         let core = *cores.last().unwrap();
         std::thread::spawn(move || {
             pin_current_thread(core).unwrap();
-            assert_eq!(available_cores().unwrap(), vec![core]);
+            assert_eq!(current_thread_cores().unwrap(), vec![core]);
+            // The process-wide set is unchanged by pinning one thread.
+            assert!(!available_cores().unwrap().is_empty());
         })
         .join()
         .unwrap();

@@ -153,13 +153,16 @@ fn threads_are_named_and_pinned() {
                 ctx.core(),
                 ctx.index(),
                 thread::current().name().map(str::to_string),
-                sys::available_cores().unwrap(),
+                sys::current_thread_cores().unwrap(),
+                CoreMask::available().unwrap(),
                 current_core(),
             )
         })
         .unwrap();
-    for (i, (core, index, name, affinity, current)) in seen.into_iter().enumerate() {
+    for (i, (core, index, name, affinity, process, current)) in seen.into_iter().enumerate() {
         assert_eq!(core, mask.cores()[i]);
+        // A pinned reactor still sees the process's whole set when it parses masks.
+        assert_eq!(process, mask);
         assert_eq!(index, i);
         assert_eq!(name, Some(format!("reactor_{core}")));
         assert_eq!(affinity, vec![core]);
