@@ -504,7 +504,17 @@ impl Reactors {
 
     fn join_all(&mut self) -> Result<Vec<ReactorStats>, ReactorError> {
         let mut first_panic = None;
+        let own = CURRENT
+            .with(|c| c.get())
+            .filter(|&(id, _)| id == self.handle.shared.id)
+            .map(|(_, core)| core);
         for (core, join) in self.threads.drain(..) {
+            if own == Some(core) {
+                // Stopped from one of its own reactors (the group was moved into a message):
+                // that thread exits when the current message returns; it cannot join itself.
+                log::warn!("reactors stopped from the reactor on core {core}; not joining it");
+                continue;
+            }
             if join.join().is_err() && first_panic.is_none() {
                 first_panic = Some(core);
             }

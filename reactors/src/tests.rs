@@ -736,3 +736,24 @@ fn handles_are_send_and_sync() {
     send_sync::<ReactorError>();
     send_sync::<CoreMask>();
 }
+
+#[test]
+fn group_dropped_on_its_own_reactor_does_not_deadlock() {
+    let _s = serial();
+    let reactors = Reactors::start(all_cores(), interrupt_opts(Duration::from_millis(1))).unwrap();
+    let h = reactors.handle();
+    let core = h.cores()[0];
+    let holder = Arc::new(Mutex::new(Some(reactors)));
+    let (tx, rx) = mpsc::channel();
+    let hold = holder.clone();
+    h.send(core, move |_| {
+        let r = hold.lock().unwrap().take().unwrap();
+        tx.send(r.stop().is_ok()).unwrap();
+    })
+    .unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(true));
+    assert!(h.is_stopping());
+    assert!(wait_until(Duration::from_secs(5), || {
+        h.send(core, |_| {}).is_err()
+    }));
+}
