@@ -38,6 +38,7 @@ enum Method {
     /// Get the daemon's version.
     SpdkGetVersion,
     /// List the RPC methods.
+    #[command(name = "rpc_get_methods", rename_all = "kebab-case")]
     RpcGetMethods {
         /// Only methods callable in the current state.
         #[arg(short = 'c', long)]
@@ -55,17 +56,20 @@ enum Method {
     /// List subsystems.
     FrameworkGetSubsystems,
     /// A subsystem's configuration.
+    #[command(name = "framework_get_config", rename_all = "kebab-case")]
     FrameworkGetConfig {
         /// Subsystem name.
         name: String,
     },
     /// Print the configuration of every subsystem (client-side, as rpc.py).
+    #[command(name = "save_config", rename_all = "kebab-case")]
     SaveConfig {
         /// Indent level; a negative value prints compact JSON.
         #[arg(short = 'i', long, default_value_t = 2, allow_negative_numbers = true)]
         indent: i32,
     },
     /// Replay a configuration (from --json-conf or stdin).
+    #[command(name = "load_config", rename_all = "kebab-case")]
     LoadConfig {
         /// Include aliases when checking methods.
         #[arg(short = 'i', long)]
@@ -75,6 +79,7 @@ enum Method {
         json_conf: Option<PathBuf>,
     },
     /// Create a null bdev.
+    #[command(name = "bdev_null_create", rename_all = "kebab-case")]
     BdevNullCreate {
         /// Bdev name.
         name: String,
@@ -99,11 +104,13 @@ enum Method {
         dif_is_head_of_md: bool,
     },
     /// Delete a null bdev.
+    #[command(name = "bdev_null_delete", rename_all = "kebab-case")]
     BdevNullDelete {
         /// Bdev name.
         name: String,
     },
     /// Create a malloc (RAM) bdev.
+    #[command(name = "bdev_malloc_create", rename_all = "kebab-case")]
     BdevMallocCreate {
         /// Size in MiB.
         total_size: f64,
@@ -135,11 +142,13 @@ enum Method {
         dif_is_head_of_md: bool,
     },
     /// Delete a malloc bdev.
+    #[command(name = "bdev_malloc_delete", rename_all = "kebab-case")]
     BdevMallocDelete {
         /// Bdev name.
         name: String,
     },
     /// Create a bdev on a file or block device through io_uring.
+    #[command(name = "bdev_uring_create", rename_all = "kebab-case")]
     BdevUringCreate {
         /// File or block device path.
         filename: String,
@@ -151,13 +160,18 @@ enum Method {
         /// UUID.
         #[arg(short = 'u', long)]
         uuid: Option<String>,
+        /// Buffered I/O instead of O_DIRECT (pmio; for file systems without O_DIRECT).
+        #[arg(long)]
+        buffered: bool,
     },
     /// Delete a uring bdev.
+    #[command(name = "bdev_uring_delete", rename_all = "kebab-case")]
     BdevUringDelete {
         /// Bdev name.
         name: String,
     },
     /// Attach an NVMe controller and create a bdev per namespace.
+    #[command(name = "bdev_nvme_attach_controller", rename_all = "kebab-case")]
     BdevNvmeAttachController {
         /// Controller name.
         #[arg(short = 'b', long)]
@@ -200,6 +214,7 @@ enum Method {
         allow_unrecognized_csi: bool,
     },
     /// Detach an NVMe controller and delete its bdevs.
+    #[command(name = "bdev_nvme_detach_controller", rename_all = "kebab-case")]
     BdevNvmeDetachController {
         /// Controller name.
         name: String,
@@ -211,6 +226,7 @@ enum Method {
         traddr: Option<String>,
     },
     /// List bdevs, or one.
+    #[command(name = "bdev_get_bdevs", rename_all = "kebab-case")]
     BdevGetBdevs {
         /// Bdev name (or UUID).
         #[arg(short = 'b', long)]
@@ -220,6 +236,7 @@ enum Method {
         timeout: Option<u64>,
     },
     /// I/O statistics of bdevs.
+    #[command(name = "bdev_get_iostat", rename_all = "kebab-case")]
     BdevGetIostat {
         /// Bdev name.
         #[arg(short = 'b', long)]
@@ -229,6 +246,7 @@ enum Method {
         per_channel: bool,
     },
     /// Select a bdev's I/O scheduler and its tunables (pmio; Linux's iosched names, ms).
+    #[command(name = "bdev_set_scheduler", rename_all = "kebab-case")]
     BdevSetScheduler {
         /// Bdev name.
         name: String,
@@ -260,12 +278,14 @@ enum Method {
         nr_requests: Option<u64>,
     },
     /// Scheduler, tunables and per-priority counters of bdevs (pmio).
+    #[command(name = "bdev_get_scheduler", rename_all = "kebab-case")]
     BdevGetScheduler {
         /// Bdev name.
         #[arg(short = 'b', long)]
         name: Option<String>,
     },
     /// Run a bdevperf-style workload inside the daemon (pmio).
+    #[command(name = "perform_tests", rename_all = "kebab-case")]
     PerformTests {
         /// Bdev to run on (repeat for several; default: every bdev).
         #[arg(short = 'b', long = "bdev")]
@@ -287,6 +307,7 @@ enum Method {
         rwmixread: Option<u32>,
     },
     /// Stop the daemon.
+    #[command(name = "spdk_kill_instance", rename_all = "kebab-case")]
     SpdkKillInstance {
         /// Signal name (SIGTERM, SIGINT, SIGKILL, …).
         sig_name: String,
@@ -419,6 +440,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             name,
             block_size,
             uuid,
+            buffered,
         } => (
             "bdev_uring_create",
             Some(obj(vec![
@@ -426,6 +448,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
                 ("name", some(name.clone())),
                 ("block_size", opt(*block_size)),
                 ("uuid", opt(uuid.clone())),
+                ("direct", buffered.then_some(Value::Bool(false))),
             ])),
             Print::Json,
         ),

@@ -27,6 +27,7 @@ pub mod perf;
 pub mod sched;
 pub mod server;
 pub mod target;
+pub mod uring;
 
 /// Releases everything the daemon holds, after the RPC server has stopped: detaches NVMe
 /// controllers with the shutdown sequence, then unregisters every bdev.

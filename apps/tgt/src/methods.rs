@@ -52,6 +52,7 @@ impl Rpc {
         let mut methods = base_methods();
         methods.extend(crate::perf::methods());
         methods.extend(crate::sched::methods());
+        methods.extend(crate::uring::methods());
         Rpc {
             target,
             methods,
@@ -331,11 +332,7 @@ fn framework_get_reactors(
 ) -> Result<Value, RpcError> {
     no_params(method, params)?;
     let h = rpc.target.reactors();
-    // Thread ids, asked of each reactor by message (the RPC thread waits; no reactor does).
-    // SAFETY: gettid has no preconditions.
-    let tids = h
-        .run_on_all(|_| unsafe { libc::gettid() })
-        .map_err(|e| RpcError::errno_detail(-libc::EIO, e))?;
+    let tids = rpc.target.reactor_tids().to_vec();
     let reactors: Vec<Value> = h
         .all_stats()
         .into_iter()

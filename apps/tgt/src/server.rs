@@ -75,11 +75,34 @@ struct Shared {
     conns: Mutex<HashMap<u64, (UnixStream, JoinHandle<()>)>>,
 }
 
-/// A bound socket, not yet serving.
+/// A bound socket, not yet serving. Dropped without [`Server::start`], it removes the socket.
 pub struct Server {
-    listener: UnixListener,
+    listener: Option<UnixListener>,
     shared: Arc<Shared>,
     ino: (u64, u64),
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.listener.take().is_some() {
+            remove_if_ours(&self.shared.opts.path, self.ino);
+        }
+    }
+}
+
+/// Removes the socket file at `path` if it is still the one we created (`ino`).
+fn remove_if_ours(path: &Path, ino: (u64, u64)) {
+    match std::fs::metadata(path) {
+        Ok(md) if (md.dev(), md.ino()) == ino => {
+            if let Err(e) = std::fs::remove_file(path) {
+                log::warn!("removing {}: {e}", path.display());
+            }
+        }
+        _ => log::warn!(
+            "{} is no longer our socket; not removing it",
+            path.display()
+        ),
+    }
 }
 
 /// A running server; [`ServerHandle::stop`] ends it and removes the socket.
@@ -136,7 +159,7 @@ impl Server {
             .context("making the listener non-blocking")?;
         let md = std::fs::metadata(&path)?;
         Ok(Server {
-            listener,
+            listener: Some(listener),
             ino: (md.dev(), md.ino()),
             shared: Arc::new(Shared {
                 opts,
@@ -154,16 +177,19 @@ impl Server {
     }
 
     /// Starts the accept thread.
-    pub fn start(self, handler: Arc<dyn Handler>) -> anyhow::Result<ServerHandle> {
+    pub fn start(mut self, handler: Arc<dyn Handler>) -> anyhow::Result<ServerHandle> {
         let (wake, wake_rx) = UnixStream::pair().context("creating the wake-up pair")?;
         let shared = self.shared.clone();
-        let listener = self.listener;
+        let listener = self
+            .listener
+            .take()
+            .expect("a bound server has its listener");
         let accept = std::thread::Builder::new()
             .name("rpc-accept".into())
             .spawn(move || accept_loop(listener, wake_rx, shared, handler))
             .context("spawning the RPC accept thread")?;
         Ok(ServerHandle {
-            shared: self.shared,
+            shared: self.shared.clone(),
             wake,
             accept: Some(accept),
             ino: self.ino,

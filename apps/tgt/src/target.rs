@@ -112,6 +112,8 @@ pub struct Target {
     /// Bdev name → its scheduler (absent: none).
     scheds: Mutex<HashMap<String, Scheduler>>,
     reactors: ReactorsHandle,
+    /// Thread id of each reactor, in core order.
+    tids: Vec<i32>,
     start_ns: u64,
 }
 
@@ -128,9 +130,14 @@ pub fn bdev_error(e: &BdevError) -> RpcError {
 }
 
 impl Target {
-    /// A target on `reactors`, in `state`.
+    /// A target on `reactors`, in `state`. Asks each reactor its thread id (one round trip).
     pub fn new(reactors: ReactorsHandle, state: FwState) -> Target {
+        // SAFETY: gettid has no preconditions.
+        let tids = reactors
+            .run_on_all(|_| unsafe { libc::gettid() })
+            .unwrap_or_default();
         Target {
+            tids,
             registry: Arc::new(Registry::new()),
             records: Mutex::new(Vec::new()),
             ctrlrs: Mutex::new(Vec::new()),
@@ -147,6 +154,11 @@ impl Target {
     /// The reactors.
     pub fn reactors(&self) -> &ReactorsHandle {
         &self.reactors
+    }
+
+    /// Thread id of each reactor, in core order.
+    pub fn reactor_tids(&self) -> &[i32] {
+        &self.tids
     }
 
     /// Nanoseconds since the target started.

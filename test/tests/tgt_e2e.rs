@@ -1,0 +1,287 @@
+//! pmio-tgt end to end with pmio-rpc: create null, malloc and uring bdevs; list and look them
+//! up; run perform_tests; read iostat; switch a bdev to mq-deadline and back; save_config, stop,
+//! restart with -c that file and find the same bdevs; --wait-for-rpc with load_config; an idle
+//! daemon uses (almost) no CPU.
+
+mod tgt_util;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tgt_util::Daemon;
+
+fn names(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn tgt_session_create_list_perf_iostat_sched_save_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let img = dir.path().join("disk.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let img = img.to_str().unwrap().to_string();
+    let d = Daemon::start(&sock, &[]);
+
+    assert_eq!(
+        d.rpc_ok(&["bdev_null_create", "Null0", "64", "512"]),
+        "Null0\n"
+    );
+    assert_eq!(
+        d.rpc_ok(&["bdev_malloc_create", "-b", "Malloc0", "8", "4096"]),
+        "Malloc0\n"
+    );
+    assert_eq!(
+        d.rpc_ok(&["bdev_uring_create", &img, "Uring0", "-b", "4096"]),
+        "Uring0\n"
+    );
+    // An unnamed malloc bdev gets SPDK's next free MallocN name.
+    assert_eq!(d.rpc_ok(&["bdev_malloc_create", "1", "512"]), "Malloc1\n");
+    assert_eq!(d.rpc_ok(&["bdev_malloc_delete", "Malloc1"]), "");
+
+    let all = d.rpc_json(&["bdev_get_bdevs"]);
+    assert_eq!(names(&all), ["Null0", "Malloc0", "Uring0"]);
+    assert_eq!(all[0]["num_blocks"], 131072);
+    assert_eq!(all[0]["block_size"], 512);
+    assert_eq!(all[0]["product_name"], "Null disk");
+    assert_eq!(all[1]["num_blocks"], 2048);
+    assert_eq!(all[2]["product_name"], "URING bdev");
+    assert_eq!(all[2]["num_blocks"], 4096);
+    assert_eq!(all[2]["driver_specific"]["uring"]["filename"], img.as_str());
+    let uuid = all[1]["uuid"].as_str().unwrap().to_string();
+    assert_eq!(all[1]["aliases"][0], uuid.as_str());
+    // Look up by name and by UUID alias.
+    let one = d.rpc_json(&["bdev_get_bdevs", "-b", "Malloc0"]);
+    assert_eq!(names(&one), ["Malloc0"]);
+    let by_uuid = d.rpc_json(&["bdev_get_bdevs", "-b", &uuid]);
+    assert_eq!(names(&by_uuid), ["Malloc0"]);
+    // A missing bdev: exit 1 with rpc.py's error print.
+    let out = d.rpc(&["bdev_get_bdevs", "-b", "Nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("request:\n{\n  \"name\": \"Nope\",\n  \"method\": \"bdev_get_bdevs\",\n  \"req_id\": 1\n}\nGot JSON-RPC error response\nresponse:\n{\n  \"code\": -19,\n  \"message\": \"No such device\"\n}"), "{text}");
+
+    // perform_tests on two bdevs at once (malloc with writes, uring with reads).
+    let r = d.rpc_json(&[
+        "perform_tests",
+        "-b",
+        "Malloc0",
+        "-b",
+        "Uring0",
+        "-w",
+        "randrw",
+        "-q",
+        "8",
+        "-o",
+        "4096",
+        "-t",
+        "0.5",
+    ]);
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for j in results {
+        assert_eq!(j["status"], "finished", "{j}");
+        assert_eq!(j["io_failed"], 0, "{j}");
+        assert!(j["iops"].as_f64().unwrap() > 0.0, "{j}");
+        let p = &j["latency_percentiles_us"];
+        assert!(p["p50"].as_f64().unwrap() <= p["p99"].as_f64().unwrap());
+        assert!(j["min_latency_us"].as_f64().unwrap() <= j["avg_latency_us"].as_f64().unwrap());
+    }
+    let ios = |name: &str| {
+        let s = d.rpc_json(&["bdev_get_iostat", "-b", name]);
+        let b = &s["bdevs"][0];
+        (
+            b["num_read_ops"].as_u64().unwrap(),
+            b["num_write_ops"].as_u64().unwrap(),
+            b["bytes_read"].as_u64().unwrap(),
+        )
+    };
+    let (reads, writes, bytes) = ios("Malloc0");
+    assert!(reads > 0 && writes > 0, "{reads} {writes}");
+    assert_eq!(bytes, reads * 4096);
+    let (ur, uw, _) = ios("Uring0");
+    assert!(ur > 0 && uw > 0);
+
+    // mq-deadline on Null0: perform_tests goes through it, counters count every I/O.
+    assert_eq!(
+        d.rpc_ok(&[
+            "bdev_set_scheduler",
+            "Null0",
+            "mq-deadline",
+            "--fifo-batch",
+            "8"
+        ]),
+        ""
+    );
+    let r = d.rpc_json(&[
+        "perform_tests",
+        "-b",
+        "Null0",
+        "-w",
+        "randread",
+        "-q",
+        "16",
+        "-t",
+        "0.5",
+    ]);
+    let job = &r["results"][0];
+    assert_eq!(job["scheduler"], "mq-deadline");
+    let s = d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"]);
+    assert_eq!(s[0]["scheduler"], "mq-deadline");
+    assert_eq!(s[0]["tunables"]["fifo_batch"], 8);
+    let be = &s[0]["counters"]["be"];
+    assert!(be["completed"].as_u64().unwrap() > 0);
+    assert_eq!(be["inserted"], be["completed"]);
+    assert_eq!(be["queued"], 0);
+    let (null_reads, _, _) = ios("Null0");
+    // Every completed scheduler request is one read of the job (merged members included).
+    assert!(null_reads <= be["completed"].as_u64().unwrap());
+    // Bad scheduler input: clear errors.
+    let out = d.rpc(&["bdev_set_scheduler", "Null0", "bfq"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("unknown I/O scheduler"));
+
+    // Save with the scheduler set, then switch back to none and restore it from the file.
+    let saved = d.rpc_ok(&["save_config"]);
+    assert_eq!(d.rpc_ok(&["bdev_set_scheduler", "Null0", "none"]), "");
+    assert_eq!(
+        d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"])[0]["scheduler"],
+        "none"
+    );
+    let cfg: Value = serde_json::from_str(&saved).unwrap();
+    assert_eq!(cfg["subsystems"][0]["subsystem"], "bdev");
+    let cfg_path = dir.path().join("config.json");
+    std::fs::write(&cfg_path, &saved).unwrap();
+
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+    assert!(!sock.exists());
+
+    let d = Daemon::start(&sock, &["-c", cfg_path.to_str().unwrap()]);
+    let again = d.rpc_json(&["bdev_get_bdevs"]);
+    assert_eq!(names(&again), ["Null0", "Malloc0", "Uring0"]);
+    for (a, b) in all
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(again.as_array().unwrap())
+    {
+        assert_eq!(a["uuid"], b["uuid"]);
+        assert_eq!(a["num_blocks"], b["num_blocks"]);
+        assert_eq!(a["block_size"], b["block_size"]);
+    }
+    let s = d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"]);
+    assert_eq!(s[0]["scheduler"], "mq-deadline");
+    assert_eq!(s[0]["tunables"]["fifo_batch"], 8);
+    // And the saved configuration is stable across the round trip.
+    assert_eq!(d.rpc_ok(&["save_config"]), saved);
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+}
+
+#[test]
+fn tgt_wait_for_rpc_and_load_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let d = Daemon::start(&sock, &["--wait-for-rpc"]);
+    // Runtime methods are refused in the start-up state with SPDK's -1.
+    let out = d.rpc(&["bdev_null_create", "Null0", "1", "512"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\"code\": -1") && text.contains("framework_start_init"),
+        "{text}"
+    );
+    let current = d.rpc_json(&["rpc_get_methods", "--current"]);
+    assert!(
+        current
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == "framework_start_init")
+    );
+    // load_config as rpc.py does it: replays the calls, then framework_start_init.
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        r#"{"subsystems":[{"subsystem":"bdev","config":[
+            {"method":"bdev_null_create","params":{"name":"N1","num_blocks":64,"block_size":512}},
+            {"method":"bdev_malloc_create","params":{"name":"M1","num_blocks":64,"block_size":512}}]}]}"#,
+    )
+    .unwrap();
+    assert_eq!(d.rpc_ok(&["load_config", "-j", cfg.to_str().unwrap()]), "");
+    assert_eq!(names(&d.rpc_json(&["bdev_get_bdevs"])), ["N1", "M1"]);
+    let current = d.rpc_json(&["rpc_get_methods", "--current"]);
+    assert!(
+        !current
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == "framework_start_init")
+    );
+    // An unknown method in a configuration is refused before anything runs.
+    std::fs::write(
+        &cfg,
+        r#"{"subsystems":[{"subsystem":"bdev","config":[{"method":"nope"}]}]}"#,
+    )
+    .unwrap();
+    let out = d.rpc(&["load_config", "-j", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Unknown method"));
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+}
+
+#[test]
+fn tgt_bad_start_config_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        r#"{"subsystems":[{"subsystem":"bdev","config":[
+            {"method":"bdev_null_create","params":{"name":"N1","num_blocks":64,"block_size":500}}]}]}"#,
+    )
+    .unwrap();
+    let mut d = Daemon::spawn(&sock, &["-c", cfg.to_str().unwrap()]);
+    assert_eq!(d.wait_exit().code(), Some(1));
+    let log = d.log();
+    assert!(
+        log.contains("config[0]")
+            && log.contains("bdev_null_create")
+            && log.contains("block size 500"),
+        "{log}"
+    );
+    // Nothing is left behind.
+    assert!(!sock.exists());
+}
+
+/// Reads the process's user+system CPU time in clock ticks from /proc.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 (utime, stime) are at indices 11 and 12 after the command name.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn tgt_idle_daemon_uses_no_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let d = Daemon::start(&sock, &[]);
+    d.rpc_ok(&["bdev_null_create", "Null0", "8", "512"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(d.child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(d.child.id()) - before;
+    // 2 s at 100 ticks/s: a busy-polling reactor would use ~200 ticks.
+    assert!(used <= 10, "idle daemon used {used} ticks in 2 s");
+    let r = d.rpc_json(&["framework_get_reactors"]);
+    assert_eq!(r["reactors"][0]["in_interrupt"], true, "{r}");
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+}

@@ -1,0 +1,181 @@
+//! Shared helpers of the pmio-tgt end-to-end tests: build the binaries once, run a daemon on a
+//! temporary socket, talk to it with pmio-rpc or raw bytes.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Directory holding debug pmio-tgt and pmio-rpc built from this workspace (built once per
+/// test binary).
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("test/ lives in the workspace")
+            .to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "pmio-tgt", "-p", "pmio-rpc"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo build -p pmio-tgt -p pmio-rpc");
+        assert!(
+            status.success(),
+            "cargo build -p pmio-tgt -p pmio-rpc failed"
+        );
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .map(|t| if t.is_relative() { root.join(t) } else { t })
+            .unwrap_or_else(|| root.join("target"));
+        let dir = target.join("debug");
+        for b in ["pmio-tgt", "pmio-rpc"] {
+            assert!(dir.join(b).exists(), "{} not found", dir.join(b).display());
+        }
+        dir
+    })
+}
+
+/// A pmio-tgt process on a socket in a temporary directory.
+pub struct Daemon {
+    pub child: Child,
+    pub sock: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts pmio-tgt with `-r sock` and `args`, and waits until it answers.
+    pub fn start(sock: &Path, args: &[&str]) -> Daemon {
+        let d = Daemon::spawn(sock, args);
+        d.wait_ready();
+        d
+    }
+
+    /// Starts pmio-tgt without waiting.
+    pub fn spawn(sock: &Path, args: &[&str]) -> Daemon {
+        let log = sock.with_extension(format!("log{}", std::process::id()));
+        let log_file = std::fs::File::create(&log).expect("create daemon log");
+        let child = Command::new(bin_dir().join("pmio-tgt"))
+            .arg("-r")
+            .arg(sock)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn pmio-tgt");
+        Daemon {
+            child,
+            sock: sock.to_path_buf(),
+            log,
+        }
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if UnixStream::connect(&self.sock).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "pmio-tgt did not come up on {}:\n{}",
+            self.sock.display(),
+            self.log()
+        );
+    }
+
+    /// Runs pmio-rpc against this daemon.
+    pub fn rpc(&self, args: &[&str]) -> Output {
+        rpc(&self.sock, args)
+    }
+
+    /// Runs pmio-rpc, asserts success and returns stdout.
+    pub fn rpc_ok(&self, args: &[&str]) -> String {
+        let out = self.rpc(args);
+        assert!(
+            out.status.success(),
+            "pmio-rpc {args:?} failed: {}\n{}\ndaemon log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 output")
+    }
+
+    /// Runs pmio-rpc and parses its JSON output.
+    pub fn rpc_json(&self, args: &[&str]) -> serde_json::Value {
+        let s = self.rpc_ok(args);
+        serde_json::from_str(&s).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {s}"))
+    }
+
+    /// Sends raw bytes on a fresh connection, half-closes, returns everything received.
+    pub fn raw(&self, bytes: &[u8]) -> String {
+        raw(&self.sock, bytes)
+    }
+
+    /// Sends `sig` and waits (up to 20 s) for the exit status.
+    pub fn signal(mut self, sig: i32) -> ExitStatus {
+        // SAFETY: kill on a child process id we spawned and have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+        self.wait_exit()
+    }
+
+    /// Waits (up to 20 s) for the process to exit by itself.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().expect("wait pmio-tgt") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("pmio-tgt did not exit:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs pmio-rpc on socket `sock`.
+pub fn rpc(sock: &Path, args: &[&str]) -> Output {
+    Command::new(bin_dir().join("pmio-rpc"))
+        .arg("-s")
+        .arg(sock)
+        .args(args)
+        .output()
+        .expect("run pmio-rpc")
+}
+
+/// Sends raw bytes on a fresh connection, half-closes, returns everything received until the
+/// server closes.
+pub fn raw(sock: &Path, bytes: &[u8]) -> String {
+    let mut s = UnixStream::connect(sock).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The server may close early (syntax error): keep what it answered.
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8(out).expect("UTF-8 response")
+}
