@@ -20,5 +20,8 @@ pub mod sched;
 pub mod tags;
 
 pub use bdev::{BdevError, BdevInfo, BlockDevice, DriverQueue, Uuid};
+pub use dma::{DmaError, DmaPool, DmaRegion};
 pub use hctx::{HctxQueues, HctxType};
+pub use plug::{DevKey, Plug, PlugStats};
 pub use request::{Io, IoBuf, IoPrio, IoStatus, Op, OpSet, PrioClass, ReqFlags, Request};
+pub use tags::{RequestPool, Tags, TagsOptions};
