@@ -63,8 +63,10 @@ impl Default for TagsOptions {
 /// Invalid tag configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TagsError {
+    /// No driver tags were asked for.
     #[error("tag depth must be at least 1")]
     ZeroDepth,
+    /// More tags than a `u16` can name.
     #[error("{depth} driver + {reserved} reserved tags exceed the limit of {MAX_TAGS}")]
     TooMany { depth: u32, reserved: u32 },
 }
@@ -80,7 +82,9 @@ impl TagsError {
 /// `mask`. The mask may be partial and non-contiguous.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TagBatch {
+    /// Bit `i` set: tag `offset + i` is in the batch.
     pub mask: u64,
+    /// The tag of bit 0.
     pub offset: u32,
 }
 
