@@ -85,7 +85,7 @@ impl BlockDevice for NvmeBdev {
     /// transfer error from the device, never reaching other memory).
     unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) {
         // SAFETY: the trait's contract is DmaMapper::map's: memory stays valid while mapped.
-        if let Err(e) = unsafe { self.ctrlr.register_memory(regions) } {
+        if let Err(e) = unsafe { self.ctrlr.mapper.register(regions) } {
             log::error!("{}: cannot register I/O memory: {e}", self.info.name);
         }
     }

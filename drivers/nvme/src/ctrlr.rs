@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use pmio::hctx::HctxQueues;
 
 use crate::admin::{AdminQueue, check_alive};
-use crate::dma::DmaMapper;
+use crate::dma::{DmaMapper, Mappings};
 use crate::error::NvmeError;
 use crate::prp;
 use crate::regs::{Cap, Cc, Csts, RegisterIo, off};
@@ -184,7 +184,7 @@ impl InitState {
 pub struct Init {
     name: String,
     regs: Arc<dyn RegisterIo>,
-    mapper: Arc<dyn DmaMapper>,
+    mapper: Arc<Mappings>,
     opts: NvmeOptions,
     state: InitState,
     deadline: Instant,
@@ -210,7 +210,7 @@ impl Init {
         Ok(Init {
             name: opts.name.clone(),
             regs,
-            mapper,
+            mapper: Arc::new(Mappings::new(mapper)),
             opts,
             state: InitState::ReadCap,
             deadline: Instant::now(),
@@ -593,7 +593,6 @@ impl Init {
             detached: AtomicBool::new(false),
             open_qpairs: AtomicUsize::new(0),
             opts: self.opts,
-            registered: Mutex::new(Vec::new()),
         };
         Ok(Controller {
             inner: Arc::new(ctrlr),
@@ -605,7 +604,7 @@ impl Init {
 pub(crate) struct CtrlrInner {
     pub name: String,
     pub regs: Arc<dyn RegisterIo>,
-    pub mapper: Arc<dyn DmaMapper>,
+    pub mapper: Arc<Mappings>,
     pub cap: Cap,
     pub vs: u32,
     admin: Mutex<AdminQueue>,
@@ -619,8 +618,6 @@ pub(crate) struct CtrlrInner {
     pub detached: AtomicBool,
     pub open_qpairs: AtomicUsize,
     pub opts: NvmeOptions,
-    /// I/O memory mapped through `register_memory`, unmapped when the controller goes.
-    registered: Mutex<Vec<(usize, usize)>>,
 }
 
 impl CtrlrInner {
@@ -750,38 +747,12 @@ impl CtrlrInner {
     }
 }
 
-impl CtrlrInner {
-    /// Maps I/O memory for the device once per region (IOVA = VA); regions already mapped
-    /// (also by another namespace of the controller) are skipped.
-    ///
-    /// # Safety
-    /// As [`DmaMapper::map`]; the mappings are removed when the controller is dropped.
-    pub unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) -> Result<(), NvmeError> {
-        let mut reg = self.registered.lock().unwrap_or_else(|p| p.into_inner());
-        for &(addr, len) in regions {
-            let (a, l) = (addr as usize, len);
-            if reg.iter().any(|&(ra, rl)| ra <= a && a + l <= ra + rl) {
-                continue;
-            }
-            // SAFETY: forwarded to the caller.
-            unsafe { self.mapper.map(addr, len)? };
-            reg.push((a, l));
-        }
-        Ok(())
-    }
-}
-
 impl Drop for CtrlrInner {
     fn drop(&mut self) {
         if let Err(e) = self.shutdown() {
             log::error!("{e}");
         }
-        let reg = std::mem::take(self.registered.get_mut().unwrap_or_else(|p| p.into_inner()));
-        for (a, l) in reg {
-            if let Err(e) = self.mapper.unmap(a as *mut u8, l) {
-                log::error!("{e}");
-            }
-        }
+        self.mapper.unregister_all();
     }
 }
 
@@ -850,21 +821,12 @@ impl Controller {
     /// or until the controller is dropped.
     pub unsafe fn dma_register(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
         // SAFETY: forwarded to the caller.
-        unsafe { self.inner.register_memory(&[(addr, len)]) }
+        unsafe { self.inner.mapper.register(&[(addr, len)]) }
     }
 
     /// Undoes [`Controller::dma_register`] (no I/O may use the memory any more).
     pub fn dma_unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        let mut reg = self
-            .inner
-            .registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
-            reg.swap_remove(i);
-            self.inner.mapper.unmap(addr, len)?;
-        }
-        Ok(())
+        self.inner.mapper.unregister(addr, len)
     }
 
     /// Shuts the controller down (normal shutdown, bounded wait). Queue pairs should be

@@ -94,3 +94,126 @@ impl Drop for DmaMem {
         }
     }
 }
+
+/// A controller's mapper: forwards to the device's [`DmaMapper`] and keeps the I/O memory
+/// registered through `register_memory`, which stays mapped until unregistered or until the
+/// controller goes.
+///
+/// A registration outlives the buffer when its owner frees the memory without unregistering
+/// (the `register_memory` contract allows it once no queue uses it). If the process later maps
+/// new memory at the same address, mapping it fails with `EEXIST`; the stale registrations
+/// overlapping it are then removed and the mapping retried: live memory never shares an
+/// address with a fresh allocation, so those registrations cannot be in use.
+pub(crate) struct Mappings {
+    dev: Arc<dyn DmaMapper>,
+    registered: std::sync::Mutex<Vec<(usize, usize)>>,
+}
+
+impl Mappings {
+    pub fn new(dev: Arc<dyn DmaMapper>) -> Mappings {
+        Mappings {
+            dev,
+            registered: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize)>> {
+        self.registered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Maps through the device, evicting stale registrations on `EEXIST`.
+    ///
+    /// # Safety
+    /// As [`DmaMapper::map`].
+    unsafe fn map_evicting(
+        &self,
+        reg: &mut Vec<(usize, usize)>,
+        vaddr: *mut u8,
+        len: usize,
+    ) -> Result<(), NvmeError> {
+        // SAFETY: forwarded to the caller.
+        match unsafe { self.dev.map(vaddr, len) } {
+            Err(NvmeError::DmaMap { source, .. })
+                if source.raw_os_error() == Some(libc::EEXIST) =>
+            {
+                let (a, end) = (vaddr as usize, vaddr as usize + len);
+                let mut evicted = 0;
+                let mut i = 0;
+                while i < reg.len() {
+                    let (ra, rl) = reg[i];
+                    if ra < end && a < ra + rl {
+                        log::debug!(
+                            "DMA registration {ra:#x}+{rl:#x} is stale (its address was reused): unmapping it"
+                        );
+                        self.dev.unmap(ra as *mut u8, rl)?;
+                        reg.swap_remove(i);
+                        evicted += 1;
+                    } else {
+                        i += 1;
+                    }
+                }
+                if evicted == 0 {
+                    return Err(NvmeError::DmaMap {
+                        op: "map",
+                        iova: vaddr as u64,
+                        len,
+                        source,
+                    });
+                }
+                // SAFETY: forwarded to the caller.
+                unsafe { self.dev.map(vaddr, len) }
+            }
+            r => r,
+        }
+    }
+
+    /// Maps I/O memory once per region (regions inside a registered one are skipped).
+    ///
+    /// # Safety
+    /// As [`DmaMapper::map`]; the mapping lasts until [`Mappings::unregister`] or
+    /// [`Mappings::unregister_all`].
+    pub unsafe fn register(&self, regions: &[(*mut u8, usize)]) -> Result<(), NvmeError> {
+        let mut reg = self.lock();
+        for &(addr, len) in regions {
+            let a = addr as usize;
+            if reg.iter().any(|&(ra, rl)| ra <= a && a + len <= ra + rl) {
+                continue;
+            }
+            // SAFETY: forwarded to the caller.
+            unsafe { self.map_evicting(&mut reg, addr, len)? };
+            reg.push((a, len));
+        }
+        Ok(())
+    }
+
+    /// Removes one registration made with exactly this address and length.
+    pub fn unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
+        let mut reg = self.lock();
+        if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
+            reg.swap_remove(i);
+            self.dev.unmap(addr, len)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every registration (the controller is going away).
+    pub fn unregister_all(&self) {
+        for (a, l) in std::mem::take(&mut *self.lock()) {
+            if let Err(e) = self.dev.unmap(a as *mut u8, l) {
+                log::error!("{e}");
+            }
+        }
+    }
+}
+
+impl DmaMapper for Mappings {
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
+        let mut reg = self.lock();
+        // SAFETY: forwarded to the caller.
+        unsafe { self.map_evicting(&mut reg, vaddr, len) }
+    }
+
+    fn unmap(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
+        self.dev.unmap(vaddr, len)
+    }
+}

@@ -469,7 +469,18 @@ impl RegisterIo for FakeCtrl {
 
 impl DmaMapper for FakeCtrl {
     unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        self.st.lock().unwrap().mapped.push((vaddr as u64, len));
+        let mut s = self.st.lock().unwrap();
+        let (a, end) = (vaddr as u64, vaddr as u64 + len as u64);
+        // As VFIO type1: an overlap with an existing mapping is EEXIST.
+        if s.mapped.iter().any(|&(m, l)| m < end && a < m + l as u64) {
+            return Err(NvmeError::DmaMap {
+                op: "map",
+                iova: a,
+                len,
+                source: std::io::Error::from_raw_os_error(libc::EEXIST),
+            });
+        }
+        s.mapped.push((a, len));
         Ok(())
     }
 
@@ -752,6 +763,33 @@ mod tests {
         // A second attach of the same controller works.
         let c = attach(&fake);
         assert_eq!(c.bdevs().len(), 1);
+    }
+
+    #[test]
+    fn stale_registrations_are_evicted_when_their_address_is_reused() {
+        let fake = Arc::new(FakeCtrl::new(64));
+        let m = crate::dma::Mappings::new(fake.clone());
+        let (a, len) = (0x1000_0000usize, 0x20_0000usize);
+        // SAFETY: the fake never touches memory on map; nothing does I/O to these addresses.
+        unsafe {
+            m.register(&[(a as *mut u8, len)]).unwrap();
+            m.register(&[((a + 4096) as *mut u8, 4096)]).unwrap(); // inside: skipped
+        }
+        assert_eq!(fake.mapped(), 1);
+        // New memory at an overlapping address: the registration was stale.
+        // SAFETY: as above.
+        unsafe { m.map((a + 0x10_0000) as *mut u8, len).unwrap() };
+        assert_eq!(fake.mapped(), 1);
+        // An overlap with memory that is not a registration still fails.
+        // SAFETY: as above.
+        let e = unsafe { m.map((a + 0x10_0000) as *mut u8, 4096) }.unwrap_err();
+        assert!(e.to_string().contains("File exists"), "{e}");
+        m.unregister_all();
+        assert_eq!(
+            fake.mapped(),
+            1,
+            "unregister_all leaves non-registered mappings"
+        );
     }
 
     #[test]
