@@ -265,3 +265,59 @@ fn tgt_garbage_never_disturbs_other_clients() {
     assert_eq!(v[0]["num_blocks"], 16384);
     assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
 }
+
+#[test]
+fn tgt_nvme_attach_errors_match_spdk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("t.sock"), &[]);
+    // rpc.py's bytes for an address with no device: SPDK answers -19.
+    let attach = "{\n  \"jsonrpc\": \"2.0\",\n  \"method\": \"bdev_nvme_attach_controller\",\n  \"id\": 1,\n  \"params\": {\n    \"name\": \"Nvme0\",\n    \"trtype\": \"PCIe\",\n    \"traddr\": \"0000:00:1f.7\",\n    \"prchk_reftag\": false,\n    \"prchk_guard\": false,\n    \"hdgst\": false,\n    \"ddgst\": false,\n    \"allow_unrecognized_csi\": false\n  }\n}";
+    let v = lines(&d.raw(attach.as_bytes()));
+    assert_eq!(v[0]["id"], 1);
+    assert_eq!(v[0]["error"]["code"], -19, "{}", v[0]);
+    assert!(
+        v[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("No such device")
+    );
+    let detach = "{\n  \"jsonrpc\": \"2.0\",\n  \"method\": \"bdev_nvme_detach_controller\",\n  \"id\": 1,\n  \"params\": {\n    \"name\": \"Nvme0\"\n  }\n}";
+    assert_eq!(
+        d.raw(detach.as_bytes()),
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-19,\"message\":\"No such device\"}}\n"
+    );
+    // Through pmio-rpc: a malformed address, another transport, a fabrics-only parameter.
+    for (args, code) in [
+        (&["-b", "Nvme0", "-t", "PCIe", "-a", "00:1f"][..], "-22"),
+        (&["-b", "Nvme0", "-t", "TCP", "-a", "10.0.0.1"][..], "-95"),
+        (
+            &[
+                "-b",
+                "Nvme0",
+                "-t",
+                "pcie",
+                "-a",
+                "0000:00:1f.7",
+                "-n",
+                "nqn.x",
+            ][..],
+            "-22",
+        ),
+    ] {
+        let mut a = vec!["bdev_nvme_attach_controller"];
+        a.extend_from_slice(args);
+        let out = d.rpc(&a);
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("\"code\": {code}")),
+            "{args:?}: {text}"
+        );
+    }
+    assert!(
+        d.rpc_json(&["bdev_get_bdevs"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}

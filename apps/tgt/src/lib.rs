@@ -22,6 +22,7 @@
 pub mod config;
 pub mod jsonrpc;
 pub mod methods;
+pub mod nvme;
 pub mod params;
 pub mod perf;
 pub mod sched;
@@ -33,6 +34,7 @@ pub mod uring;
 /// controllers with the shutdown sequence, then unregisters every bdev.
 pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
+    nvme::detach_all(t);
     for r in t.records().into_iter().rev() {
         if let Err(e) = t.registry.unregister(&r.name) {
             log::debug!("unregistering {}: {e}", r.name);

@@ -53,6 +53,7 @@ impl Rpc {
         methods.extend(crate::perf::methods());
         methods.extend(crate::sched::methods());
         methods.extend(crate::uring::methods());
+        methods.extend(crate::nvme::methods());
         Rpc {
             target,
             methods,

@@ -12,6 +12,7 @@
 //! latency then counts from insertion.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
@@ -359,7 +360,9 @@ struct Job {
     core: u32,
     q: BdevQueue,
     plug: Plug,
-    bufs: DmaRegion,
+    /// The I/O buffers (`depth * size` bytes), from and back to the reactor's [`BufCache`].
+    bufs: Option<DmaRegion>,
+    base: *mut u8,
     size: u64,
     nblocks: u32,
     depth: u32,
@@ -402,8 +405,14 @@ impl Job {
         )
         .map_err(|e| e.to_string())?;
         q.register_plug(&mut plug);
-        let bufs = DmaRegion::new((u64::from(spec.depth) * spec.size) as usize)
-            .map_err(|e| format!("I/O buffers: {e}"))?;
+        let bufs = take_buffer(
+            ctx,
+            &info.name,
+            (u64::from(spec.depth) * spec.size) as usize,
+        )?;
+        // SAFETY: the region stays allocated, same pages, in this reactor's BufCache or in a
+        // job, until the bdev is deleted (`drop_buffers`), after its last queue and I/O.
+        unsafe { q.device().register_memory(&[(bufs.as_ptr(), bufs.len())]) };
         let nblocks = (spec.size / u64::from(info.block_size)) as u32;
         let sched = match &spec.sched {
             Scheduler::None => None,
@@ -423,7 +432,8 @@ impl Job {
             core: ctx.core(),
             q,
             plug,
-            bufs,
+            base: bufs.as_ptr(),
+            bufs: Some(bufs),
             size: spec.size,
             nblocks,
             depth: spec.depth,
@@ -517,9 +527,9 @@ impl Job {
 
     #[inline]
     fn slot_buf(&self, slot: u16) -> *mut u8 {
-        // SAFETY: slot < depth, so the slot's `size` bytes lie inside `bufs` (depth * size
-        // bytes), which lives as long as the job.
-        unsafe { self.bufs.as_ptr().add(slot as usize * self.size as usize) }
+        // SAFETY: slot < depth, so the slot's `size` bytes lie inside `bufs` (at least
+        // depth * size bytes), which the job holds until it has finished.
+        unsafe { self.base.add(slot as usize * self.size as usize) }
     }
 
     /// Submits new I/O while slots are free. Returns how many were submitted or queued.
@@ -730,6 +740,9 @@ impl Job {
             return;
         };
         ctx.unregister_poller(id);
+        if let Some(b) = self.bufs.take() {
+            give_back(ctx, &self.name, b);
+        }
         let hist = std::mem::replace(&mut self.hist, Histogram::new(1).expect("histogram"));
         let elapsed_ns = now.saturating_sub(self.start_ns);
         let _ = self.tx.send(JobReport {
@@ -744,6 +757,44 @@ impl Job {
             aborted: self.aborted,
             error: self.error.take(),
         });
+    }
+}
+
+/// Per reactor: perform_tests buffers, kept per bdev and reused by later jobs.
+///
+/// A driver may keep a buffer registered (DMA-mapped by the NVMe driver until its controller
+/// goes), so a region handed to a device is never freed while the bdev exists: freeing it and
+/// getting the same addresses back in a new region would leave the device's mapping on the old
+/// pages.
+#[derive(Default)]
+struct BufCache(HashMap<String, Vec<DmaRegion>>);
+
+/// A region of at least `len` bytes for bdev `name` from this reactor's cache, or a new one.
+fn take_buffer(ctx: &mut ReactorCtx, name: &str, len: usize) -> Result<DmaRegion, String> {
+    let cache = ctx.local_or_insert_with(BufCache::default);
+    if let Some(list) = cache.0.get_mut(name)
+        && let Some(i) = list.iter().position(|r| r.len() >= len)
+    {
+        return Ok(list.swap_remove(i));
+    }
+    DmaRegion::new(len).map_err(|e| format!("I/O buffers: {e}"))
+}
+
+fn give_back(ctx: &mut ReactorCtx, name: &str, region: DmaRegion) {
+    let cache = ctx.local_or_insert_with(BufCache::default);
+    cache.0.entry(name.to_string()).or_default().push(region);
+}
+
+/// Frees every reactor's cached buffers of bdev `name` (after it was deleted).
+pub fn drop_buffers(t: &Target, name: &str) {
+    let n = name.to_string();
+    let r = t.reactors().run_on_all(move |ctx| {
+        if let Some(c) = ctx.local::<BufCache>() {
+            c.0.remove(n.as_str());
+        }
+    });
+    if let Err(e) = r {
+        log::debug!("dropping perform_tests buffers of {name}: {e}");
     }
 }
 

@@ -87,7 +87,7 @@ pub struct BdevRecord {
 }
 
 /// An attached NVMe controller.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CtrlrRecord {
     /// Controller name.
     pub name: String,
@@ -95,6 +95,8 @@ pub struct CtrlrRecord {
     pub traddr: String,
     /// Bdev names, one per namespace.
     pub bdevs: Vec<String>,
+    /// The driver's controller.
+    pub ctrlr: Arc<pmio_nvme::Controller>,
 }
 
 /// The daemon state shared by every RPC connection.
@@ -262,7 +264,9 @@ impl Target {
         self.check_not_busy(name)?;
         self.registry.unregister(name).map_err(|e| bdev_error(&e))?;
         records.remove(pos);
+        drop(records);
         self.forget_bdev_state(name);
+        crate::perf::drop_buffers(self, name);
         Ok(())
     }
 
