@@ -58,6 +58,11 @@ pub const DRIVERS: &[DriverEntry] = &[
         help: "malloc[:size=64M,bs=512,name=Malloc0]",
         create: malloc_spec,
     },
+    DriverEntry {
+        name: "uring",
+        help: "uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,name=Uring0]",
+        create: uring_spec,
+    },
 ];
 
 /// The `key=value` pairs of one spec, taken out one by one by a constructor.
@@ -237,6 +242,35 @@ fn malloc_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
     })
 }
 
+fn bool_key(a: &mut SpecArgs, key: &str, default: bool) -> Result<bool, String> {
+    match a.str(key).as_deref() {
+        None => Ok(default),
+        Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(v) => Err(format!("{key}={v}: must be 0 or 1")),
+    }
+}
+
+fn uring_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
+    let path = a.str("path").ok_or("path=FILE is required")?;
+    let block_size = match a.size("bs")? {
+        None => None,
+        Some(v) => Some(u32::try_from(v).map_err(|_| format!("bs={v}: too large"))?),
+    };
+    let opts = pmio_uring::UringOptions {
+        path: path.into(),
+        name: Some(a.str("name").unwrap_or(name)),
+        direct: bool_key(a, "direct", true)?,
+        hipri: bool_key(a, "hipri", false)?,
+        block_size,
+    };
+    let dev = pmio_uring::UringBdev::create(&opts).map_err(|e| e.to_string())?;
+    Ok(Created {
+        dev: Arc::new(dev),
+        stores_data: true,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +311,29 @@ mod tests {
         assert!(c.stores_data);
         assert_eq!(c.dev.info().num_blocks, 2048);
         assert_eq!(c.dev.info().name, "Malloc0");
+    }
+
+    #[test]
+    fn uring_specs() {
+        let f = std::env::temp_dir().join(format!("pmio-perf-uring-spec-{}", std::process::id()));
+        std::fs::write(&f, vec![0u8; 1 << 20]).unwrap();
+        let c = parse_dev(&format!("uring:path={},direct=0", f.display()), 0).unwrap();
+        assert!(c.stores_data);
+        assert_eq!(c.dev.info().name, "Uring0");
+        assert_eq!(c.dev.info().num_blocks, 2048, "buffered: 512-byte blocks");
+        for (spec, needle) in [
+            ("uring".to_string(), "path=FILE is required"),
+            ("uring:path=/nonexistent/x".to_string(), "no such file"),
+            ("uring:path=/tmp".to_string(), "is a directory"),
+            (
+                format!("uring:path={},direct=2", f.display()),
+                "direct=2: must be 0 or 1",
+            ),
+        ] {
+            let e = parse_dev(&spec, 0).err().unwrap().to_string();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
+        std::fs::remove_file(&f).unwrap();
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl Worker {
         for (i, s) in specs.into_iter().enumerate() {
             let name = s.dev.info().name.clone();
             let block_size = s.dev.info().block_size;
+            let dev = Arc::clone(&s.dev);
             let q = BdevQueue::open(
                 s.dev,
                 BdevQueueOptions {
@@ -155,6 +156,9 @@ impl Worker {
             q.register_plug(&mut plug);
             let bufs = DmaRegion::new((s.depth as u64 * s.bs) as usize)
                 .map_err(|e| format!("bdev {name}: I/O buffers: {e}"))?;
+            // SAFETY: `bufs` lives in this job next to its queue, which is dropped first (field
+            // order of `Job`); no I/O uses the region after that.
+            unsafe { dev.register_memory(&[(bufs.as_ptr(), bufs.len())]) };
             let units = s.region_units as usize;
             let verify = s.verify.map(|seqs| VerifyState {
                 inflight: vec![false; units],

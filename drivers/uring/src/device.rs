@@ -159,23 +159,26 @@ impl UringBdev {
         self.iopoll_fallback.as_deref()
     }
 
-    /// Registers memory regions `(address, length)` as io_uring fixed buffers in every queue
-    /// of this device, open or opened later (an open queue picks them up at its next
-    /// `submit`): a read or write whose buffer lies wholly inside a region uses
-    /// `READ_FIXED`/`WRITE_FIXED` (no per-I/O page pinning); other buffers use plain opcodes.
-    /// Regions of more than 1 GiB are split. Typically the whole of a `pmio::dma::DmaRegion`
-    /// (`as_ptr()`, `len()`).
+    /// Registers memory regions `(address, length)` as io_uring fixed buffers for the queues
+    /// of this device that the **calling thread** (a reactor) opened or opens: a read or
+    /// write whose buffer lies wholly inside a region uses `READ_FIXED`/`WRITE_FIXED` (no
+    /// per-I/O page pinning); other buffers use plain opcodes. An open queue picks the regions
+    /// up at its next `submit`. A later call on the same thread replaces that thread's
+    /// regions (an empty slice clears them). Regions of more than 1 GiB are split. Typically
+    /// the whole of a `pmio::dma::DmaRegion` (`as_ptr()`, `len()`).
     ///
     /// # Safety
-    /// Each region must be valid, mapped memory and stay mapped, with the same pages, until
-    /// every queue of this device has been dropped (the kernel keeps the pages registered;
-    /// I/O to a registered address reaches those pages even if the address is remapped).
+    /// Each region must be mapped, with the same pages, until the calling thread's queues of
+    /// this device are dropped or the regions are replaced, or at least until no I/O of those
+    /// queues uses an address in it again (the kernel keeps the pages registered, and I/O to
+    /// a registered address reaches those pages even if the address is remapped).
     pub unsafe fn register_buffers(&self, regions: &[(*mut u8, usize)]) {
-        self.buffers.add(
+        self.buffers.set_for_current_thread(
             regions
                 .iter()
                 .filter(|(_, len)| *len > 0)
-                .map(|&(p, len)| (p as usize, len)),
+                .map(|&(p, len)| (p as usize, len))
+                .collect(),
         );
     }
 
@@ -333,6 +336,12 @@ impl BlockDevice for UringBdev {
         }
         self.open_ring_queue(ty == HctxType::Poll && self.iopoll, depth)
             .map_err(|e| refuse(e.to_string()))
+    }
+
+    /// Registers the regions as fixed buffers ([`UringBdev::register_buffers`]).
+    unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) {
+        // SAFETY: the trait's contract is `register_buffers`' contract.
+        unsafe { self.register_buffers(regions) }
     }
 }
 

@@ -11,6 +11,7 @@ use std::marker::PhantomData;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use pmio::{DriverQueue, IoStatus, Op, OpSet, PrioClass, ReqFlags, Request};
@@ -54,33 +55,45 @@ pub(crate) struct QueueConfig {
     pub buffers: Arc<BufferSet>,
 }
 
-/// Memory regions `(address, length)` the device's queues register as fixed buffers, with a
-/// generation number that changes on every registration so open queues pick it up (one
-/// relaxed load per submitted batch).
+/// Memory regions `(address, length)` the device's queues register as fixed buffers, kept per
+/// thread: a queue registers the regions of the thread that opened it (its reactor), and a
+/// new registration on that thread replaces the old one, so regions a reactor let go of are
+/// never registered again. A generation number that changes on every registration lets open
+/// queues notice with one relaxed load per submitted batch.
 #[derive(Debug, Default)]
 pub(crate) struct BufferSet {
-    regions: Mutex<Vec<(usize, usize)>>,
+    per_thread: Mutex<Vec<(ThreadId, u64, Vec<(usize, usize)>)>>,
     generation: AtomicU64,
 }
 
 impl BufferSet {
-    /// Adds regions and bumps the generation.
-    pub(crate) fn add(&self, regions: impl IntoIterator<Item = (usize, usize)>) {
-        let mut r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        r.extend(regions);
-        self.generation.fetch_add(1, Ordering::Release);
+    /// Sets the calling thread's regions.
+    pub(crate) fn set_for_current_thread(&self, regions: Vec<(usize, usize)>) {
+        let me = std::thread::current().id();
+        let mut t = self.per_thread.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        match t.iter_mut().find(|(id, _, _)| *id == me) {
+            Some(e) => *e = (me, generation, regions),
+            None => t.push((me, generation, regions)),
+        }
     }
 
-    /// The current generation.
+    /// The current generation (changes on every registration by any thread).
     #[inline]
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Relaxed)
     }
 
-    /// The regions and the generation they belong to.
-    fn snapshot(&self) -> (Vec<(usize, usize)>, u64) {
-        let r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        (r.clone(), self.generation.load(Ordering::Acquire))
+    /// The calling thread's regions, the generation they were set at (0: never), and the
+    /// set's current generation.
+    fn snapshot(&self) -> (Vec<(usize, usize)>, u64, u64) {
+        let me = std::thread::current().id();
+        let t = self.per_thread.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.generation.load(Ordering::Acquire);
+        match t.iter().find(|(id, _, _)| *id == me) {
+            Some((_, g, r)) => (r.clone(), *g, now),
+            None => (Vec::new(), 0, now),
+        }
     }
 }
 
@@ -412,7 +425,8 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     prep: Prep,
     st: State,
     enter_flags: u32,
-    /// Generation of the buffer set registered with the ring.
+    /// Generation of the buffer set last seen, and of this thread's registered regions.
+    buffers_seen: u64,
     buffers_gen: u64,
     /// Not Send: the ring was created for (SINGLE_ISSUER) and belongs to one thread.
     _not_send: PhantomData<*const ()>,
@@ -430,8 +444,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 what: "register file",
                 source: e,
             })?;
-        let (regions, buffers_gen) = cfg.buffers.snapshot();
-        let bufs = register_regions(&ring, &cfg.name, &regions);
+        let (regions, buffers_gen, buffers_seen) = cfg.buffers.snapshot();
+        let bufs = register_regions(&ring, &cfg.name, &regions, false);
         // GETEVENTS on every enter: runs deferred task work (DEFER_TASKRUN) and polls (IOPOLL),
         // so completions are flushed to the CQ by the same system call that submits.
         let enter_flags = if flags.defer_taskrun || flags.iopoll {
@@ -452,6 +466,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 enter_error_logged: false,
             },
             enter_flags,
+            buffers_seen,
             buffers_gen,
             _not_send: PhantomData,
         })
@@ -459,11 +474,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
 }
 
 /// Registers `regions` as fixed buffers (split at the kernel's 1 GiB limit). On failure the
-/// queue uses plain read/write opcodes and says so once.
+/// queue uses plain read/write opcodes and says so (a warning when `loud`: at open, regions
+/// an earlier user of this thread registered and has since unmapped fail quietly).
 fn register_regions<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
     ring: &IoUring<S, C>,
     name: &str,
     regions: &[(usize, usize)],
+    loud: bool,
 ) -> Vec<RegBuf> {
     let mut iov = Vec::new();
     let mut bufs = Vec::new();
@@ -487,7 +504,7 @@ fn register_regions<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
         return bufs;
     }
     // SAFETY: the device's `register_buffers` contract (an unsafe fn) makes its caller keep
-    // every region valid until the device's queues are dropped; the kernel pins the pages
+    // every region mapped while this thread's queues may use it; the kernel pins the pages
     // for as long as they are registered.
     match unsafe { ring.submitter().register_buffers(&iov) } {
         Ok(()) => {
@@ -498,7 +515,13 @@ fn register_regions<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
             bufs
         }
         Err(e) => {
-            log::warn!(
+            let level = if loud {
+                log::Level::Warn
+            } else {
+                log::Level::Debug
+            };
+            log::log!(
+                level,
                 "uring bdev {name}: registering {} buffer(s) failed ({e}); using plain \
                  read/write opcodes",
                 iov.len()
@@ -546,16 +569,20 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
         }
     }
 
-    /// Registers the device's current buffer set in place of the old one. Cold: runs once per
-    /// `register_buffers` call on the device. Requests already in flight keep the buffers
-    /// they were issued with (the kernel holds them until they complete).
+    /// Registers this thread's current regions in place of the old ones, if they changed.
+    /// Cold: runs once per registration on the device. Requests already in flight keep the
+    /// buffers they were issued with (the kernel holds them until they complete).
     #[cold]
-    fn reregister_buffers(&mut self) {
-        let (regions, generation) = self.prep.cfg.buffers.snapshot();
+    fn refresh_buffers(&mut self) {
+        let (regions, generation, now) = self.prep.cfg.buffers.snapshot();
+        self.buffers_seen = now;
+        if generation == self.buffers_gen {
+            return;
+        }
         if !self.prep.bufs.is_empty() {
             let _ = self.ring.submitter().unregister_buffers();
         }
-        self.prep.bufs = register_regions(&self.ring, &self.prep.cfg.name, &regions);
+        self.prep.bufs = register_regions(&self.ring, &self.prep.cfg.name, &regions, true);
         self.buffers_gen = generation;
     }
 
@@ -668,8 +695,8 @@ fn sqe_with_tag<S: squeue::EntryMarker>(mut sqe: S, tag: u16) -> S {
 
 impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
-        if self.prep.cfg.buffers.generation() != self.buffers_gen {
-            self.reregister_buffers();
+        if self.prep.cfg.buffers.generation() != self.buffers_seen {
+            self.refresh_buffers();
         }
         self.st.outstanding += tags.len();
         for &tag in tags {

@@ -114,6 +114,20 @@ pub trait BlockDevice: Send + Sync + 'static {
         index: u16,
         depth: u32,
     ) -> Result<Box<dyn DriverQueue>, BdevError>;
+
+    /// Tells the driver that I/O buffers will come from `regions` (`(address, length)`, e.g.
+    /// a whole [`crate::dma::DmaRegion`]), so it may pre-register them with the kernel or
+    /// device (io_uring fixed buffers). Call it on the reactor that does the I/O: a driver may
+    /// apply the regions to that reactor's queues only (open ones included), and a later call
+    /// from the same reactor may replace them. Default: nothing.
+    ///
+    /// # Safety
+    /// Each region must stay mapped, with the same pages, until every queue of the device
+    /// has been dropped, or at least until no I/O of the device uses an address in it again
+    /// (a driver may keep the pages pinned and I/O to a registered address reaches them).
+    unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) {
+        let _ = regions;
+    }
 }
 
 /// The driver side of one hardware queue, owned by one reactor.
