@@ -209,24 +209,19 @@ impl AllocHint {
     }
 }
 
-/// A cheap, non-zero seed for a hint's generator: a process-wide counter mixed with a stack
-/// address and the time (splitmix64). Not for anything but spreading submitters over the map.
+/// A cheap, non-zero seed for a hint's generator: a process-wide counter and a stack address
+/// hashed with std's randomly keyed SipHash (`RandomState`, keyed once per thread from the OS).
+/// Not for anything but spreading submitters over the map.
 fn seed() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
     // Plain std atomic even under loom: it is not part of the modelled state.
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let local = 0u8;
-    let addr = std::ptr::addr_of!(local) as usize as u64;
-    let time = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let mut z = n
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(addr.rotate_left(29) ^ time);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(n);
+    h.write_usize(std::ptr::addr_of!(local) as usize);
+    let z = h.finish();
     (z as u32 ^ (z >> 32) as u32) | 1
 }
 

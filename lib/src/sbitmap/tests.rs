@@ -338,7 +338,8 @@ fn shallow_limits_each_word_to_its_share() {
 
 #[test]
 fn shallow_shares_add_up_to_the_limit() {
-    for depth in 1..=600u32 {
+    let max_depth = if cfg!(miri) { 70 } else { 600 };
+    for depth in 1..=max_depth {
         let sb = map(depth);
         let words = sb.map_nr();
         for shallow in 0..=depth + 1 {
@@ -403,7 +404,7 @@ fn concurrent_get_put_never_hands_out_a_busy_tag() {
                     assert!(!was, "tag {t} handed out while busy");
                     held.push(t);
                 };
-                for round in 0..20_000u32 {
+                for round in 0..if cfg!(miri) { 200 } else { 20_000u32 } {
                     if round % 3 == i % 3 {
                         if let Some((mask, offset)) = sb.get_batch(&mut hint, 8) {
                             for t in tags_of(mask, offset) {
@@ -571,7 +572,7 @@ fn regression_cleared_race_neither_both_fail_nor_spin() {
     assert_eq!(rr.get(&mut AllocHint::with_start(1)), Some(0));
 
     // Threads: two allocators racing on an all-pending word, many times.
-    let rounds = 2000;
+    let rounds = if cfg!(miri) { 20 } else { 2000 };
     let sb = map(2);
     for _ in 0..rounds {
         let mut h = AllocHint::with_start(0);
@@ -839,6 +840,7 @@ mod props {
 
         /// Random mixes of every operation on random depths agree with the model.
         #[test]
+        #[cfg_attr(miri, ignore = "too slow under miri")]
         fn prop_matches_model(
             depth in 1u32..300,
             round_robin in proptest::bool::weighted(0.2),
@@ -849,6 +851,7 @@ mod props {
 
         /// Depths around word boundaries, batch-heavy.
         #[test]
+        #[cfg_attr(miri, ignore = "too slow under miri")]
         fn prop_batches_at_word_boundaries(
             depth in proptest::sample::select(vec![1u32, 3, 4, 63, 64, 65, 127, 128, 129, 256, 257, 1024]),
             ops in proptest::collection::vec(
