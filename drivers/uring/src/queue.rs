@@ -55,6 +55,9 @@ pub(crate) struct QueueConfig {
     pub buffers: Arc<BufferSet>,
 }
 
+/// One thread's regions `(address, length)` and the generation they were set at.
+type ThreadRegions = (ThreadId, u64, Vec<(usize, usize)>);
+
 /// Memory regions `(address, length)` the device's queues register as fixed buffers, kept per
 /// thread: a queue registers the regions of the thread that opened it (its reactor), and a
 /// new registration on that thread replaces the old one, so regions a reactor let go of are
@@ -62,7 +65,7 @@ pub(crate) struct QueueConfig {
 /// queues notice with one relaxed load per submitted batch.
 #[derive(Debug, Default)]
 pub(crate) struct BufferSet {
-    per_thread: Mutex<Vec<(ThreadId, u64, Vec<(usize, usize)>)>>,
+    per_thread: Mutex<Vec<ThreadRegions>>,
     generation: AtomicU64,
 }
 
