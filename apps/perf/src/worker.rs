@@ -81,11 +81,18 @@ struct JobState {
     bs: u64,
     block_size: u32,
     nblocks: u32,
-    free_slots: Vec<u16>,
+    /// Free buffer slots: a stack, `slots[..nfree]`.
+    slots: Box<[u16]>,
+    nfree: usize,
     verify: Option<VerifyState>,
     region_start: u64,
     measuring: bool,
     hist: Histogram<u64>,
+    /// Run-length of equal latencies not yet recorded: completions reaped in one batch
+    /// share their completion time, and those submitted in one burst their submit time, so
+    /// a batch usually holds one or two distinct latencies — one `record_n` each.
+    run_lat: u64,
+    run_n: u64,
     ios: u64,
     bytes: u64,
     errors: u64,
@@ -105,8 +112,8 @@ struct Job {
     region_units: u64,
     cursor: u64,
     rng: u64,
-    /// Burst plan: (is_read, unit, slot).
-    plan: Vec<(bool, u64, u16)>,
+    /// Ops of a mixed burst (true = read); `submit_batch` entries.
+    mix: Box<[bool]>,
 }
 
 /// One core's worker: its jobs, plug and counters.
@@ -170,11 +177,14 @@ impl Worker {
                     bs: s.bs,
                     block_size,
                     nblocks: (s.bs / u64::from(block_size)) as u32,
-                    free_slots: (0..s.depth as u16).rev().collect(),
+                    slots: (0..s.depth as u16).rev().collect(),
+                    nfree: s.depth as usize,
                     verify,
                     region_start: s.region_start,
                     measuring: phase == Phase::Fill,
                     hist: new_hist(),
+                    run_lat: 0,
+                    run_n: 0,
                     ios: 0,
                     bytes: 0,
                     errors: 0,
@@ -191,7 +201,7 @@ impl Worker {
                 region_units: s.region_units,
                 cursor: 0,
                 rng: seed(ctx.core(), i),
-                plan: Vec::with_capacity(s.submit_batch as usize),
+                mix: vec![false; s.submit_batch as usize].into_boxed_slice(),
             });
         }
         let poller = Rc::new(Cell::new(None));
@@ -271,6 +281,7 @@ impl Worker {
         for j in &mut self.jobs {
             j.st.measuring = true;
             j.st.hist.reset();
+            j.st.run_n = 0;
             j.st.ios = 0;
             j.st.bytes = 0;
             j.st.errors = 0;
@@ -344,6 +355,7 @@ impl Job {
         }
         let st = &mut self.st;
         let n = self.q.poll(self.complete_batch, |rq| st.complete(rq));
+        st.flush_hist();
         if n > 0 {
             counts.reap_calls += 1;
             counts.reaped += n as u64;
@@ -362,7 +374,7 @@ impl Job {
     ) -> Result<usize, String> {
         let mut total = 0;
         loop {
-            let room = self.depth - self.q.outstanding();
+            let room = (self.depth - self.q.outstanding()).min(self.st.nfree as u32);
             let mut want = room.min(self.submit_batch);
             if phase == Phase::Fill {
                 want = want.min((self.region_units - self.cursor).min(u64::from(u32::MAX)) as u32);
@@ -370,58 +382,55 @@ impl Job {
             if want == 0 {
                 return Ok(total);
             }
-            self.plan_burst(phase, want);
-            if self.plan.is_empty() {
-                return Ok(total);
-            }
-            let n = self.submit_burst(plug)?;
+            let n = self.submit_burst(phase, want, plug)?;
             counts.submit_calls += 1;
             counts.submitted += n as u64;
             total += n;
-        }
-    }
-
-    /// Chooses op, unit and buffer slot of each I/O of the next burst.
-    #[inline]
-    fn plan_burst(&mut self, phase: Phase, want: u32) {
-        self.plan.clear();
-        for _ in 0..want {
-            let Some(slot) = self.st.free_slots.pop() else {
-                break;
-            };
-            let r = next_rng(&mut self.rng);
-            let is_read = match (phase, self.read_pct) {
-                (Phase::Fill, _) | (_, 0) => false,
-                (_, 100) => true,
-                (_, p) => (r >> 32) % 100 < u64::from(p),
-            };
-            let mut unit = if phase == Phase::Fill || !self.random {
-                let u = self.cursor % self.region_units;
-                self.cursor += 1;
-                u
-            } else {
-                ((u128::from(r) * u128::from(self.region_units)) >> 64) as u64
-            };
-            if let Some(v) = &mut self.st.verify {
-                // Never two I/Os on one unit at once: sequence numbers stay well defined.
-                // The region holds more units than the queue depth, so a free one exists.
-                while v.inflight[unit as usize] {
-                    unit = (unit + 1) % self.region_units;
-                }
-                v.inflight[unit as usize] = true;
+            if n < want as usize {
+                return Ok(total);
             }
-            self.plan.push((is_read, unit, slot));
         }
     }
 
-    /// Submits the planned burst under one plug and flushes it (one doorbell).
+    /// The burst's ops: all reads, all writes, or (mixed workloads) drawn per I/O into
+    /// `mix`. Returns (reads, writes).
     #[inline]
-    fn submit_burst(&mut self, plug: &mut Plug) -> Result<usize, String> {
+    fn plan_ops(&mut self, phase: Phase, want: u32) -> (u32, u32) {
+        match (phase, self.read_pct) {
+            (Phase::Fill, _) | (_, 0) => (0, want),
+            (_, 100) => (want, 0),
+            (_, p) => {
+                let mut reads = 0;
+                for m in &mut self.mix[..want as usize] {
+                    *m = (next_rng(&mut self.rng) >> 32) % 100 < u64::from(p);
+                    reads += u32::from(*m);
+                }
+                (reads, want - reads)
+            }
+        }
+    }
+
+    /// The unit the next I/O addresses.
+    #[inline]
+    fn next_unit(&mut self, phase: Phase) -> u64 {
+        if phase == Phase::Fill || !self.random {
+            let u = self.cursor % self.region_units;
+            self.cursor += 1;
+            u
+        } else {
+            let r = next_rng(&mut self.rng);
+            ((u128::from(r) * u128::from(self.region_units)) >> 64) as u64
+        }
+    }
+
+    /// Submits one burst of `want` I/Os under one plug and flushes it (one doorbell).
+    #[inline]
+    fn submit_burst(&mut self, phase: Phase, want: u32, plug: &mut Plug) -> Result<usize, String> {
+        let (reads, writes) = self.plan_ops(phase, want);
+        let uniform_read = writes == 0;
         let nblocks = self.st.nblocks;
         let bs = self.st.bs;
         let base = self.st.bufs.as_ptr();
-        let reads = self.plan.iter().filter(|p| p.0).count() as u32;
-        let writes = self.plan.len() as u32 - reads;
         let mut io = Io {
             nblocks,
             ..Io::default()
@@ -437,11 +446,25 @@ impl Job {
         }
         let mut n = 0;
         let mut result = Ok(());
-        for i in 0..self.plan.len() {
-            let (is_read, unit, slot) = self.plan[i];
+        for i in 0..want as usize {
+            let is_read = if reads == 0 || uniform_read {
+                uniform_read
+            } else {
+                self.mix[i]
+            };
+            let slot = self.st.pop_slot();
+            let mut unit = self.next_unit(phase);
+            if let Some(v) = &mut self.st.verify {
+                // Never two I/Os on one unit at once: sequence numbers stay well defined.
+                // The region holds more units than the queue depth, so a free one exists.
+                while v.inflight[unit as usize] {
+                    unit = (unit + 1) % self.region_units;
+                }
+                v.inflight[unit as usize] = true;
+            }
             // SAFETY: slot < depth, so the slot's `bs` bytes lie inside `bufs` (depth * bs
             // bytes), which lives as long as the job; a slot is used by one I/O at a time
-            // (taken from `free_slots`, returned at its completion).
+            // (popped from the free stack, pushed back at its completion).
             let ptr = unsafe { base.add(slot as usize * bs as usize) };
             let lba = (self.st.region_start + unit) * u64::from(nblocks);
             if !is_read && let Some(v) = &mut self.st.verify {
@@ -464,11 +487,12 @@ impl Job {
             match self.q.submit(plug, &io) {
                 Ok(_) => n += 1,
                 Err(e) => {
-                    // Give back what was planned but not submitted.
-                    for &(_, unit, slot) in &self.plan[i..] {
-                        self.st.free_slots.push(slot);
-                        if let Some(v) = &mut self.st.verify {
-                            v.inflight[unit as usize] = false;
+                    // Give the slot (and the unit) back: nothing was queued for them.
+                    self.st.push_slot(slot);
+                    if let Some(v) = &mut self.st.verify {
+                        v.inflight[unit as usize] = false;
+                        if !is_read {
+                            v.seqs[unit as usize] -= 1;
                         }
                     }
                     if !e.is_busy() {
@@ -490,8 +514,12 @@ impl JobState {
     fn complete(&mut self, rq: &Request) {
         let slot = rq.token as u16;
         if self.measuring {
-            self.hist
-                .saturating_record(rq.complete_ns.saturating_sub(rq.submit_ns).max(1));
+            let lat = rq.complete_ns.saturating_sub(rq.submit_ns).max(1);
+            if lat != self.run_lat {
+                self.flush_hist();
+                self.run_lat = lat;
+            }
+            self.run_n += 1;
             self.ios += 1;
         }
         if rq.status.is_success() {
@@ -518,7 +546,31 @@ impl JobState {
                 self.check(rq, unit);
             }
         }
-        self.free_slots.push(slot);
+        self.push_slot(slot);
+    }
+
+    /// Takes a free buffer slot. The caller asks for at most as many slots as are free
+    /// (`refill` bounds a burst by the queue's room, and slots outnumber nothing in flight).
+    #[inline]
+    fn pop_slot(&mut self) -> u16 {
+        self.nfree -= 1;
+        self.slots[self.nfree]
+    }
+
+    /// Returns a buffer slot.
+    #[inline]
+    fn push_slot(&mut self, slot: u16) {
+        self.slots[self.nfree] = slot;
+        self.nfree += 1;
+    }
+
+    /// Records the pending run of equal latencies.
+    #[inline]
+    fn flush_hist(&mut self) {
+        if self.run_n > 0 {
+            self.hist.saturating_record_n(self.run_lat, self.run_n);
+            self.run_n = 0;
+        }
     }
 
     #[cold]

@@ -179,12 +179,17 @@ impl NullQueue {
         }
     }
 
+    /// Reports the `n` oldest started requests done: copies their tags out of the ring (at
+    /// most two slices) and marks them successful.
     #[inline]
     fn complete_head(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, n: usize) {
-        for i in 0..n {
-            let tag = self.ring[(self.head + i) & self.mask];
+        let start = done.len();
+        let h = self.head & self.mask;
+        let first = n.min(self.ring.len() - h);
+        done.extend_from_slice(&self.ring[h..h + first]);
+        done.extend_from_slice(&self.ring[..n - first]);
+        for &tag in &done[start..] {
             rqs[tag as usize].status = IoStatus::Success;
-            done.push(tag);
         }
         self.head = self.head.wrapping_add(n);
     }
@@ -210,10 +215,11 @@ impl DriverQueue for NullQueue {
     #[inline]
     fn submit(&mut self, _rqs: &mut [Request], tags: &[u16]) {
         debug_assert!(self.outstanding() + tags.len() <= self.ring.len());
-        for &t in tags {
-            self.ring[self.tail & self.mask] = t;
-            self.tail = self.tail.wrapping_add(1);
-        }
+        let t = self.tail & self.mask;
+        let first = tags.len().min(self.ring.len() - t);
+        self.ring[t..t + first].copy_from_slice(&tags[..first]);
+        self.ring[..tags.len() - first].copy_from_slice(&tags[first..]);
+        self.tail = self.tail.wrapping_add(tags.len());
     }
 
     #[inline]

@@ -128,8 +128,10 @@ struct Hctx {
     hint: AllocHint,
     /// Hint for freeing at completion.
     put_hint: AllocHint,
-    /// Prepared, not yet handed to the driver (capacity: depth).
-    pending: Vec<u16>,
+    /// Prepared, not yet handed to the driver: `pending[..npending]` (depth entries; a
+    /// fixed array rather than a `Vec`, so an append is one store).
+    pending: Box<[u16]>,
+    npending: usize,
     /// The completion batch being processed (capacity: depth).
     done: Vec<u16>,
 }
@@ -215,7 +217,8 @@ impl BdevQueue {
                 pool,
                 hint,
                 put_hint,
-                pending: Vec::with_capacity(opts.depth as usize),
+                pending: vec![0; opts.depth as usize].into_boxed_slice(),
+                npending: 0,
                 done: Vec::with_capacity(opts.depth as usize),
             });
         }
@@ -320,7 +323,9 @@ impl BdevQueue {
         let rq = &mut h.pool[tag];
         rq.prepare(io, now);
         rq.flags = flags;
-        h.pending.push(tag);
+        // At most `depth` tags exist, so a pending slot is always free.
+        h.pending[h.npending] = tag;
+        h.npending += 1;
         self.inflight += 1;
         Ok(tag)
     }
@@ -394,12 +399,13 @@ impl BdevQueue {
         match self.sched {
             SchedMode::None => {
                 for h in &mut self.hctx {
-                    if h.pending.is_empty() {
+                    if h.npending == 0 {
                         continue;
                     }
-                    h.drv.submit(h.pool.as_mut_slice(), &h.pending);
-                    n += h.pending.len();
-                    h.pending.clear();
+                    h.drv
+                        .submit(h.pool.as_mut_slice(), &h.pending[..h.npending]);
+                    n += h.npending;
+                    h.npending = 0;
                 }
             }
         }
