@@ -41,6 +41,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::registry::Registry;
 use super::stats::{QueueStats, QueueStatsCell, now_ns};
 use super::{BdevError, BlockDevice, DriverQueue};
 use crate::hctx::{HCTX_MAX_TYPES, HctxQueues, HctxType};
@@ -240,6 +241,21 @@ impl BdevQueue {
             _not_send: PhantomData,
             dev,
         })
+    }
+
+    /// Opens the registered device `name` (see [`BdevQueue::open`]) and adds this queue's
+    /// statistics to the registry's totals for it ([`Registry::device_stats`]).
+    pub fn open_in(
+        registry: &Registry,
+        name: &str,
+        opts: BdevQueueOptions,
+    ) -> Result<BdevQueue, BdevError> {
+        let dev = registry
+            .get(name)
+            .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
+        let q = BdevQueue::open(dev, opts)?;
+        registry.attach_stats(name, q.stats_cell())?;
+        Ok(q)
     }
 
     /// The device.
@@ -796,6 +812,28 @@ mod tests {
             n += q.poll(2, |_| {});
         }
         assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn open_in_feeds_the_registry_totals() {
+        let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        let reg = Registry::new();
+        reg.register(d).unwrap();
+        assert!(matches!(
+            BdevQueue::open_in(&reg, "nope", BdevQueueOptions::default()),
+            Err(BdevError::NotFound(_))
+        ));
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 512];
+        for _ in 0..2 {
+            let mut q = BdevQueue::open_in(&reg, "T0", BdevQueueOptions::default()).unwrap();
+            q.submit(&mut plug, &read(3, &mut buf)).unwrap();
+            q.flush();
+            while q.poll(8, |_| {}) == 0 {}
+        }
+        let t = reg.device_stats("T0").unwrap();
+        assert_eq!(t.op(Op::Read).ops, 2, "closed queues keep counting");
+        assert_eq!(t.op(Op::Read).bytes, 1024);
     }
 
     #[test]

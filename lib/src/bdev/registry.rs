@@ -9,12 +9,17 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::stats::{QueueStats, QueueStatsCell};
 use super::{BdevError, BlockDevice};
 
 /// Named block devices, shared by every reactor and the RPC thread.
 #[derive(Default)]
 pub struct Registry {
     devs: RwLock<BTreeMap<String, Arc<dyn BlockDevice>>>,
+    /// Statistics cells of every queue opened through the registry, per device. Cells of
+    /// closed queues stay, so device totals keep their I/O (as SPDK folds in the stats of
+    /// destroyed channels).
+    stats: RwLock<BTreeMap<String, Vec<Arc<QueueStatsCell>>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -52,10 +57,42 @@ impl Registry {
     /// Removes and returns the device called `name`. Queues already open keep the device
     /// alive (they hold an `Arc`) until they are dropped.
     pub fn unregister(&self, name: &str) -> Result<Arc<dyn BlockDevice>, BdevError> {
-        self.devs
+        let dev = self
+            .devs
             .write()
             .remove(name)
-            .ok_or_else(|| BdevError::NotFound(name.to_string()))
+            .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
+        self.stats.write().remove(name);
+        Ok(dev)
+    }
+
+    /// Adds a queue's statistics cell to device `name`'s totals (done by
+    /// [`super::BdevQueue::open_in`]).
+    pub fn attach_stats(&self, name: &str, cell: Arc<QueueStatsCell>) -> Result<(), BdevError> {
+        if !self.devs.read().contains_key(name) {
+            return Err(BdevError::NotFound(name.to_string()));
+        }
+        self.stats
+            .write()
+            .entry(name.to_string())
+            .or_default()
+            .push(cell);
+        Ok(())
+    }
+
+    /// Device `name`'s statistics: the sum over every queue opened through the registry,
+    /// computed now (O(queues)); `None` for an unknown device.
+    pub fn device_stats(&self, name: &str) -> Option<QueueStats> {
+        if !self.devs.read().contains_key(name) {
+            return None;
+        }
+        let mut total = QueueStats::default();
+        if let Some(cells) = self.stats.read().get(name) {
+            for c in cells {
+                total.add(&c.load());
+            }
+        }
+        Some(total)
     }
 
     /// The device called `name`.
@@ -160,6 +197,34 @@ mod tests {
             r.register(dummy("")),
             Err(BdevError::InvalidConfig { .. })
         ));
+    }
+
+    #[test]
+    fn device_stats_sum_attached_queues() {
+        let r = Registry::new();
+        r.register(dummy("d")).unwrap();
+        assert_eq!(r.device_stats("d"), Some(QueueStats::default()));
+        assert_eq!(r.device_stats("nope"), None);
+        let (a, b) = (
+            Arc::new(QueueStatsCell::new()),
+            Arc::new(QueueStatsCell::new()),
+        );
+        r.attach_stats("d", Arc::clone(&a)).unwrap();
+        r.attach_stats("d", Arc::clone(&b)).unwrap();
+        assert!(r.attach_stats("nope", Arc::clone(&a)).is_err());
+        let mut s = QueueStats::default();
+        s.op_mut(crate::request::Op::Read).record(4096, 10, true);
+        a.publish(&s);
+        s.op_mut(crate::request::Op::Read).record(4096, 30, true);
+        b.publish(&s);
+        let t = r.device_stats("d").unwrap();
+        let rd = t.op(crate::request::Op::Read);
+        assert_eq!(
+            (rd.ops, rd.bytes, rd.lat_min_ns, rd.lat_max_ns),
+            (3, 3 * 4096, 10, 30)
+        );
+        r.unregister("d").unwrap();
+        assert_eq!(r.device_stats("d"), None);
     }
 
     #[test]
