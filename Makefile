@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit lint fmt-check clippy loom bench perf vm-test vm-test-setup clean
+.PHONY: all build test unit lint fmt-check clippy loom bench perf vm-test vm-test-setup vm-test-tgt clean
 
 all: build
 
@@ -11,7 +11,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit loom vm-test vm-test-setup
+test: lint unit loom vm-test vm-test-setup vm-test-tgt
 
 unit:
 	$(CARGO) test --workspace
@@ -46,6 +46,13 @@ vm-test-setup:
 	$(CARGO) build --release -p pmio-setup
 	$(RUN_IN_VM) --quiet --timeout 240 --module nvme --module crc32c_generic --module ext4 \
 		--file target/release/pmio-setup -- test/vm/setup-in-guest.sh
+
+# pmio-tgt + pmio-rpc in the guest on the emulated NVMe controller: attach, perform_tests (none
+# and mq-deadline), save_config, detach, kill, restart with -c. IOVA = VA needs 48-bit IOMMU.
+vm-test-tgt:
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc
+	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc -- test/vm/tgt-in-guest.sh
 
 clean:
 	$(CARGO) clean
