@@ -25,12 +25,13 @@
 //! actually taken, so an aging pass that finds nothing old enough does not disturb the batch
 //! state (`last_dir`, `batching`, `starved`) of the normal pass.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::request::{IoStatus, Op, PrioClass, ReqFlags};
 
+use super::sorttree::{MAX_SECTOR, Tree};
 use super::{Dir, Dispatched, SchedError, SchedRq};
 
 /// "No request" in the index links of the slab.
@@ -39,8 +40,9 @@ const NIL: u32 = u32::MAX;
 /// Number of priority classes.
 const NR_PRIO: usize = 3;
 
-/// Largest number of scheduler tags (they index a slab; driver tags are `u16`).
-pub const MAX_NR_REQUESTS: u32 = 1 << 16;
+/// Largest number of scheduler tags (Linux's `BLK_MQ_MAX_DEPTH`). Ids must fit 16 bits (the
+/// sort sets pack them with the sector), and the sort sets shift at most this many keys.
+pub const MAX_NR_REQUESTS: u32 = 10_240;
 
 /// Linux's `BLKDEV_DEFAULT_RQ`.
 const BLKDEV_DEFAULT_RQ: u32 = 128;
@@ -445,7 +447,7 @@ impl Slot {
 /// One priority class: sort trees and FIFOs per direction, plus counters.
 #[derive(Debug, Default)]
 struct PerPrio {
-    sort: [BTreeSet<(u64, u32)>; 2],
+    sort: [Tree; 2],
     fifo_head: [u32; 2],
     fifo_tail: [u32; 2],
     /// Sector of the last request dispatched per direction (Linux's `latest_pos`).
@@ -456,8 +458,9 @@ struct PerPrio {
 }
 
 impl PerPrio {
-    fn new() -> PerPrio {
+    fn new(nr: u32) -> PerPrio {
         PerPrio {
+            sort: [Tree::with_capacity(nr), Tree::with_capacity(nr)],
             fifo_head: [NIL; 2],
             fifo_tail: [NIL; 2],
             ..PerPrio::default()
@@ -496,6 +499,8 @@ pub struct Deadline {
     starved: u32,
     /// Requests (carriers) in the trees or the dispatch list.
     pending: u32,
+    /// Whether `dispatch_run` may take sequential runs at once (tests turn it off to compare).
+    fast_runs: bool,
 }
 
 /// The request chosen by one step of the dispatch algorithm, before it is taken.
@@ -503,6 +508,8 @@ pub struct Deadline {
 struct Choice {
     id: u32,
     dir: Dir,
+    /// Position of `id` in its sort set, when the choice found it there.
+    pos: Option<usize>,
     /// Whether this starts a new batch (direction decided afresh).
     new_batch: bool,
     /// Whether writes were chosen after reads had been preferred `writes_starved` times.
@@ -526,7 +533,7 @@ impl Deadline {
             async_depth: opts.effective_async_depth(),
             slots: vec![Slot::EMPTY; nr as usize].into_boxed_slice(),
             side: Arc::new(CompletionSide::new(nr)),
-            prios: [PerPrio::new(), PerPrio::new(), PerPrio::new()],
+            prios: [PerPrio::new(nr), PerPrio::new(nr), PerPrio::new(nr)],
             dispatch: VecDeque::with_capacity(nr as usize),
             ready: (0..owners)
                 .map(|_| VecDeque::with_capacity(nr as usize))
@@ -535,6 +542,7 @@ impl Deadline {
             batching: 0,
             starved: 0,
             pending: 0,
+            fast_runs: true,
             opts,
         })
     }
@@ -676,6 +684,12 @@ impl Deadline {
         if slot.state != State::Out || self.side.in_flight(id) {
             return Err(SchedError::Busy { id });
         }
+        if rq.sector > MAX_SECTOR || rq.sector + u64::from(rq.nblocks) > MAX_SECTOR + 1 {
+            return Err(SchedError::SectorRange {
+                id,
+                sector: rq.sector,
+            });
+        }
         if rq.owner >= self.opts.owners {
             return Err(SchedError::BadOwner {
                 owner: rq.owner,
@@ -730,7 +744,7 @@ impl Deadline {
     fn add_queued(&mut self, id: u32) {
         let s = self.slots[id as usize];
         let (p, d) = (s.prio as usize, s.dir() as usize);
-        self.prios[p].sort[d].insert((s.sector, id));
+        self.prios[p].sort[d].insert(id, s.sector);
         self.fifo_push_back(p, d, id);
         self.pending += 1;
     }
@@ -768,11 +782,12 @@ impl Deadline {
     /// as Linux's `attempt_back_merge` / `attempt_front_merge`.
     fn try_insert_merge(&mut self, id: u32) -> Option<u32> {
         let new = self.slots[id as usize];
-        if !Self::mergeable(&new) {
+        // Without a buffer address two requests make two segments.
+        if !Self::mergeable(&new) || (new.addr == 0 && self.opts.max_segments < 2) {
             return None;
         }
         let (p, d) = (new.prio as usize, new.dir() as usize);
-        if let Some(&(_, q)) = self.prios[p].sort[d].range(..(new.sector, 0)).next_back()
+        if let Some(q) = self.prios[p].sort[d].last_before(new.sector)
             && let Some(segs) = self.merge_fits(&self.slots[q as usize], &new)
         {
             self.absorb_back(q, id, segs);
@@ -783,14 +798,15 @@ impl Deadline {
             return Some(q);
         }
         if self.opts.front_merges
-            && let Some(&(_, q)) = self.prios[p].sort[d].range((new.end(), 0)..).next()
+            && let Some(q) = self.prios[p].sort[d].first_at_or_after(new.end())
             && let Some(segs) = self.merge_fits(&new, &self.slots[q as usize])
         {
             // The queued request keeps its place in the FIFO; re-key it in the tree.
-            let old_sector = self.slots[q as usize].sector;
-            self.prios[p].sort[d].remove(&(old_sector, q));
+            let old = self.slots[q as usize].sector;
+            self.prios[p].sort[d].remove(q, old);
             self.absorb_front(q, id, segs);
-            self.prios[p].sort[d].insert((self.slots[q as usize].sector, q));
+            let sector = self.slots[q as usize].sector;
+            self.prios[p].sort[d].insert(q, sector);
             self.prios[p].merged += 1;
             if let Some(prev) = self.back_neighbour(q) {
                 self.merge_queued(prev, q);
@@ -805,9 +821,7 @@ impl Deadline {
     /// merged behind `q`.
     fn front_neighbour(&self, q: u32) -> Option<u32> {
         let s = &self.slots[q as usize];
-        let &(_, r) = self.prios[s.prio as usize].sort[s.dir() as usize]
-            .range((s.end(), 0)..)
-            .next()?;
+        let r = self.prios[s.prio as usize].sort[s.dir() as usize].first_at_or_after(s.end())?;
         self.merge_fits(s, &self.slots[r as usize]).map(|_| r)
     }
 
@@ -815,9 +829,7 @@ impl Deadline {
     /// be merged behind it.
     fn back_neighbour(&self, q: u32) -> Option<u32> {
         let s = &self.slots[q as usize];
-        let &(_, r) = self.prios[s.prio as usize].sort[s.dir() as usize]
-            .range(..(s.sector, 0))
-            .next_back()?;
+        let r = self.prios[s.prio as usize].sort[s.dir() as usize].last_before(s.sector)?;
         self.merge_fits(&self.slots[r as usize], s).map(|_| r)
     }
 
@@ -874,7 +886,7 @@ impl Deadline {
         };
         let hs = self.slots[hi as usize];
         let (p, d) = (hs.prio as usize, hs.dir() as usize);
-        self.prios[p].sort[d].remove(&(hs.sector, hi));
+        self.prios[p].sort[d].remove(hi, hs.sector);
         if hs.deadline_ns < self.slots[lo as usize].deadline_ns {
             self.fifo_unlink(p, d, lo);
             self.fifo_replace(p, d, hi, lo);
@@ -981,20 +993,77 @@ impl Deadline {
         }
         let mut budget = max - n;
         while budget > 0 {
+            if let Some(k) = self.dispatch_run(owner, budget, out) {
+                n += k.0;
+                budget -= k.1;
+                continue;
+            }
             let Some(id) = self.dispatch_one(now_ns) else {
                 break;
             };
             budget -= 1;
-            let to = self.slots[id as usize].owner;
-            if to == owner {
-                out.push(self.hand_out(id));
-                n += 1;
-            } else {
-                self.slots[id as usize].state = State::Ready;
-                self.ready[usize::from(to)].push_back(id);
-            }
+            n += self.deliver(owner, id, out);
         }
         n
+    }
+
+    /// Hands `id` to `owner` (returns 1) or parks it in its owner's ready list (returns 0).
+    #[inline]
+    fn deliver(&mut self, owner: u16, id: u32, out: &mut Vec<Dispatched>) -> usize {
+        let to = self.slots[id as usize].owner;
+        if to == owner {
+            out.push(self.hand_out(id));
+            1
+        } else {
+            self.slots[id as usize].state = State::Ready;
+            self.ready[usize::from(to)].push_back(id);
+            0
+        }
+    }
+
+    /// The common case in one step: when the dispatch list is empty and exactly one class has
+    /// requests queued or in flight (so there is no aging pass and no class above to wait
+    /// for) and the current sequential batch can continue, the next requests `dispatch_one`
+    /// would return one by one are the consecutive entries of the sort set from the batch
+    /// position on. Takes up to `budget` of them with one shift of the set. Returns
+    /// (handed to `owner`, taken), or `None` when the fast path does not apply.
+    fn dispatch_run(
+        &mut self,
+        owner: u16,
+        budget: usize,
+        out: &mut Vec<Dispatched>,
+    ) -> Option<(usize, usize)> {
+        if !self.fast_runs || !self.dispatch.is_empty() || self.batching >= self.opts.fifo_batch {
+            return None;
+        }
+        let mut only = None;
+        for prio in PrioClass::ALL {
+            if self.queued(prio) > 0 {
+                if only.is_some() {
+                    return None;
+                }
+                only = Some(prio);
+            }
+        }
+        let prio = only?;
+        let (p, d) = (prio as usize, self.last_dir as usize);
+        let (i, _) = self.prios[p].sort[d].next_at(self.prios[p].latest_pos[d])?;
+        let avail = self.prios[p].sort[d].len() - i;
+        let len = budget
+            .min(avail)
+            .min((self.opts.fifo_batch - self.batching) as usize);
+        let mut handed = 0;
+        for k in 0..len {
+            let id = self.prios[p].sort[d].id_at(i + k);
+            self.fifo_unlink(p, d, id);
+            self.prios[p].latest_pos[d] = self.slots[id as usize].sector;
+            self.count_dispatched(id);
+            handed += self.deliver(owner, id, out);
+        }
+        self.prios[p].sort[d].remove_run(i, len);
+        self.batching += len as u32;
+        self.pending -= len as u32;
+        Some((handed, len))
     }
 
     /// Marks a carrier and its members in flight and describes it.
@@ -1082,9 +1151,10 @@ impl Deadline {
         let pp = &self.prios[prio as usize];
         let batch = self.next_by_sector(pp, self.last_dir);
         let choice = match batch {
-            Some(id) if self.batching < self.opts.fifo_batch => Choice {
+            Some((pos, id)) if self.batching < self.opts.fifo_batch => Choice {
                 id,
                 dir: self.last_dir,
+                pos: Some(pos),
                 new_batch: false,
                 starved_writes: false,
                 passed_writes: false,
@@ -1105,13 +1175,19 @@ impl Deadline {
                 };
                 let head = pp.fifo_head[dir as usize];
                 let expired = now_ns >= self.slots[head as usize].deadline_ns;
-                let id = match self.next_by_sector(pp, dir) {
-                    Some(next) if !expired => next,
-                    _ => head,
+                let next = if dir == self.last_dir {
+                    batch
+                } else {
+                    self.next_by_sector(pp, dir)
+                };
+                let (id, pos) = match next {
+                    Some((pos, next)) if !expired => (next, Some(pos)),
+                    _ => (head, None),
                 };
                 Choice {
                     id,
                     dir,
+                    pos,
                     new_batch: true,
                     starved_writes,
                     passed_writes,
@@ -1129,11 +1205,8 @@ impl Deadline {
     /// First queued request at or after the last dispatched position in direction `dir`
     /// (`deadline_from_pos`).
     #[inline]
-    fn next_by_sector(&self, pp: &PerPrio, dir: Dir) -> Option<u32> {
-        pp.sort[dir as usize]
-            .range((pp.latest_pos[dir as usize], 0)..)
-            .next()
-            .map(|&(_, id)| id)
+    fn next_by_sector(&self, pp: &PerPrio, dir: Dir) -> Option<(usize, u32)> {
+        pp.sort[dir as usize].next_at(pp.latest_pos[dir as usize])
     }
 
     /// Commits a choice: batch state, tree/FIFO removal, counters (`deadline_move_request`,
@@ -1151,7 +1224,12 @@ impl Deadline {
         self.batching += 1;
         let (p, d) = (prio as usize, c.dir as usize);
         let sector = self.slots[c.id as usize].sector;
-        self.prios[p].sort[d].remove(&(sector, c.id));
+        match c.pos {
+            Some(i) => self.prios[p].sort[d].remove_at(i, c.id),
+            None => {
+                self.prios[p].sort[d].remove(c.id, sector);
+            }
+        }
         self.fifo_unlink(p, d, c.id);
         self.prios[p].latest_pos[d] = sector;
         self.pending -= 1;

@@ -32,6 +32,7 @@
 pub mod deadline;
 mod passthrough;
 mod shared;
+mod sorttree;
 
 use std::sync::Arc;
 
@@ -113,6 +114,8 @@ pub enum SchedError {
     Busy { id: u32 },
     #[error("request id {id} is not a request in flight")]
     NotInFlight { id: u32 },
+    #[error("request id {id}: sector {sector} is beyond the scheduler's range (2^48)")]
+    SectorRange { id: u32, sector: u64 },
     #[error("owner {owner} is outside the scheduler's {owners} owners")]
     BadOwner { owner: u16, owners: u16 },
     #[error("{queued} {} requests still queued or in flight at teardown", prio.name())]

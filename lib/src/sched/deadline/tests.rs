@@ -838,4 +838,70 @@ mod props {
             prop_assert!(!dd.has_work());
         }
     }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Taking sequential runs at once dispatches exactly what single steps would.
+        #[test]
+        fn prop_run_fast_path_matches_single_steps(
+            steps in prop::collection::vec(step(), 1..200)
+        ) {
+            const NR: u32 = 48;
+            let o = DeadlineOptions {
+                nr_requests: NR,
+                owners: 2,
+                max_segments: 4,
+                fifo_batch: 6,
+                prio_aging_expire_ms: 2000,
+                ..DeadlineOptions::default()
+            };
+            let mut fast = Deadline::new(o.clone()).unwrap();
+            let mut slow = Deadline::new(o).unwrap();
+            slow.fast_runs = false;
+            let mut flight: Vec<u32> = Vec::new();
+            let mut used = vec![false; NR as usize];
+            let mut now = 0u64;
+            for s in steps {
+                match s {
+                    Step::Insert { prio, write, slot, nblocks, head, owner } => {
+                        let Some(id) = (0..NR).find(|&i| !used[i as usize]) else { continue };
+                        let r = SchedRq {
+                            id, owner,
+                            op: if write { Op::Write } else { Op::Read },
+                            prio: PrioClass::ALL[prio as usize],
+                            flags: if head { ReqFlags::HEAD } else { ReqFlags::NONE },
+                            sector: u64::from(slot) * 4,
+                            nblocks: u32::from(nblocks),
+                            addr: 0,
+                        };
+                        prop_assert_eq!(fast.insert(&r, now), slow.insert(&r, now));
+                        used[id as usize] = true;
+                    }
+                    Step::Dispatch { owner, max } => {
+                        let (mut a, mut b) = (Vec::new(), Vec::new());
+                        fast.dispatch_batch(owner, now, max as usize, &mut a);
+                        slow.dispatch_batch(owner, now, max as usize, &mut b);
+                        prop_assert_eq!(&a, &b);
+                        flight.extend(a.iter().map(|d| d.id));
+                    }
+                    Step::Complete { n, .. } | Step::Requeue { n } => {
+                        let n = (n as usize).min(flight.len());
+                        for id in flight.drain(..n) {
+                            let mut members = Vec::new();
+                            fast.complete_batch([(id, IoStatus::Success)], |m, _| members.push(m)).unwrap();
+                            slow.complete_batch([(id, IoStatus::Success)], |_, _| {}).unwrap();
+                            for m in members {
+                                used[m as usize] = false;
+                            }
+                        }
+                    }
+                    Step::Tick { ms } => now += u64::from(ms) * MS,
+                }
+            }
+            for p in PrioClass::ALL {
+                prop_assert_eq!(fast.stats(p), slow.stats(p));
+            }
+        }
+    }
 }
