@@ -285,3 +285,40 @@ fn tgt_idle_daemon_uses_no_cpu() {
     assert_eq!(r["reactors"][0]["in_interrupt"], true, "{r}");
     assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
 }
+
+#[test]
+fn tgt_sigterm_during_perform_tests_answers_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let d = Daemon::start(&sock, &[]);
+    d.rpc_ok(&["bdev_malloc_create", "-b", "Malloc0", "8", "512"]);
+    let s = sock.clone();
+    let job = std::thread::spawn(move || {
+        tgt_util::rpc(
+            &s,
+            &[
+                "perform_tests",
+                "-b",
+                "Malloc0",
+                "-w",
+                "randwrite",
+                "-q",
+                "16",
+                "-t",
+                "60",
+            ],
+        )
+    });
+    // Let the job start, then stop the daemon: the running job ends early and is answered.
+    std::thread::sleep(Duration::from_millis(700));
+    let started = std::time::Instant::now();
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let out = job.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["results"][0]["status"], "aborted");
+    assert!(v["results"][0]["iops"].as_f64().unwrap() > 0.0);
+    assert!(!sock.exists());
+}
