@@ -499,6 +499,8 @@ pub struct Deadline {
     starved: u32,
     /// Requests (carriers) in the trees or the dispatch list.
     pending: u32,
+    /// Requests in all ready lists.
+    ready_total: u32,
     /// Whether `dispatch_run` may take sequential runs at once (tests turn it off to compare).
     fast_runs: bool,
 }
@@ -542,6 +544,7 @@ impl Deadline {
             batching: 0,
             starved: 0,
             pending: 0,
+            ready_total: 0,
             fast_runs: true,
             opts,
         })
@@ -590,7 +593,7 @@ impl Deadline {
 
     /// Whether anything waits to be dispatched (for any owner).
     pub fn has_work(&self) -> bool {
-        self.pending != 0 || self.ready.iter().any(|r| !r.is_empty())
+        self.pending != 0 || self.ready_total != 0
     }
 
     /// Requests waiting in the scheduler (trees and dispatch list), not counting ready lists.
@@ -760,7 +763,9 @@ impl Deadline {
     /// Whether `lo` followed by `hi` (adjacent in sectors) may become one request; returns the
     /// merged segment count.
     fn merge_fits(&self, lo: &Slot, hi: &Slot) -> Option<u32> {
+        // Same owner too: the owner completes the members, whose requests live in its pool.
         let same = lo.op == hi.op
+            && lo.owner == hi.owner
             && lo.prio == hi.prio
             && lo.flags.without(ReqFlags::SYNC) == hi.flags.without(ReqFlags::SYNC)
             && lo.end() == hi.sector;
@@ -988,6 +993,7 @@ impl Deadline {
         while n < max
             && let Some(id) = self.ready[o].pop_front()
         {
+            self.ready_total -= 1;
             out.push(self.hand_out(id));
             n += 1;
         }
@@ -1017,6 +1023,7 @@ impl Deadline {
         } else {
             self.slots[id as usize].state = State::Ready;
             self.ready[usize::from(to)].push_back(id);
+            self.ready_total += 1;
             0
         }
     }

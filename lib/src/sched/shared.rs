@@ -206,3 +206,116 @@ impl SharedDeadline {
         f(&mut self.inner.lock())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// Two threads share one instance, each inserting its own ids, dispatching with its own
+    /// owner number and completing what it gets: every request completes exactly once.
+    #[test]
+    fn two_owners_no_request_lost_or_duplicated() {
+        const PER: u32 = 64;
+        const ROUNDS: u64 = 2000;
+        let dd = Arc::new(
+            SharedDeadline::new(DeadlineOptions {
+                nr_requests: 2 * PER,
+                owners: 2,
+                max_segments: 8,
+                ..DeadlineOptions::default()
+            })
+            .unwrap(),
+        );
+        let completions: Arc<Vec<AtomicU64>> =
+            Arc::new((0..2 * PER).map(|_| AtomicU64::new(0)).collect());
+        let threads: Vec<_> = (0..2u16)
+            .map(|owner| {
+                let dd = Arc::clone(&dd);
+                let completions = Arc::clone(&completions);
+                std::thread::spawn(move || {
+                    let base = u32::from(owner) * PER;
+                    let mut free: Vec<u32> = (base..base + PER).collect();
+                    let mut rqs = Vec::with_capacity(16);
+                    let mut out = Vec::with_capacity(16);
+                    let mut inserted = 0u64;
+                    let mut seed = 0x1234_5678u32 + u32::from(owner);
+                    let mut now = 0;
+                    for round in 0..ROUNDS {
+                        now += 100_000;
+                        rqs.clear();
+                        while rqs.len() < 8 {
+                            let Some(id) = free.pop() else { break };
+                            seed ^= seed << 13;
+                            seed ^= seed >> 17;
+                            seed ^= seed << 5;
+                            rqs.push(SchedRq {
+                                id,
+                                owner,
+                                op: if seed & 1 == 0 { Op::Read } else { Op::Write },
+                                prio: PrioClass::ALL[(seed >> 1) as usize % 3],
+                                flags: ReqFlags::NONE,
+                                // Small range: neighbours and merges are frequent.
+                                sector: u64::from(seed >> 8) % 64 * 8,
+                                nblocks: 8,
+                                addr: 0,
+                            });
+                        }
+                        dd.insert_batch(&rqs, now).unwrap();
+                        inserted += rqs.len() as u64;
+                        out.clear();
+                        dd.dispatch_batch(owner, now, 16, &mut out);
+                        if round % 7 == 0 && !out.is_empty() {
+                            // The driver refuses the last one: give it back.
+                            let d = out.pop().unwrap();
+                            dd.requeue_batch([d.id]).unwrap();
+                        }
+                        for d in &out {
+                            assert_eq!(d.owner, owner);
+                        }
+                        dd.complete_batch(out.iter().map(|d| (d.id, IoStatus::Success)), |m, _| {
+                            assert!((base..base + PER).contains(&m), "member of another owner");
+                            completions[m as usize].fetch_add(1, Ordering::Relaxed);
+                            free.push(m);
+                        })
+                        .unwrap();
+                    }
+                    // Drain this owner's requests (the other thread takes its own).
+                    while free.len() < PER as usize {
+                        now += 100_000_000;
+                        out.clear();
+                        dd.dispatch_batch(owner, now, 16, &mut out);
+                        dd.complete_batch(out.iter().map(|d| (d.id, IoStatus::Success)), |m, _| {
+                            completions[m as usize].fetch_add(1, Ordering::Relaxed);
+                            free.push(m);
+                        })
+                        .unwrap();
+                        std::thread::yield_now();
+                    }
+                    inserted
+                })
+            })
+            .collect();
+        let inserted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let completed: u64 = completions.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        assert_eq!(completed, inserted);
+        let stats: Vec<PrioStats> = PrioClass::ALL.iter().map(|&p| dd.stats(p)).collect();
+        assert_eq!(stats.iter().map(|s| s.inserted).sum::<u64>(), inserted);
+        assert_eq!(stats.iter().map(|s| s.completed).sum::<u64>(), inserted);
+        assert!(stats.iter().all(|s| s.queued == 0));
+        assert!(stats.iter().map(|s| s.merged).sum::<u64>() > 0, "the test should merge");
+        dd.teardown_check().unwrap();
+        assert!(!dd.has_pending());
+    }
+
+    #[test]
+    fn params_listed_and_set_at_runtime() {
+        let dd = SharedDeadline::new(DeadlineOptions::default()).unwrap();
+        let params = dd.params();
+        assert_eq!(params.len(), super::super::deadline::TUNABLES.len());
+        assert!(params.contains(&("fifo_batch", 16)));
+        dd.set_param("fifo_batch", 32).unwrap();
+        assert_eq!(dd.get_param("fifo_batch"), Ok(32));
+        assert!(dd.set_param("prio_aging_expire", 0).is_err());
+    }
+}

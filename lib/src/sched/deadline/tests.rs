@@ -443,6 +443,17 @@ fn merges_back_and_front_complete_every_member_once() {
 }
 
 #[test]
+fn requests_of_different_owners_do_not_merge() {
+    let mut dd = Deadline::new(opts()).unwrap();
+    dd.insert(&read(1, 0), 0).unwrap();
+    let mut r = read(2, 8);
+    r.owner = 1;
+    assert_eq!(dd.insert(&r, 0), Ok(Inserted::Queued));
+    assert_eq!(dd.insert(&read(3, 8 + 8), 0), Ok(Inserted::Queued));
+    assert_eq!(dd.stats(PrioClass::Be).merged, 0);
+}
+
+#[test]
 fn front_merges_off_and_limits() {
     let mut dd = Deadline::new(DeadlineOptions {
         front_merges: false,
