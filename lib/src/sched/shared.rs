@@ -303,7 +303,10 @@ mod tests {
         assert_eq!(stats.iter().map(|s| s.inserted).sum::<u64>(), inserted);
         assert_eq!(stats.iter().map(|s| s.completed).sum::<u64>(), inserted);
         assert!(stats.iter().all(|s| s.queued == 0));
-        assert!(stats.iter().map(|s| s.merged).sum::<u64>() > 0, "the test should merge");
+        assert!(
+            stats.iter().map(|s| s.merged).sum::<u64>() > 0,
+            "the test should merge"
+        );
         dd.teardown_check().unwrap();
         assert!(!dd.has_pending());
     }
