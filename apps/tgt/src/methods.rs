@@ -570,3 +570,179 @@ fn bdev_get_iostat(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, 
         "bdevs": bdevs
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+
+    fn rpc(state: FwState) -> (Reactors, Rpc) {
+        let reactors = Reactors::start(
+            CoreMask::parse("0x1").unwrap(),
+            ReactorsOptions {
+                pin_threads: false,
+                interrupt_idle: Some(std::time::Duration::from_millis(1)),
+                ..ReactorsOptions::default()
+            },
+        )
+        .unwrap();
+        let target = Arc::new(Target::new(reactors.handle(), state));
+        (reactors, Rpc::new(target, Box::new(|_| {})))
+    }
+
+    fn call(r: &Rpc, m: &str, p: Value) -> Result<Value, RpcError> {
+        r.invoke(m, Some(&p).filter(|p| !p.is_null()))
+    }
+
+    #[test]
+    fn startup_state_gates_runtime_methods() {
+        let (_re, r) = rpc(FwState::Startup);
+        let e = call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "N", "num_blocks": 8, "block_size": 512}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, -1);
+        assert!(e.message.contains("framework_start_init"), "{}", e.message);
+        assert!(r.method_names(true).contains(&"framework_start_init"));
+        assert!(!r.method_names(true).contains(&"bdev_null_create"));
+        assert_eq!(
+            call(&r, "framework_start_init", Value::Null).unwrap(),
+            json!(true)
+        );
+        assert_eq!(
+            call(&r, "framework_start_init", Value::Null)
+                .unwrap_err()
+                .code,
+            -1
+        );
+        assert!(
+            call(
+                &r,
+                "bdev_null_create",
+                json!({"name": "N", "num_blocks": 8, "block_size": 512})
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn create_conflict_delete_by_module() {
+        let (_re, r) = rpc(FwState::Runtime);
+        let p = json!({"name": "X", "num_blocks": 8, "block_size": 512});
+        assert_eq!(
+            call(&r, "bdev_malloc_create", p.clone()).unwrap(),
+            json!("X")
+        );
+        let e = call(&r, "bdev_null_create", p).unwrap_err();
+        assert_eq!(e.code, -17);
+        assert!(e.message.contains("Malloc disk"), "{}", e.message);
+        assert_eq!(
+            call(&r, "bdev_null_delete", json!({"name": "X"}))
+                .unwrap_err()
+                .code,
+            -19
+        );
+        let e = call(
+            &r,
+            "bdev_malloc_create",
+            json!({"name": "Y", "num_blocks": 8, "block_size": 512, "md_size": 8}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, -libc::EOPNOTSUPP);
+        let e = call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "Z", "num_blocks": 0, "block_size": 512}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, -libc::EINVAL);
+        assert_eq!(
+            call(&r, "bdev_malloc_delete", json!({"name": "X"})).unwrap(),
+            json!(true)
+        );
+        assert_eq!(call(&r, "bdev_get_bdevs", Value::Null).unwrap(), json!([]));
+    }
+
+    #[test]
+    fn config_replays_into_a_fresh_target() {
+        let (_a, r) = rpc(FwState::Runtime);
+        call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "N0", "num_blocks": 64, "block_size": 4096}),
+        )
+        .unwrap();
+        call(
+            &r,
+            "bdev_malloc_create",
+            json!({"num_blocks": 16, "block_size": 512}),
+        )
+        .unwrap();
+        call(
+            &r,
+            "bdev_set_scheduler",
+            json!({"name": "N0", "scheduler": "mq-deadline", "fifo_batch": 4}),
+        )
+        .unwrap();
+        let cfg = json!({"subsystems": [{"subsystem": "bdev", "config": bdev_config(&r)}]});
+        let calls = crate::config::parse(&cfg.to_string()).unwrap();
+        let (_b, r2) = rpc(FwState::Runtime);
+        crate::config::apply(&r2, &calls).unwrap();
+        let a = call(&r, "bdev_get_bdevs", Value::Null).unwrap();
+        let b = call(&r2, "bdev_get_bdevs", Value::Null).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(bdev_config(&r), bdev_config(&r2));
+        let s = call(&r2, "bdev_get_scheduler", json!({"name": "N0"})).unwrap();
+        assert_eq!(s[0]["tunables"]["fifo_batch"], 4);
+    }
+
+    #[test]
+    fn perform_tests_runs_on_reactors_and_feeds_iostat() {
+        let (_re, r) = rpc(FwState::Runtime);
+        call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "N0", "num_blocks": 1024, "block_size": 512}),
+        )
+        .unwrap();
+        let out = call(
+            &r,
+            "perform_tests",
+            json!({"bdevs": ["N0"], "rw": "randread", "depth": 8, "seconds": 0.2}),
+        )
+        .unwrap();
+        let j = &out["results"][0];
+        assert_eq!(j["status"], "finished");
+        assert!(j["iops"].as_f64().unwrap() > 0.0);
+        let st = call(&r, "bdev_get_iostat", json!({"name": "N0"})).unwrap();
+        assert!(st["bdevs"][0]["num_read_ops"].as_u64().unwrap() > 0);
+        // Bad inputs are refused before anything runs.
+        for (p, code) in [
+            (json!({"bdevs": ["nope"]}), -19),
+            (json!({"bdevs": ["N0"], "size": 100}), -22),
+            (json!({"bdevs": ["N0"], "rw": "verify"}), -22),
+            (json!({"bdevs": ["N0"], "seconds": 0}), -22),
+            (json!({"bdevs": ["N0"], "depth": 0}), -22),
+            (json!({"bdevs": ["N0"], "bogus": 1}), -32603),
+        ] {
+            assert_eq!(
+                call(&r, "perform_tests", p.clone()).unwrap_err().code,
+                code,
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(signal_number("SIGTERM"), Some(libc::SIGTERM));
+        assert_eq!(signal_number("INT"), Some(libc::SIGINT));
+        assert_eq!(signal_number("9"), Some(libc::SIGKILL));
+        assert_eq!(signal_number("SIGFOO"), None);
+        let (_re, r) = rpc(FwState::Runtime);
+        let e = call(&r, "spdk_kill_instance", json!({"sig_name": "SIGFOO"})).unwrap_err();
+        assert_eq!(e.code, -32602);
+    }
+}

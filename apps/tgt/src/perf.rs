@@ -211,7 +211,12 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
         });
     }
     let names: Vec<String> = specs.iter().map(|s| s.dev.info().name.clone()).collect();
-    let _claim = rpc.target.claim(&names);
+    let _claim = rpc.target.try_claim(&names).map_err(|n| {
+        RpcError::errno_detail(
+            -libc::EBUSY,
+            format_args!("bdev {n} is already running perform_tests"),
+        )
+    })?;
     let cores = t.reactors().cores().to_vec();
     let (tx, rx) = mpsc::channel::<JobReport>();
     let mut started = 0;

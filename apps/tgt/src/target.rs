@@ -310,16 +310,20 @@ impl Target {
         }
     }
 
-    /// Marks `names` busy (a job uses them) until the returned guard is dropped.
-    pub fn claim(self: &Arc<Self>, names: &[String]) -> BusyGuard {
+    /// Marks `names` busy (a job uses them) until the returned guard is dropped; fails with the
+    /// first name already busy (check and mark are one step: two jobs never share a bdev).
+    pub fn try_claim(self: &Arc<Self>, names: &[String]) -> Result<BusyGuard, String> {
         let mut busy = lock(&self.busy);
+        if let Some(n) = names.iter().find(|n| busy.get(*n).is_some_and(|&c| c > 0)) {
+            return Err(n.clone());
+        }
         for n in names {
             *busy.entry(n.clone()).or_insert(0) += 1;
         }
-        BusyGuard {
+        Ok(BusyGuard {
             target: self.clone(),
             names: names.to_vec(),
-        }
+        })
     }
 
     /// Whether a job uses bdev `name`.
