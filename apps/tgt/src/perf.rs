@@ -543,20 +543,34 @@ impl Job {
             return self.refill_sched(now);
         }
         let mut total = 0;
+        // The burst's plan lives on the stack: (op, lba, slot).
+        let mut plan = [(Op::Read, 0u64, 0u16); BURST];
         while !self.free.is_empty() {
             let n = self.free.len().min(BURST);
+            let mut reads = 0;
+            for p in plan.iter_mut().take(n) {
+                let slot = self.free.pop().expect("n <= free slots");
+                let (op, lba) = self.plan();
+                reads += u32::from(op == Op::Read);
+                *p = (op, lba, slot);
+            }
             let mut io = Io {
                 nblocks: self.nblocks,
                 ..Io::default()
             };
+            // Size the plug per hctx type of this device's I/O (reads may have their own queues).
             self.plug.begin();
-            io.op = Op::Read;
-            self.q.expect_n(&mut self.plug, &io, n as u32);
+            if reads > 0 {
+                io.op = Op::Read;
+                self.q.expect_n(&mut self.plug, &io, reads);
+            }
+            if (n as u32) > reads {
+                io.op = Op::Write;
+                self.q.expect_n(&mut self.plug, &io, n as u32 - reads);
+            }
             let mut submitted = 0;
             let mut result = Ok(());
-            for _ in 0..n {
-                let Some(slot) = self.free.pop() else { break };
-                let (op, lba) = self.plan();
+            for &(op, lba, slot) in &plan[..n] {
                 io.op = op;
                 io.lba = lba;
                 // SAFETY: the slot's buffer is valid for `size` bytes and used by this one I/O
@@ -566,13 +580,16 @@ impl Job {
                 match self.q.submit(&mut self.plug, &io) {
                     Ok(_) => submitted += 1,
                     Err(e) => {
-                        self.free.push(slot);
                         if !e.is_busy() {
                             result = Err(format!("submit: {e}"));
                         }
                         break;
                     }
                 }
+            }
+            // Give back the slots planned but not submitted.
+            for &(_, _, slot) in &plan[submitted..n] {
+                self.free.push(slot);
             }
             self.plug.finish();
             self.q.flush();
@@ -635,10 +652,17 @@ impl Job {
         }
         let block_size = u64::from(self.q.block_size());
         let mut io = Io::default();
+        let reads = s.out.iter().filter(|d| d.op == Op::Read).count() as u32;
         self.plug.begin();
         io.nblocks = self.nblocks;
-        io.op = Op::Read;
-        self.q.expect_n(&mut self.plug, &io, n as u32);
+        if reads > 0 {
+            io.op = Op::Read;
+            self.q.expect_n(&mut self.plug, &io, reads);
+        }
+        if n as u32 > reads {
+            io.op = Op::Write;
+            self.q.expect_n(&mut self.plug, &io, n as u32 - reads);
+        }
         let mut sent = 0;
         let mut result = Ok(());
         for d in &s.out {
