@@ -3,18 +3,17 @@
 
 use std::cell::Cell;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crossbeam_queue::SegQueue;
-
 use crate::coremask::CoreMask;
 use crate::error::ReactorError;
+use crate::inbox::{Inbox, StopFlag};
 use crate::reactor::{Message, Reactor, ReactorConfig, ReactorCtx};
 use crate::stats::{ReactorStats, StatsCell};
-use crate::sys::{self, EventFd};
+use crate::sys;
 
 /// How to run a group of reactors (SPDK-style options struct; `Default` documents defaults).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,14 +84,8 @@ pub(crate) struct Padded<T>(pub T);
 #[repr(align(128))]
 pub(crate) struct Slot {
     pub core: u32,
-    pub inbox: SegQueue<Message>,
-    pub eventfd: EventFd,
-    /// Set by the reactor just before it sleeps; senders write the eventfd only when set.
-    pub sleeping: AtomicBool,
-    /// Set when the reactor stops accepting messages.
-    closed: AtomicBool,
-    /// Senders between their `closed` check and their push.
-    inflight: AtomicUsize,
+    /// Messages, the sleep/wake handshake and stop admission (the lock-free part).
+    pub inbox: Inbox<Message>,
     /// Set if the reactor thread panicked.
     pub panicked: AtomicBool,
     /// Interrupt mode: idle time before sleeping, ns; `u64::MAX` = busy polling. Read by
@@ -105,21 +98,6 @@ impl Slot {
     #[inline]
     pub(crate) fn interrupt_idle_ns(&self) -> u64 {
         self.interrupt_idle_ns.0.load(Ordering::Relaxed)
-    }
-
-    /// Stops accepting messages and waits until no sender is between its check and its push,
-    /// so that everything accepted is in the inbox afterwards.
-    pub(crate) fn close_and_quiesce(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        let mut spins = 0u32;
-        while self.inflight.load(Ordering::SeqCst) != 0 {
-            spins += 1;
-            if spins < 1000 {
-                std::hint::spin_loop();
-            } else {
-                thread::yield_now();
-            }
-        }
     }
 }
 
@@ -152,7 +130,7 @@ pub(crate) struct Shared {
     slots: Box<[Slot]>,
     /// core → index into `slots`, `u32::MAX` for cores without a reactor.
     index_of: Box<[u32]>,
-    stop: Padded<AtomicBool>,
+    stop: Padded<StopFlag>,
     stop_requested: Mutex<bool>,
     stop_cv: Condvar,
 }
@@ -165,7 +143,13 @@ impl Shared {
 
     #[inline]
     pub(crate) fn stop_flag(&self) -> bool {
-        self.stop.0.load(Ordering::Relaxed)
+        self.stop.0.is_set()
+    }
+
+    /// The group's stop flag (for the reactor's pre-sleep check and senders).
+    #[inline]
+    pub(crate) fn stop(&self) -> &StopFlag {
+        &self.stop.0
     }
 
     fn index(&self, core: u32) -> Result<usize, ReactorError> {
@@ -179,10 +163,7 @@ impl Shared {
     }
 
     fn request_stop(&self) {
-        self.stop.0.store(true, Ordering::SeqCst);
-        for slot in self.slots.iter() {
-            slot.eventfd.notify();
-        }
+        self.stop.0.request(self.slots.iter().map(|s| &s.inbox));
         let mut requested = self
             .stop_requested
             .lock()
@@ -231,19 +212,10 @@ impl ReactorsHandle {
     /// [`ReactorsHandle::send`] for an already boxed message.
     pub fn send_boxed(&self, core: u32, msg: Message) -> Result<(), ReactorError> {
         let slot = self.shared.slot(self.shared.index(core)?);
-        slot.inflight.fetch_add(1, Ordering::SeqCst);
-        if slot.closed.load(Ordering::SeqCst) || self.shared.stop_flag() {
-            slot.inflight.fetch_sub(1, Ordering::SeqCst);
-            return Err(ReactorError::Stopped { core });
-        }
-        slot.inbox.push(msg);
-        slot.inflight.fetch_sub(1, Ordering::SeqCst);
-        // Pairs with the fence in `Reactor::sleep`.
-        fence(Ordering::SeqCst);
-        if slot.sleeping.load(Ordering::SeqCst) {
-            slot.eventfd.notify();
-        }
-        Ok(())
+        // On refusal the closure is dropped here, unrun.
+        slot.inbox
+            .push(msg, self.shared.stop())
+            .map_err(|_| ReactorError::Stopped { core })
     }
 
     /// Runs `f` on the reactor of `core` and blocks the caller until it returns its result.
@@ -300,10 +272,7 @@ impl ReactorsHandle {
     pub fn stats(&self, core: u32) -> Option<ReactorStats> {
         let i = self.shared.index(core).ok()?;
         let slot = self.shared.slot(i);
-        Some(
-            slot.stats
-                .snapshot(core, slot.sleeping.load(Ordering::Relaxed)),
-        )
+        Some(slot.stats.snapshot(core, slot.inbox.is_sleeping()))
     }
 
     /// The stats of every reactor, in core order.
@@ -311,7 +280,7 @@ impl ReactorsHandle {
         self.shared
             .slots
             .iter()
-            .map(|s| s.stats.snapshot(s.core, s.sleeping.load(Ordering::Relaxed)))
+            .map(|s| s.stats.snapshot(s.core, s.inbox.is_sleeping()))
             .collect()
     }
 
@@ -327,7 +296,7 @@ impl ReactorsHandle {
         slot.interrupt_idle_ns
             .0
             .store(idle_to_ns(idle), Ordering::Relaxed);
-        slot.eventfd.notify();
+        slot.inbox.notify();
         Ok(())
     }
 
@@ -345,7 +314,7 @@ impl ReactorsHandle {
     pub fn is_sleeping(&self, core: u32) -> bool {
         self.shared
             .index(core)
-            .is_ok_and(|i| self.shared.slot(i).sleeping.load(Ordering::Relaxed))
+            .is_ok_and(|i| self.shared.slot(i).inbox.is_sleeping())
     }
 
     /// Asks every reactor to stop (non-blocking, callable from a reactor, e.g. by an RPC
@@ -390,15 +359,10 @@ impl Reactors {
         }
         let mut slots = Vec::with_capacity(mask.len());
         for &core in mask.cores() {
-            let eventfd =
-                EventFd::new().map_err(|source| ReactorError::EventFd { core, source })?;
+            let inbox = Inbox::new().map_err(|source| ReactorError::EventFd { core, source })?;
             slots.push(Slot {
                 core,
-                inbox: SegQueue::new(),
-                eventfd,
-                sleeping: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
-                inflight: AtomicUsize::new(0),
+                inbox,
                 panicked: AtomicBool::new(false),
                 interrupt_idle_ns: Padded(AtomicU64::new(idle_to_ns(opts.interrupt_idle))),
                 stats: StatsCell::default(),
@@ -413,7 +377,7 @@ impl Reactors {
             mask,
             slots: slots.into_boxed_slice(),
             index_of,
-            stop: Padded(AtomicBool::new(false)),
+            stop: Padded(StopFlag::new()),
             stop_requested: Mutex::new(false),
             stop_cv: Condvar::new(),
         });
@@ -560,7 +524,7 @@ impl Drop for PanicGuard {
         }
         let slot = self.shared.slot(self.index);
         slot.panicked.store(true, Ordering::SeqCst);
-        slot.close_and_quiesce();
+        slot.inbox.close_and_quiesce();
         let mut dropped = 0usize;
         while let Some(msg) = slot.inbox.pop() {
             drop(msg);
@@ -587,7 +551,7 @@ fn reactor_main(
     };
     let core = shared.slot(index).core;
     if pin && let Err(source) = sys::pin_current_thread(core) {
-        shared.slot(index).close_and_quiesce();
+        shared.slot(index).inbox.close_and_quiesce();
         let _ = ready.send(Err(ReactorError::Pin { core, source }));
         return;
     }

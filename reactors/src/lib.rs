@@ -85,6 +85,7 @@
 mod coremask;
 mod error;
 mod group;
+mod inbox;
 mod reactor;
 mod stats;
 mod sys;
@@ -96,5 +97,5 @@ pub use reactor::{Message, PollerId, PollerInfo, PollerResult, ReactorCtx};
 pub use stats::ReactorStats;
 pub use sys::{MAX_CORES, clock_source, now_ns, thread_cpu_time_ns};
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;

@@ -9,7 +9,6 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{Ordering, fence};
 use std::time::Duration;
 
 use crate::error::ReactorError;
@@ -463,18 +462,13 @@ impl Reactor {
             due if due <= now => return now,
             due => Some(Duration::from_nanos(due - now)),
         };
-        slot.sleeping.store(true, Ordering::SeqCst);
-        // Pairs with the fence in `ReactorsHandle::send`: either the sender sees `sleeping`
-        // and writes the eventfd, or we see its message here.
-        fence(Ordering::SeqCst);
-        if !slot.inbox.is_empty() || shared.stop_flag() {
-            slot.sleeping.store(false, Ordering::Relaxed);
+        // Publish before waiting, so that stats read while asleep are current.
+        if !slot
+            .inbox
+            .sleep(timeout, shared.stop(), || self.publish(slot))
+        {
             return now;
         }
-        self.publish(slot);
-        slot.eventfd.wait(timeout);
-        slot.sleeping.store(false, Ordering::SeqCst);
-        slot.eventfd.drain();
         let woke = sys::now_ns();
         self.stats.sleep_ns += woke.saturating_sub(now);
         self.stats.wakeups += 1;
@@ -484,7 +478,7 @@ impl Reactor {
     /// Refuses new messages, runs every accepted one, drops pollers and locals here.
     fn shutdown(&mut self, slot: &Slot) {
         self.ctx.stopping = true;
-        slot.close_and_quiesce();
+        slot.inbox.close_and_quiesce();
         while let Some(msg) = slot.inbox.pop() {
             self.ctx.now = sys::now_ns();
             msg(&mut self.ctx);

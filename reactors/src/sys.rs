@@ -172,7 +172,8 @@ fn tsc_is_reliable() -> bool {
     has("constant_tsc") && has("nonstop_tsc")
 }
 
-/// A non-blocking eventfd used to wake a sleeping reactor.
+/// A non-blocking eventfd used to wake a sleeping reactor (modelled by loom under `cfg(loom)`).
+#[cfg_attr(loom, allow(dead_code))]
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);
 
