@@ -22,7 +22,7 @@ use pmio::dma::DmaRegion;
 use pmio::request::{Io, IoBuf, IoStatus, Op, Request};
 use pmio_nvme::{Controller, NvmeBdev, NvmeError, NvmeOptions, NvmeQpair};
 
-const SEED: u64 = 0x5eed_0f_9a1d_e2e2;
+const SEED: u64 = 0x5eed_0f9a_1de2_e2e2;
 const TOTAL: u64 = 64 << 20;
 const SEQ_IO: usize = 128 << 10;
 const SEQ_QD: usize = 16;
@@ -75,6 +75,7 @@ fn check_block(block: &[u8], lba: u64, seed: u64, scratch: &mut [u8]) -> Result<
 
 /// A queue pair with its request pool and a DMA buffer of `depth` slots.
 struct Engine {
+    bdev: Arc<NvmeBdev>,
     q: NvmeQpair,
     rqs: Vec<Request>,
     free: Vec<u16>,
@@ -84,7 +85,7 @@ struct Engine {
 }
 
 impl Engine {
-    fn new(bdev: &NvmeBdev, depth: usize, slot: usize) -> Result<Engine> {
+    fn new(bdev: &Arc<NvmeBdev>, depth: usize, slot: usize) -> Result<Engine> {
         let buf = DmaRegion::new(depth * slot).context("DMA buffer")?;
         // SAFETY: `buf` lives in the Engine, which is dropped before the controller.
         unsafe { bdev.register_memory(&[(buf.as_ptr(), buf.len())]) };
@@ -94,6 +95,7 @@ impl Engine {
             r.tag = i as u16;
         }
         Ok(Engine {
+            bdev: bdev.clone(),
             q,
             rqs,
             free: (0..depth as u16).rev().collect(),
@@ -101,6 +103,15 @@ impl Engine {
             buf,
             slot,
         })
+    }
+
+    /// Closes the queue pair, then unregisters and frees the buffer.
+    fn close(self) -> Result<()> {
+        let Engine { bdev, q, buf, .. } = self;
+        drop(q);
+        bdev.unregister_memory(buf.as_ptr(), buf.len())?;
+        drop(buf);
+        Ok(())
     }
 
     fn slot_ptr(&self, tag: u16) -> *mut u8 {
@@ -216,7 +227,7 @@ fn sequential(e: &mut Engine, bs: usize, write: bool) -> Result<()> {
 }
 
 /// Random 4 KiB reads within the written area at QD `RAND_QD` for `RAND_SECS`; returns I/Os.
-fn random_reads(bdev: &NvmeBdev, bs: usize, thread: u64) -> Result<(u64, u64)> {
+fn random_reads(bdev: &Arc<NvmeBdev>, bs: usize, thread: u64) -> Result<(u64, u64)> {
     let mut e = Engine::new(bdev, RAND_QD, 4096)?;
     let per_io = (4096 / bs) as u64;
     let slots = TOTAL / 4096;
@@ -260,10 +271,11 @@ fn random_reads(bdev: &NvmeBdev, bs: usize, thread: u64) -> Result<(u64, u64)> {
         st.errors == 0 && st.unknown_completions == 0,
         "queue stats {st:?}"
     );
+    e.close()?;
     Ok((ios, start.elapsed().as_millis() as u64))
 }
 
-fn flush_zeroes_deallocate(bdev: &NvmeBdev, bs: usize) -> Result<()> {
+fn flush_zeroes_deallocate(bdev: &Arc<NvmeBdev>, bs: usize) -> Result<()> {
     let mut e = Engine::new(bdev, 4, 128 << 10)?;
     let (_, st) = e.run_one(io(Op::Flush, 0, 0), 0)?;
     ensure!(st == IoStatus::Success, "flush: {st:?}");
@@ -353,6 +365,8 @@ fn flush_zeroes_deallocate(bdev: &NvmeBdev, bs: usize) -> Result<()> {
         let (_, st) = e.run_one(io(Op::Write, lba, nb), nb as usize * bs)?;
         ensure!(st == IoStatus::Success, "rewrite: {st:?}");
     }
+    e.close()?;
+    big_e.close()?;
     Ok(())
 }
 
@@ -382,7 +396,7 @@ fn attach(bdf: &str) -> Result<(Controller, Arc<NvmeBdev>)> {
 }
 
 /// Reads back a few spots of the pattern.
-fn spot_check(bdev: &NvmeBdev, bs: usize) -> Result<()> {
+fn spot_check(bdev: &Arc<NvmeBdev>, bs: usize) -> Result<()> {
     let mut e = Engine::new(bdev, 1, 4096)?;
     let mut scratch = vec![0u8; bs];
     for lba in [0u64, 1000, 4096, TOTAL / bs as u64 - 8] {
@@ -515,6 +529,7 @@ fn main() -> Result<()> {
     ensure!(st.success(), "crash child failed: {st}");
     {
         let (c, bdev) = attach(&bdf).context("attach after a crashed user")?;
+        ensure!(c.reset_at_attach(), "controller left enabled was not reset");
         spot_check(&bdev, bs)?;
         c.detach()?;
         println!("vm_nvme: controller left enabled by a crashed process was reset and works");

@@ -49,6 +49,12 @@ impl NvmeBdev {
         self.ns.nsid
     }
 
+    /// Removes a registration made by `register_memory` with exactly this address and length
+    /// (no I/O may use the memory any more).
+    pub fn unregister_memory(&self, addr: *mut u8, len: usize) -> Result<(), crate::NvmeError> {
+        self.ctrlr.mapper.unregister(addr, len)
+    }
+
     /// Opens a queue pair directly (the typed form of [`BlockDevice::open_queue`]).
     pub fn open_qpair(&self, depth: u32) -> Result<NvmeQpair, crate::NvmeError> {
         NvmeQpair::new(self.ctrlr.clone(), &self.ns, depth)

@@ -197,6 +197,7 @@ pub struct Init {
     ns_index: usize,
     namespaces: Vec<Namespace>,
     io_queues: u16,
+    reset_at_attach: bool,
 }
 
 impl Init {
@@ -223,6 +224,7 @@ impl Init {
             ns_index: 0,
             namespaces: Vec::new(),
             io_queues: 0,
+            reset_at_attach: false,
         })
     }
 
@@ -361,6 +363,7 @@ impl Init {
                 let cc = Cc(self.regs.read32(off::CC));
                 let csts = self.csts()?;
                 if cc.enabled() {
+                    self.reset_at_attach = true;
                     log::info!(
                         "{}: controller left enabled by a previous user; resetting it",
                         self.name
@@ -590,6 +593,7 @@ impl Init {
             id,
             namespaces: self.namespaces,
             max_transfer,
+            reset_at_attach: self.reset_at_attach,
             detached: AtomicBool::new(false),
             open_qpairs: AtomicUsize::new(0),
             opts: self.opts,
@@ -615,6 +619,9 @@ pub(crate) struct CtrlrInner {
     pub namespaces: Vec<Namespace>,
     /// Largest transfer of one command, bytes.
     pub max_transfer: u64,
+    /// The controller was found enabled at attach (a previous user did not shut it down, or
+    /// shut it down without disabling it) and was reset.
+    pub reset_at_attach: bool,
     pub detached: AtomicBool,
     pub open_qpairs: AtomicUsize,
     pub opts: NvmeOptions,
@@ -806,6 +813,11 @@ impl Controller {
     /// CAP register.
     pub fn cap(&self) -> Cap {
         self.inner.cap
+    }
+
+    /// Whether attach found the controller enabled (left so by a previous user) and reset it.
+    pub fn reset_at_attach(&self) -> bool {
+        self.inner.reset_at_attach
     }
 
     /// Queue pairs currently open.

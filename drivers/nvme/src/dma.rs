@@ -100,13 +100,18 @@ impl Drop for DmaMem {
 /// controller goes.
 ///
 /// A registration outlives the buffer when its owner frees the memory without unregistering
-/// (the `register_memory` contract allows it once no queue uses it). If the process later maps
-/// new memory at the same address, mapping it fails with `EEXIST`; the stale registrations
-/// overlapping it are then removed and the mapping retried: live memory never shares an
-/// address with a fresh allocation, so those registrations cannot be in use.
+/// (the `register_memory` contract allows it once no queue of the device is open). Two rules
+/// keep a stale registration from ever receiving DMA meant for new memory at its address:
+/// - registering a range inside a registration made before the last time every queue pair
+///   was closed (an older *epoch*) replaces it: it is unmapped and the new range mapped;
+/// - mapping memory that overlaps a registration fails with `EEXIST`: the overlapping
+///   registrations are removed and the mapping retried (live memory never shares an address
+///   with a fresh allocation).
 pub(crate) struct Mappings {
     dev: Arc<dyn DmaMapper>,
-    registered: std::sync::Mutex<Vec<(usize, usize)>>,
+    /// (address, length, epoch registered in).
+    registered: std::sync::Mutex<Vec<(usize, usize, u64)>>,
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 impl Mappings {
@@ -114,10 +119,16 @@ impl Mappings {
         Mappings {
             dev,
             registered: std::sync::Mutex::new(Vec::new()),
+            epoch: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize)>> {
+    /// Every queue pair is closed: registrations made so far may be freed by their owners.
+    pub fn queues_idle(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize, u64)>> {
         self.registered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -127,7 +138,7 @@ impl Mappings {
     /// As [`DmaMapper::map`].
     unsafe fn map_evicting(
         &self,
-        reg: &mut Vec<(usize, usize)>,
+        reg: &mut Vec<(usize, usize, u64)>,
         vaddr: *mut u8,
         len: usize,
     ) -> Result<(), NvmeError> {
@@ -140,7 +151,7 @@ impl Mappings {
                 let mut evicted = 0;
                 let mut i = 0;
                 while i < reg.len() {
-                    let (ra, rl) = reg[i];
+                    let (ra, rl, _) = reg[i];
                     if ra < end && a < ra + rl {
                         log::debug!(
                             "DMA registration {ra:#x}+{rl:#x} is stale (its address was reused): unmapping it"
@@ -174,14 +185,25 @@ impl Mappings {
     /// [`Mappings::unregister_all`].
     pub unsafe fn register(&self, regions: &[(*mut u8, usize)]) -> Result<(), NvmeError> {
         let mut reg = self.lock();
+        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
         for &(addr, len) in regions {
             let a = addr as usize;
-            if reg.iter().any(|&(ra, rl)| ra <= a && a + len <= ra + rl) {
-                continue;
+            match reg
+                .iter()
+                .position(|&(ra, rl, _)| ra <= a && a + len <= ra + rl)
+            {
+                Some(i) if reg[i].2 == epoch => continue,
+                Some(i) => {
+                    // Registered before every queue was last closed: its memory may have been
+                    // freed and this address reused, so map the caller's pages afresh.
+                    let (ra, rl, _) = reg.swap_remove(i);
+                    self.dev.unmap(ra as *mut u8, rl)?;
+                }
+                None => {}
             }
             // SAFETY: forwarded to the caller.
             unsafe { self.map_evicting(&mut reg, addr, len)? };
-            reg.push((a, len));
+            reg.push((a, len, epoch));
         }
         Ok(())
     }
@@ -189,7 +211,10 @@ impl Mappings {
     /// Removes one registration made with exactly this address and length.
     pub fn unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
         let mut reg = self.lock();
-        if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
+        if let Some(i) = reg
+            .iter()
+            .position(|&(ra, rl, _)| (ra, rl) == (addr as usize, len))
+        {
             reg.swap_remove(i);
             self.dev.unmap(addr, len)?;
         }
@@ -198,7 +223,7 @@ impl Mappings {
 
     /// Removes every registration (the controller is going away).
     pub fn unregister_all(&self) {
-        for (a, l) in std::mem::take(&mut *self.lock()) {
+        for (a, l, _) in std::mem::take(&mut *self.lock()) {
             if let Err(e) = self.dev.unmap(a as *mut u8, l) {
                 log::error!("{e}");
             }

@@ -593,14 +593,16 @@ mod tests {
         assert!(info.supported_ops.contains(Op::Discard));
         assert!(info.supported_ops.contains(Op::WriteZeroes));
         assert_eq!(fake.with(|k| k.disables), 0);
+        assert!(!c.reset_at_attach());
     }
 
     #[test]
     fn controller_left_enabled_is_reset() {
         let fake = Arc::new(FakeCtrl::new(64));
         fake.force_enabled();
-        let _c = attach(&fake);
+        let c = attach(&fake);
         assert_eq!(fake.with(|k| k.disables), 1);
+        assert!(c.reset_at_attach());
     }
 
     #[test]
@@ -790,6 +792,21 @@ mod tests {
             1,
             "unregister_all leaves non-registered mappings"
         );
+        fake.unmap((a + 0x10_0000) as *mut u8, len).unwrap();
+
+        // Same range registered again in the same epoch: still one mapping. After every queue
+        // closed (a new epoch), registering it again maps it afresh (the old pages may be gone).
+        // SAFETY: as above.
+        unsafe { m.register(&[(a as *mut u8, len)]).unwrap() };
+        // SAFETY: as above.
+        unsafe { m.register(&[(a as *mut u8, len)]).unwrap() };
+        assert_eq!(fake.mapped(), 1);
+        m.queues_idle();
+        // SAFETY: as above.
+        unsafe { m.register(&[((a + 4096) as *mut u8, 4096)]).unwrap() };
+        assert_eq!(fake.mapped(), 1, "old registration replaced by the new one");
+        m.unregister((a + 4096) as *mut u8, 4096).unwrap();
+        assert_eq!(fake.mapped(), 0);
     }
 
     #[test]

@@ -448,6 +448,8 @@ impl Drop for NvmeQpair {
             log::error!("{e}");
         }
         self.ctrlr.free_qid(qid);
-        self.ctrlr.open_qpairs.fetch_sub(1, Ordering::AcqRel);
+        if self.ctrlr.open_qpairs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ctrlr.mapper.queues_idle();
+        }
     }
 }
