@@ -86,9 +86,10 @@ impl BlockDevice for NvmeBdev {
         }
     }
 
-    /// Maps the regions into the controller's IOMMU domain (IOVA = VA). I/O buffers must lie
-    /// in registered memory; a failure is logged (I/O to the region then fails with a data
-    /// transfer error from the device, never reaching other memory).
+    /// Maps the regions into the controller's IOMMU domain (IOVA = VA), replacing earlier
+    /// registrations they overlap (a freed buffer's address may have been reused). I/O
+    /// buffers must lie in registered memory; a failure is logged (I/O to the region then
+    /// fails with a data transfer error from the device, never reaching other memory).
     unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) {
         // SAFETY: the trait's contract is DmaMapper::map's: memory stays valid while mapped.
         if let Err(e) = unsafe { self.ctrlr.mapper.register(regions) } {

@@ -825,8 +825,10 @@ impl Controller {
         self.inner.open_qpairs.load(Ordering::Acquire)
     }
 
-    /// Makes `len` bytes at `addr` usable as I/O buffers (maps them for the device unless
-    /// already registered). Mappings left registered are removed when the controller goes.
+    /// Makes `len` bytes at `addr` usable as I/O buffers: maps them for the device,
+    /// replacing registrations they overlap (so a reused address never reaches stale pages;
+    /// do not re-register memory with I/O in flight). Mappings still registered are removed
+    /// when the controller goes.
     ///
     /// # Safety
     /// As [`DmaMapper::map`]: the memory must stay valid until [`Controller::dma_unregister`]

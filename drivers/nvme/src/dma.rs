@@ -96,22 +96,23 @@ impl Drop for DmaMem {
 }
 
 /// A controller's mapper: forwards to the device's [`DmaMapper`] and keeps the I/O memory
-/// registered through `register_memory`, which stays mapped until unregistered or until the
-/// controller goes.
+/// registered through `register_memory`, which stays mapped until unregistered, replaced, or
+/// the controller goes.
 ///
-/// A registration outlives the buffer when its owner frees the memory without unregistering
-/// (the `register_memory` contract allows it once no queue of the device is open). Two rules
-/// keep a stale registration from ever receiving DMA meant for new memory at its address:
-/// - registering a range inside a registration made before the last time every queue pair
-///   was closed (an older *epoch*) replaces it: it is unmapped and the new range mapped;
-/// - mapping memory that overlaps a registration fails with `EEXIST`: the overlapping
-///   registrations are removed and the mapping retried (live memory never shares an address
-///   with a fresh allocation).
+/// A registration can outlive its memory: the `register_memory` contract lets the owner free
+/// it once no I/O uses it, without telling the driver. A later allocation may then get the
+/// same address, and DMA through the old mapping would reach the old, still pinned pages. Two
+/// rules keep that from happening:
+/// - registering a range that overlaps registrations *replaces* them (they are unmapped and
+///   the new range mapped), so the device always reaches the pages the caller has now. The
+///   cost: do not register memory again while I/O to it is in flight (the unmap/map window
+///   would fail that I/O with a translation fault, never reach other memory);
+/// - mapping driver memory (queue rings) that overlaps a registration evicts it on `EEXIST`
+///   and retries (live memory never shares an address with a fresh allocation).
 pub(crate) struct Mappings {
     dev: Arc<dyn DmaMapper>,
-    /// (address, length, epoch registered in).
-    registered: std::sync::Mutex<Vec<(usize, usize, u64)>>,
-    epoch: std::sync::atomic::AtomicU64,
+    /// (address, length) of each registration.
+    registered: std::sync::Mutex<Vec<(usize, usize)>>,
 }
 
 impl Mappings {
@@ -119,51 +120,81 @@ impl Mappings {
         Mappings {
             dev,
             registered: std::sync::Mutex::new(Vec::new()),
-            epoch: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// Every queue pair is closed: registrations made so far may be freed by their owners.
-    pub fn queues_idle(&self) {
-        self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize, u64)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize)>> {
         self.registered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Maps through the device, evicting stale registrations on `EEXIST`.
+    /// Unmaps and forgets the registrations overlapping `[a, a + len)`; returns how many.
+    fn evict(
+        &self,
+        reg: &mut Vec<(usize, usize)>,
+        a: usize,
+        len: usize,
+    ) -> Result<usize, NvmeError> {
+        let mut evicted = 0;
+        let mut i = 0;
+        while i < reg.len() {
+            let (ra, rl) = reg[i];
+            if ra < a + len && a < ra + rl {
+                log::debug!("DMA registration {ra:#x}+{rl:#x} replaced by {a:#x}+{len:#x}");
+                self.dev.unmap(ra as *mut u8, rl)?;
+                reg.swap_remove(i);
+                evicted += 1;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Maps I/O memory, replacing overlapping registrations.
     ///
     /// # Safety
-    /// As [`DmaMapper::map`].
-    unsafe fn map_evicting(
-        &self,
-        reg: &mut Vec<(usize, usize, u64)>,
-        vaddr: *mut u8,
-        len: usize,
-    ) -> Result<(), NvmeError> {
+    /// As [`DmaMapper::map`]; the mapping lasts until [`Mappings::unregister`],
+    /// [`Mappings::unregister_all`], or a later overlapping registration.
+    pub unsafe fn register(&self, regions: &[(*mut u8, usize)]) -> Result<(), NvmeError> {
+        let mut reg = self.lock();
+        for &(addr, len) in regions {
+            self.evict(&mut reg, addr as usize, len)?;
+            // SAFETY: forwarded to the caller.
+            unsafe { self.dev.map(addr, len)? };
+            reg.push((addr as usize, len));
+        }
+        Ok(())
+    }
+
+    /// Removes one registration made with exactly this address and length.
+    pub fn unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
+        let mut reg = self.lock();
+        if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
+            reg.swap_remove(i);
+            self.dev.unmap(addr, len)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every registration (the controller is going away).
+    pub fn unregister_all(&self) {
+        for (a, l) in std::mem::take(&mut *self.lock()) {
+            if let Err(e) = self.dev.unmap(a as *mut u8, l) {
+                log::error!("{e}");
+            }
+        }
+    }
+}
+
+impl DmaMapper for Mappings {
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
         // SAFETY: forwarded to the caller.
         match unsafe { self.dev.map(vaddr, len) } {
             Err(NvmeError::DmaMap { source, .. })
                 if source.raw_os_error() == Some(libc::EEXIST) =>
             {
-                let (a, end) = (vaddr as usize, vaddr as usize + len);
-                let mut evicted = 0;
-                let mut i = 0;
-                while i < reg.len() {
-                    let (ra, rl, _) = reg[i];
-                    if ra < end && a < ra + rl {
-                        log::debug!(
-                            "DMA registration {ra:#x}+{rl:#x} is stale (its address was reused): unmapping it"
-                        );
-                        self.dev.unmap(ra as *mut u8, rl)?;
-                        reg.swap_remove(i);
-                        evicted += 1;
-                    } else {
-                        i += 1;
-                    }
-                }
-                if evicted == 0 {
+                let mut reg = self.lock();
+                if self.evict(&mut reg, vaddr as usize, len)? == 0 {
                     return Err(NvmeError::DmaMap {
                         op: "map",
                         iova: vaddr as u64,
@@ -176,66 +207,6 @@ impl Mappings {
             }
             r => r,
         }
-    }
-
-    /// Maps I/O memory once per region (regions inside a registered one are skipped).
-    ///
-    /// # Safety
-    /// As [`DmaMapper::map`]; the mapping lasts until [`Mappings::unregister`] or
-    /// [`Mappings::unregister_all`].
-    pub unsafe fn register(&self, regions: &[(*mut u8, usize)]) -> Result<(), NvmeError> {
-        let mut reg = self.lock();
-        let epoch = self.epoch.load(std::sync::atomic::Ordering::Acquire);
-        for &(addr, len) in regions {
-            let a = addr as usize;
-            match reg
-                .iter()
-                .position(|&(ra, rl, _)| ra <= a && a + len <= ra + rl)
-            {
-                Some(i) if reg[i].2 == epoch => continue,
-                Some(i) => {
-                    // Registered before every queue was last closed: its memory may have been
-                    // freed and this address reused, so map the caller's pages afresh.
-                    let (ra, rl, _) = reg.swap_remove(i);
-                    self.dev.unmap(ra as *mut u8, rl)?;
-                }
-                None => {}
-            }
-            // SAFETY: forwarded to the caller.
-            unsafe { self.map_evicting(&mut reg, addr, len)? };
-            reg.push((a, len, epoch));
-        }
-        Ok(())
-    }
-
-    /// Removes one registration made with exactly this address and length.
-    pub fn unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        let mut reg = self.lock();
-        if let Some(i) = reg
-            .iter()
-            .position(|&(ra, rl, _)| (ra, rl) == (addr as usize, len))
-        {
-            reg.swap_remove(i);
-            self.dev.unmap(addr, len)?;
-        }
-        Ok(())
-    }
-
-    /// Removes every registration (the controller is going away).
-    pub fn unregister_all(&self) {
-        for (a, l, _) in std::mem::take(&mut *self.lock()) {
-            if let Err(e) = self.dev.unmap(a as *mut u8, l) {
-                log::error!("{e}");
-            }
-        }
-    }
-}
-
-impl DmaMapper for Mappings {
-    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        let mut reg = self.lock();
-        // SAFETY: forwarded to the caller.
-        unsafe { self.map_evicting(&mut reg, vaddr, len) }
     }
 
     fn unmap(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {

@@ -448,8 +448,6 @@ impl Drop for NvmeQpair {
             log::error!("{e}");
         }
         self.ctrlr.free_qid(qid);
-        if self.ctrlr.open_qpairs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.ctrlr.mapper.queues_idle();
-        }
+        self.ctrlr.open_qpairs.fetch_sub(1, Ordering::AcqRel);
     }
 }
