@@ -745,9 +745,9 @@ impl Deadline {
 
     /// Puts `id` in its class's tree and at the FIFO tail.
     fn add_queued(&mut self, id: u32) {
-        let s = self.slots[id as usize];
-        let (p, d) = (s.prio as usize, s.dir() as usize);
-        self.prios[p].sort[d].insert(id, s.sector);
+        let s = &self.slots[id as usize];
+        let (p, d, sector) = (s.prio as usize, s.dir() as usize, s.sector);
+        self.prios[p].sort[d].insert(id, sector);
         self.fifo_push_back(p, d, id);
         self.pending += 1;
     }
@@ -786,11 +786,12 @@ impl Deadline {
     /// After a merge, the grown request may now touch another queued one: merge those too,
     /// as Linux's `attempt_back_merge` / `attempt_front_merge`.
     fn try_insert_merge(&mut self, id: u32) -> Option<u32> {
-        let new = self.slots[id as usize];
+        let s = &self.slots[id as usize];
         // Without a buffer address two requests make two segments.
-        if !Self::mergeable(&new) || (new.addr == 0 && self.opts.max_segments < 2) {
+        if !Self::mergeable(s) || (s.addr == 0 && self.opts.max_segments < 2) {
             return None;
         }
+        let new = *s;
         let (p, d) = (new.prio as usize, new.dir() as usize);
         if let Some(q) = self.prios[p].sort[d].last_before(new.sector)
             && let Some(segs) = self.merge_fits(&self.slots[q as usize], &new)
