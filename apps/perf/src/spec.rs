@@ -63,6 +63,11 @@ pub const DRIVERS: &[DriverEntry] = &[
         help: "uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,name=Uring0]",
         create: uring_spec,
     },
+    DriverEntry {
+        name: "nvme",
+        help: "nvme:traddr=PCI_ADDRESS[,ns=1,queues=64,name=Nvme0] (controller bound to vfio-pci)",
+        create: nvme_spec,
+    },
 ];
 
 /// The `key=value` pairs of one spec, taken out one by one by a constructor.
@@ -271,9 +276,69 @@ fn uring_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
     })
 }
 
+/// `nvme:traddr=0000:00:04.0[,ns=1][,queues=N][,name=Nvme0]`: attaches the controller through
+/// VFIO (`queues` = I/O queue pairs asked of it, at least one per reactor that opens the
+/// device; `name` = the controller's name, the bdev is `<name>n<ns>`). The controller shuts
+/// down when the last reference to the bdev goes.
+fn nvme_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
+    let traddr = a
+        .str("traddr")
+        .ok_or("traddr=PCI_ADDRESS is required (e.g. traddr=0000:00:04.0)")?;
+    let nsid = match a.u64("ns")? {
+        None => 1,
+        Some(v) => u32::try_from(v)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or(format!("ns={v}: not a namespace ID"))?,
+    };
+    let mut opts = pmio_nvme::NvmeOptions {
+        name: a.str("name").unwrap_or(name),
+        ..Default::default()
+    };
+    if let Some(q) = a.u64("queues")? {
+        opts.max_io_queues = u16::try_from(q)
+            .ok()
+            .filter(|&q| (1..u16::MAX).contains(&q))
+            .ok_or(format!("queues={q}: not in 1..=65534"))?;
+    }
+    let ctrlr = pmio_nvme::attach(&traddr, opts).map_err(|e| e.to_string())?;
+    let bdev = ctrlr.bdev(nsid).ok_or_else(|| {
+        let active: Vec<String> = ctrlr
+            .namespaces()
+            .iter()
+            .map(|n| n.nsid.to_string())
+            .collect();
+        format!(
+            "namespace {nsid} not active on {traddr} (active: {})",
+            active.join(", ")
+        )
+    })?;
+    Ok(Created {
+        dev: bdev,
+        stores_data: true,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvme_specs_fail_clearly_without_a_device() {
+        for (spec, needle) in [
+            ("nvme", "traddr=PCI_ADDRESS is required"),
+            ("nvme:traddr=00:04", "invalid PCI address"),
+            ("nvme:traddr=0000:ff:1f.7", "no such PCI device"),
+            ("nvme:traddr=0000:ff:1f.7,ns=0", "ns=0: not a namespace ID"),
+            (
+                "nvme:traddr=0000:ff:1f.7,queues=0",
+                "queues=0: not in 1..=65534",
+            ),
+        ] {
+            let e = parse_dev(spec, 0).err().unwrap().to_string();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
+    }
 
     #[test]
     fn sizes() {
