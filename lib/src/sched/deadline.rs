@@ -40,9 +40,11 @@ const NIL: u32 = u32::MAX;
 /// Number of priority classes.
 const NR_PRIO: usize = 3;
 
-/// Largest number of scheduler tags (Linux's `BLK_MQ_MAX_DEPTH`). Ids must fit 16 bits (the
-/// sort sets pack them with the sector), and the sort sets shift at most this many keys.
-pub const MAX_NR_REQUESTS: u32 = 10_240;
+/// Largest number of scheduler tags over all owners: ids must fit 16 bits (the sort sets
+/// pack them with the sector). A sort set shifts up to as many keys as it holds on insert and
+/// remove, so very deep configurations pay a longer `memmove` (8 bytes per queued request of
+/// the same class and direction).
+pub const MAX_NR_REQUESTS: u32 = 1 << 16;
 
 /// Linux's `BLKDEV_DEFAULT_RQ`.
 const BLKDEV_DEFAULT_RQ: u32 = 128;
@@ -115,6 +117,31 @@ impl DeadlineOptions {
             block_size,
             ..DeadlineOptions::default()
         }
+    }
+
+    /// Defaults for a device opened by `owners` reactors, each with its own hardware queue of
+    /// `queue_depth` entries: each owner gets `default_nr_requests(queue_depth)` scheduler
+    /// tags of its own (Linux's per-hctx `sched_tags`), and owner `o`'s request ids are
+    /// `o × per_owner + tag` (see [`DeadlineOptions::per_owner`]).
+    pub fn for_queues(
+        queue_depth: u32,
+        owners: u16,
+        max_transfer_blocks: u32,
+        block_size: u32,
+    ) -> Self {
+        DeadlineOptions {
+            nr_requests: default_nr_requests(queue_depth) * u32::from(owners.max(1)),
+            owners: owners.max(1),
+            max_transfer_blocks,
+            block_size,
+            ..DeadlineOptions::default()
+        }
+    }
+
+    /// Scheduler tags per owner when ids are split evenly (`nr_requests / owners`): owner
+    /// `o` uses ids `o × per_owner .. (o + 1) × per_owner`.
+    pub fn per_owner(&self) -> u32 {
+        self.nr_requests / u32::from(self.owners.max(1))
     }
 
     /// Checks every field; called once at construction so the hot path never re-checks.

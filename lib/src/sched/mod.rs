@@ -36,7 +36,7 @@ mod sorttree;
 
 use std::sync::Arc;
 
-use crate::request::{IoStatus, Op, PrioClass, ReqFlags};
+use crate::request::{IoStatus, Op, PrioClass, ReqFlags, Request};
 
 pub use deadline::{
     Deadline, DeadlineOptions, Inserted, Members, PrioStats, TUNABLES, default_nr_requests,
@@ -77,6 +77,28 @@ pub struct SchedRq {
     /// Buffer address (0 if none or unknown); requests merge into one segment only when their
     /// buffers are contiguous.
     pub addr: u64,
+}
+
+impl SchedRq {
+    /// The descriptor of a prepared request, named `id` (its scheduler tag, made unique
+    /// across owners) and submitted by `owner`.
+    #[inline]
+    pub fn from_request(id: u32, owner: u16, rq: &Request) -> SchedRq {
+        SchedRq {
+            id,
+            owner,
+            op: rq.op,
+            prio: rq.prio.class,
+            flags: rq.flags,
+            sector: rq.lba,
+            nblocks: rq.nblocks,
+            addr: if rq.buf.is_empty() {
+                0
+            } else {
+                rq.buf.as_ptr() as u64
+            },
+        }
+    }
 }
 
 /// A request handed out by a scheduler: possibly several merged requests, named by its
@@ -323,6 +345,36 @@ mod tests {
                 .name(),
             "none"
         );
+    }
+
+    #[test]
+    fn descriptor_from_request_and_per_owner_ids() {
+        let mut buf = vec![0u8; 4096];
+        let mut rq = Request::default();
+        // SAFETY: `buf` outlives the request, which is never submitted.
+        let b = unsafe { crate::IoBuf::from_raw_parts(buf.as_mut_ptr(), 4096) };
+        let io = crate::Io {
+            op: Op::Write,
+            lba: 77,
+            nblocks: 8,
+            buf: b,
+            prio: crate::IoPrio {
+                class: PrioClass::Rt,
+                level: 0,
+            },
+            flags: ReqFlags::FUA,
+            token: 5,
+        };
+        rq.prepare(&io, 1);
+        let d = SchedRq::from_request(300, 1, &rq);
+        assert_eq!(
+            (d.id, d.owner, d.op, d.prio, d.flags, d.sector, d.nblocks),
+            (300, 1, Op::Write, PrioClass::Rt, ReqFlags::FUA, 77, 8)
+        );
+        assert_eq!(d.addr, buf.as_ptr() as u64);
+        let o = DeadlineOptions::for_queues(128, 2, 256, 4096);
+        assert_eq!((o.nr_requests, o.owners, o.per_owner()), (512, 2, 256));
+        o.validate().unwrap();
     }
 
     #[test]
