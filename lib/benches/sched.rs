@@ -7,6 +7,8 @@
 //! - `sched/none_32`: the pass-through queue of the `none` scheduler.
 //! - `sched/mq-deadline_32`: `SharedDeadline` (one lock per insert batch and per dispatch
 //!   batch, completion lock-free).
+//! - `sched/mq-deadline_32_bufs`: the same with buffer addresses, so every insert also
+//!   looks up its back and front merge candidates (they never fit: not contiguous).
 //! - `sched/mq-deadline_32_2threads`: two threads (owners 0 and 1) doing the same against
 //!   one shared instance; reported time is wall time per batch of each thread.
 //!
@@ -32,10 +34,13 @@ struct Submitter {
     out: Vec<Dispatched>,
     seed: u64,
     now: u64,
+    /// Give each request a buffer address (4 KiB apart per id, so never contiguous with its
+    /// sector neighbours): every insert then looks for merge candidates.
+    bufs: bool,
 }
 
 impl Submitter {
-    fn new(sched: &Scheduler, owner: u16, ids: std::ops::Range<u32>) -> Submitter {
+    fn new(sched: &Scheduler, owner: u16, ids: std::ops::Range<u32>, bufs: bool) -> Submitter {
         let mut s = Submitter {
             q: sched.queue(owner),
             owner,
@@ -44,6 +49,7 @@ impl Submitter {
             out: Vec::with_capacity(BATCH),
             seed: 0x9e37_79b9_7f4a_7c15 ^ u64::from(owner),
             now: 0,
+            bufs,
         };
         // Fill to QD − BATCH so each batch brings the depth to QD.
         for _ in 0..(QD - BATCH) / BATCH {
@@ -73,7 +79,11 @@ impl Submitter {
                 flags: ReqFlags::NONE,
                 sector,
                 nblocks: 8,
-                addr: 0,
+                addr: if self.bufs {
+                    0x1000_0000 + u64::from(id) * 2 * 4096
+                } else {
+                    0
+                },
             });
         }
     }
@@ -115,9 +125,12 @@ fn bench_sched(c: &mut Criterion) {
 
     for kind in [SchedKind::None, SchedKind::MqDeadline] {
         let sched = Scheduler::new(kind, opts()).expect("scheduler");
-        let mut s = Submitter::new(&sched, 0, 0..QD as u32);
+        let mut s = Submitter::new(&sched, 0, 0..QD as u32, false);
         g.bench_function(format!("{}_32", kind.name()), |b| b.iter(|| s.batch()));
     }
+    let sched = Scheduler::new(SchedKind::MqDeadline, opts()).expect("scheduler");
+    let mut s = Submitter::new(&sched, 0, 0..QD as u32, true);
+    g.bench_function("mq-deadline_32_bufs", |b| b.iter(|| s.batch()));
 
     // Two submitters on one instance, each on its own thread.
     let sched = Scheduler::new(SchedKind::MqDeadline, opts()).expect("scheduler");
@@ -129,7 +142,7 @@ fn bench_sched(c: &mut Criterion) {
                 let barrier = Arc::clone(&barrier);
                 std::thread::spawn(move || {
                     let base = u32::from(owner) * QD as u32;
-                    let mut s = Submitter::new(&sched, owner, base..base + QD as u32);
+                    let mut s = Submitter::new(&sched, owner, base..base + QD as u32, false);
                     barrier.wait();
                     let t = Instant::now();
                     for _ in 0..iters {

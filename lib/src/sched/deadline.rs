@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::request::{IoStatus, Op, PrioClass, ReqFlags};
 
-use super::sorttree::{MAX_SECTOR, Tree};
+use super::sorttree::{MAX_SECTOR, Probe, Tree};
 use super::{Dir, Dispatched, SchedError, SchedRq};
 
 /// "No request" in the index links of the slab.
@@ -763,20 +763,16 @@ impl Deadline {
             self.pending += 1;
             return Ok(Inserted::Head);
         }
-        if let Some(into) = self.try_insert_merge(id) {
+        let (p, d) = (rq.prio as usize, dir as usize);
+        let end = rq.sector + u64::from(rq.nblocks);
+        let probe = self.prios[p].sort[d].probe(rq.sector, end, id);
+        if let Some(into) = self.try_insert_merge(id, probe) {
             return Ok(Inserted::Merged { into });
         }
-        self.add_queued(id);
-        Ok(Inserted::Queued)
-    }
-
-    /// Puts `id` in its class's tree and at the FIFO tail.
-    fn add_queued(&mut self, id: u32) {
-        let s = &self.slots[id as usize];
-        let (p, d, sector) = (s.prio as usize, s.dir() as usize, s.sector);
-        self.prios[p].sort[d].insert(id, sector);
+        self.prios[p].sort[d].insert_at(probe.pos, id, rq.sector);
         self.fifo_push_back(p, d, id);
         self.pending += 1;
+        Ok(Inserted::Queued)
     }
 
     /// Whether `id` may take part in a merge at all (Linux's `rq_mergeable`).
@@ -812,7 +808,7 @@ impl Deadline {
     /// request ending where `id` starts), then front merge (one starting where `id` ends).
     /// After a merge, the grown request may now touch another queued one: merge those too,
     /// as Linux's `attempt_back_merge` / `attempt_front_merge`.
-    fn try_insert_merge(&mut self, id: u32) -> Option<u32> {
+    fn try_insert_merge(&mut self, id: u32, probe: Probe) -> Option<u32> {
         let s = &self.slots[id as usize];
         // Without a buffer address two requests make two segments.
         if !Self::mergeable(s) || (s.addr == 0 && self.opts.max_segments < 2) {
@@ -820,7 +816,7 @@ impl Deadline {
         }
         let new = *s;
         let (p, d) = (new.prio as usize, new.dir() as usize);
-        if let Some(q) = self.prios[p].sort[d].last_before(new.sector)
+        if let Some(q) = probe.back
             && let Some(segs) = self.merge_fits(&self.slots[q as usize], &new)
         {
             self.absorb_back(q, id, segs);
@@ -831,7 +827,7 @@ impl Deadline {
             return Some(q);
         }
         if self.opts.front_merges
-            && let Some(q) = self.prios[p].sort[d].first_at_or_after(new.end())
+            && let Some(q) = probe.front
             && let Some(segs) = self.merge_fits(&new, &self.slots[q as usize])
         {
             // The queued request keeps its place in the FIFO; re-key it in the tree.

@@ -32,6 +32,14 @@ fn id_of(key: u64) -> u32 {
     (key & ID_MASK) as u32
 }
 
+/// Result of [`Tree::probe`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Probe {
+    pub(crate) back: Option<u32>,
+    pub(crate) front: Option<u32>,
+    pub(crate) pos: usize,
+}
+
 /// One sorted set of (sector, id).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Tree {
@@ -79,6 +87,50 @@ impl Tree {
         } else {
             false
         }
+    }
+
+    /// One search for everything an insert needs: the merge candidates around a new request
+    /// at `sector..end` named `id`, and where it would go. `back` is the last request below
+    /// `sector`, `front` the first at or after `end`, `pos` the insert position of `id`.
+    #[inline]
+    pub(crate) fn probe(&self, sector: u64, end: u64, id: u32) -> Probe {
+        let sector = sector.min(MAX_SECTOR);
+        let i0 = self.lower_bound(key(sector, 0));
+        let back = i0.checked_sub(1).map(|j| id_of(self.keys[j]));
+        // Requests starting inside [sector, end) overlap the new one: rare, so scan a few.
+        let k = key(sector, id);
+        let pos = self.scan(i0, |x| x < k).unwrap_or_else(|| self.lower_bound(k));
+        let end_key = key(end.min(MAX_SECTOR), 0);
+        let j = self
+            .scan(i0, |x| x < end_key)
+            .unwrap_or_else(|| self.lower_bound(end_key));
+        Probe {
+            back,
+            front: self.keys.get(j).map(|&x| id_of(x)),
+            pos,
+        }
+    }
+
+    /// From `i`, the first position where `below` is false, if found within a few steps.
+    #[inline]
+    fn scan(&self, mut i: usize, below: impl Fn(u64) -> bool) -> Option<usize> {
+        for _ in 0..4 {
+            match self.keys.get(i) {
+                Some(&x) if below(x) => i += 1,
+                _ => return Some(i),
+            }
+        }
+        None
+    }
+
+    /// Inserts `id` at `sector` at position `pos` from [`Tree::probe`] (no search).
+    #[inline]
+    pub(crate) fn insert_at(&mut self, pos: usize, id: u32, sector: u64) {
+        let k = key(sector, id);
+        debug_assert!(pos == 0 || self.keys[pos - 1] < k);
+        debug_assert!(pos == self.keys.len() || k < self.keys[pos]);
+        debug_assert!(self.keys.len() < self.keys.capacity());
+        self.keys.insert(pos, k);
     }
 
     /// Like [`Tree::first_at_or_after`], with the request's position (for [`Tree::remove_at`]).
@@ -179,6 +231,11 @@ mod tests {
                     model.range(..(sector, 0)).next_back().map(|&(_, i)| i)
                 );
                 prop_assert_eq!(t.len(), model.len());
+                let (end, pid) = (sector + u64::from(id % 5), 63 - id);
+                let pr = t.probe(sector, end, pid);
+                prop_assert_eq!(pr.back, model.range(..(sector, 0)).next_back().map(|&(_, i)| i));
+                prop_assert_eq!(pr.front, model.range((end, 0)..).next().map(|&(_, i)| i));
+                prop_assert_eq!(pr.pos, model.range(..(sector, pid)).count());
             }
         }
     }
