@@ -99,7 +99,9 @@ impl Tree {
         let back = i0.checked_sub(1).map(|j| id_of(self.keys[j]));
         // Requests starting inside [sector, end) overlap the new one: rare, so scan a few.
         let k = key(sector, id);
-        let pos = self.scan(i0, |x| x < k).unwrap_or_else(|| self.lower_bound(k));
+        let pos = self
+            .scan(i0, |x| x < k)
+            .unwrap_or_else(|| self.lower_bound(k));
         let end_key = key(end.min(MAX_SECTOR), 0);
         let j = self
             .scan(i0, |x| x < end_key)
