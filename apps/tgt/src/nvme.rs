@@ -224,7 +224,6 @@ fn detach(t: &Target, c: CtrlrRecord) -> Result<(), NvmeError> {
     for b in &c.bdevs {
         let _ = t.registry.unregister(b);
         t.forget_bdev_state(b);
-        crate::perf::drop_buffers(t, b);
     }
     t.forget_ctrlr_bdevs(&c.name);
     let r = c.ctrlr.detach();

@@ -12,7 +12,6 @@
 //! latency then counts from insertion.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
@@ -94,6 +93,8 @@ struct JobSpec {
     load: Workload,
     seconds: f64,
     sched: Scheduler,
+    /// I/O buffers, at least `depth * size` bytes (allocated off the reactors).
+    bufs: DmaRegion,
 }
 
 /// What a job reports.
@@ -108,6 +109,8 @@ struct JobReport {
     stats: QueueStats,
     aborted: bool,
     error: Option<String>,
+    /// The job's buffers, back for the next job on this bdev.
+    bufs: Option<DmaRegion>,
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -201,6 +204,10 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
                 "depth {depth} exceeds bdev {name}'s mq-deadline nr_requests ({nr})"
             )));
         }
+        // Allocating (and populating) buffers may take milliseconds: here, not on a reactor.
+        let bufs = t
+            .take_buffer(name, (u64::from(depth) * size) as usize)
+            .map_err(|e| RpcError::errno_detail(e.errno(), format_args!("I/O buffers: {e}")))?;
         specs.push(JobSpec {
             dev,
             depth,
@@ -208,6 +215,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             load,
             seconds,
             sched,
+            bufs,
         });
     }
     let names: Vec<String> = specs.iter().map(|s| s.dev.info().name.clone()).collect();
@@ -257,8 +265,11 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
         ));
     }
     reports.sort_by_key(|r| names.iter().position(|n| *n == r.name));
-    for r in &reports {
+    for r in &mut reports {
         t.add_iostat(&r.name, &r.stats);
+        if let Some(b) = r.bufs.take() {
+            t.give_back_buffer(&r.name, b);
+        }
     }
     if let Some(r) = reports.iter().find(|r| r.error.is_some()) {
         return Err(RpcError::errno_detail(
@@ -345,6 +356,7 @@ impl JobReport {
             stats: QueueStats::default(),
             aborted: false,
             error: Some(error),
+            bufs: None,
         }
     }
 }
@@ -365,7 +377,7 @@ struct Job {
     core: u32,
     q: BdevQueue,
     plug: Plug,
-    /// The I/O buffers (`depth * size` bytes), from and back to the reactor's [`BufCache`].
+    /// The I/O buffers (at least `depth * size` bytes), handed back in the report.
     bufs: Option<DmaRegion>,
     base: *mut u8,
     size: u64,
@@ -410,13 +422,9 @@ impl Job {
         )
         .map_err(|e| e.to_string())?;
         q.register_plug(&mut plug);
-        let bufs = take_buffer(
-            ctx,
-            &info.name,
-            (u64::from(spec.depth) * spec.size) as usize,
-        )?;
-        // SAFETY: the region stays allocated, same pages, in this reactor's BufCache or in a
-        // job, until the bdev is deleted (`drop_buffers`), after its last queue and I/O.
+        let bufs = spec.bufs;
+        // SAFETY: the region stays allocated, same pages, in this job or in the target's buffer
+        // cache until the bdev is gone (`Target::forget_bdev_state`), after its last I/O.
         unsafe { q.device().register_memory(&[(bufs.as_ptr(), bufs.len())]) };
         let nblocks = (spec.size / u64::from(info.block_size)) as u32;
         let sched = match &spec.sched {
@@ -769,9 +777,6 @@ impl Job {
             return;
         };
         ctx.unregister_poller(id);
-        if let Some(b) = self.bufs.take() {
-            give_back(ctx, &self.name, b);
-        }
         let hist = std::mem::replace(&mut self.hist, Histogram::new(1).expect("histogram"));
         let elapsed_ns = now.saturating_sub(self.start_ns);
         let _ = self.tx.send(JobReport {
@@ -785,45 +790,8 @@ impl Job {
             stats: *self.q.stats(),
             aborted: self.aborted,
             error: self.error.take(),
+            bufs: self.bufs.take(),
         });
-    }
-}
-
-/// Per reactor: perform_tests buffers, kept per bdev and reused by later jobs.
-///
-/// A driver may keep a buffer registered (DMA-mapped by the NVMe driver until its controller
-/// goes), so a region handed to a device is never freed while the bdev exists: freeing it and
-/// getting the same addresses back in a new region would leave the device's mapping on the old
-/// pages.
-#[derive(Default)]
-struct BufCache(HashMap<String, Vec<DmaRegion>>);
-
-/// A region of at least `len` bytes for bdev `name` from this reactor's cache, or a new one.
-fn take_buffer(ctx: &mut ReactorCtx, name: &str, len: usize) -> Result<DmaRegion, String> {
-    let cache = ctx.local_or_insert_with(BufCache::default);
-    if let Some(list) = cache.0.get_mut(name)
-        && let Some(i) = list.iter().position(|r| r.len() >= len)
-    {
-        return Ok(list.swap_remove(i));
-    }
-    DmaRegion::new(len).map_err(|e| format!("I/O buffers: {e}"))
-}
-
-fn give_back(ctx: &mut ReactorCtx, name: &str, region: DmaRegion) {
-    let cache = ctx.local_or_insert_with(BufCache::default);
-    cache.0.entry(name.to_string()).or_default().push(region);
-}
-
-/// Frees every reactor's cached buffers of bdev `name` (after it was deleted).
-pub fn drop_buffers(t: &Target, name: &str) {
-    let n = name.to_string();
-    let r = t.reactors().run_on_all(move |ctx| {
-        if let Some(c) = ctx.local::<BufCache>() {
-            c.0.remove(n.as_str());
-        }
-    });
-    if let Err(e) = r {
-        log::debug!("dropping perform_tests buffers of {name}: {e}");
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pmio::bdev::Registry;
 use pmio::bdev::stats::QueueStats;
+use pmio::dma::{DmaError, DmaRegion};
 use pmio::sched::Scheduler;
 use pmio::{BdevError, BlockDevice, Op, Uuid};
 use pmio_reactors::ReactorsHandle;
@@ -111,6 +112,8 @@ pub struct Target {
     busy: Mutex<HashMap<String, usize>>,
     /// I/O statistics of finished jobs, per bdev.
     iostat: Mutex<HashMap<String, QueueStats>>,
+    /// perform_tests I/O buffers per bdev, reused by later jobs (see [`Target::take_buffer`]).
+    bufs: Mutex<HashMap<String, Vec<DmaRegion>>>,
     /// Bdev name → its scheduler (absent: none).
     scheds: Mutex<HashMap<String, Scheduler>>,
     reactors: ReactorsHandle,
@@ -148,6 +151,7 @@ impl Target {
             busy: Mutex::new(HashMap::new()),
             iostat: Mutex::new(HashMap::new()),
             scheds: Mutex::new(HashMap::new()),
+            bufs: Mutex::new(HashMap::new()),
             reactors,
             start_ns: pmio_reactors::now_ns(),
         }
@@ -266,7 +270,6 @@ impl Target {
         records.remove(pos);
         drop(records);
         self.forget_bdev_state(name);
-        crate::perf::drop_buffers(self, name);
         Ok(())
     }
 
@@ -274,6 +277,31 @@ impl Target {
     pub fn forget_bdev_state(&self, name: &str) {
         lock(&self.iostat).remove(name);
         lock(&self.scheds).remove(name);
+        lock(&self.bufs).remove(name);
+    }
+
+    /// An I/O buffer of at least `len` bytes for a job on bdev `name`: a cached one, else new.
+    ///
+    /// A driver may keep a buffer registered with the device (DMA-mapped by the NVMe driver),
+    /// so buffers handed to a bdev are kept, same pages, until the bdev is gone rather than
+    /// freed after each job.
+    pub fn take_buffer(&self, name: &str, len: usize) -> Result<DmaRegion, DmaError> {
+        if let Some(list) = lock(&self.bufs).get_mut(name)
+            && let Some(i) = list.iter().position(|r| r.len() >= len)
+        {
+            return Ok(list.swap_remove(i));
+        }
+        DmaRegion::new(len)
+    }
+
+    /// Returns a job's buffer to bdev `name`'s cache (dropped if the bdev is gone).
+    pub fn give_back_buffer(&self, name: &str, region: DmaRegion) {
+        if self.registry.get(name).is_some() {
+            lock(&self.bufs)
+                .entry(name.to_string())
+                .or_default()
+                .push(region);
+        }
     }
 
     /// The scheduler set on bdev `name`, if any.

@@ -58,7 +58,9 @@ impl Daemon {
 
     /// Starts pmio-tgt without waiting.
     pub fn spawn(sock: &Path, args: &[&str]) -> Daemon {
-        let log = sock.with_extension(format!("log{}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = sock.with_extension(format!("{}.{n}.log", std::process::id()));
         let log_file = std::fs::File::create(&log).expect("create daemon log");
         let child = Command::new(bin_dir().join("pmio-tgt"))
             .arg("-r")
