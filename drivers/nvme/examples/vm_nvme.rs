@@ -10,8 +10,9 @@
 //!    the LBA stamp of every block read;
 //! 5. flush; write zeroes and deallocate, checked by reading back;
 //! 6. detach (queues deleted, normal shutdown), then attach again and re-verify data;
-//! 7. a child process attaches and exits without detaching (a crash); the next attach resets
-//!    the controller it left enabled and works.
+//! 7. a child process attaches and exits without detaching (a crash); the next attach works;
+//! 8. a controller abandoned while enabled (queues and I/O in flight, device still open) is
+//!    found enabled and reset by the next attach, which works.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use anyhow::{Context, Result, bail, ensure};
 use pmio::bdev::{BlockDevice, DriverQueue};
 use pmio::dma::DmaRegion;
 use pmio::request::{Io, IoBuf, IoStatus, Op, Request};
+use pmio_nvme::vfio::VfioPci;
 use pmio_nvme::{Controller, NvmeBdev, NvmeError, NvmeOptions, NvmeQpair};
 
 const SEED: u64 = 0x5eed_0f9a_1de2_e2e2;
@@ -529,10 +531,42 @@ fn main() -> Result<()> {
     ensure!(st.success(), "crash child failed: {st}");
     {
         let (c, bdev) = attach(&bdf).context("attach after a crashed user")?;
-        ensure!(c.reset_at_attach(), "controller left enabled was not reset");
         spot_check(&bdev, bs)?;
         c.detach()?;
-        println!("vm_nvme: controller left enabled by a crashed process was reset and works");
+        println!(
+            "vm_nvme: attach after a process exited without detaching works (controller found {})",
+            if c.reset_at_attach() {
+                "enabled: reset"
+            } else {
+                "disabled: vfio-pci reset it when the process closed the device"
+            }
+        );
+    }
+
+    // 8. A controller abandoned while enabled, with queues and I/O in flight (vfio-pci cannot
+    //    reset it: the device stays open): the next attach on the same device finds it
+    //    enabled, resets it, and works.
+    {
+        let pci = Arc::new(VfioPci::open(&bdf)?);
+        let old = Controller::attach_with(pci.clone(), pci.clone(), NvmeOptions::default())?;
+        let old_bdev = old.bdev(1).context("namespace 1")?;
+        let mut e = Engine::new(&old_bdev, 8, 4096)?;
+        for i in 0..8 {
+            e.start(io(Op::Read, i * 8, 8), 4096);
+        }
+        // Leak everything: nothing deletes the queues or shuts the controller down.
+        std::mem::forget(e);
+        std::mem::forget(old_bdev);
+        std::mem::forget(old);
+        let c = Controller::attach_with(pci.clone(), pci, NvmeOptions::default())
+            .context("attach over an abandoned controller")?;
+        ensure!(c.reset_at_attach(), "controller left enabled was not reset");
+        let bdev = c.bdev(1).context("namespace 1")?;
+        spot_check(&bdev, bs)?;
+        c.detach()?;
+        println!(
+            "vm_nvme: controller left enabled with I/O in flight was reset at attach and works"
+        );
     }
 
     println!("vm_nvme: PASS in {:.1} s", t0.elapsed().as_secs_f64());
