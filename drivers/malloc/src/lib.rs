@@ -7,8 +7,8 @@
 //! of the two writes at 8-byte granularity, exactly the "torn write" a real disk may show.
 //! Ordering writes to the same block is the user's job, as on any block device. The cost
 //! over `memcpy` is small next to the rest of an I/O (relaxed atomics are plain moves on
-//! x86-64; only vectorisation is lost), and it needs no `unsafe` beyond the user-buffer
-//! access every driver has.
+//! x86-64; only vectorisation is lost). The memory is a zero-filled [`pmio::dma::DmaRegion`]
+//! (2 MiB pages where the machine has them), populated at creation.
 //!
 //! ```
 //! use pmio::BlockDevice;
@@ -18,10 +18,10 @@
 //! assert_eq!(dev.info().size_bytes(), 2048 * 512);
 //! ```
 
-use std::alloc::Layout;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
+use pmio::dma::DmaRegion;
 use pmio::{
     BdevError, BdevInfo, BlockDevice, DriverQueue, HctxQueues, HctxType, IoStatus, Op, OpSet,
     Request, Uuid,
@@ -64,24 +64,32 @@ impl Default for MallocOptions {
     }
 }
 
-/// The disk's memory: zero-initialised words, shared by every queue.
+/// The disk's memory: a zero-filled [`DmaRegion`] (2 MiB pages where available, as SPDK's
+/// malloc bdev takes hugepage memory) seen as 64-bit words, shared by every queue.
 struct Memory {
-    words: Box<[AtomicU64]>,
+    region: DmaRegion,
+    words: usize,
 }
 
 impl Memory {
-    fn new(bytes: u64) -> Option<Memory> {
-        let n = usize::try_from(bytes / 8).ok()?;
-        let layout = Layout::array::<AtomicU64>(n).ok()?;
-        // SAFETY: `layout` has a non-zero size (n > 0 is checked by the caller).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU64>();
-        if ptr.is_null() {
-            return None;
-        }
-        // SAFETY: `ptr` is a fresh allocation of `n` AtomicU64 with the layout `Box<[_]>`
-        // uses; all-zero bytes are a valid AtomicU64 (0). The Box takes ownership.
-        let words = unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) };
-        Some(Memory { words })
+    fn new(bytes: u64) -> Result<Memory, String> {
+        let len =
+            usize::try_from(bytes).map_err(|_| format!("{bytes} bytes do not fit in memory"))?;
+        let region = DmaRegion::new(len).map_err(|e| e.to_string())?;
+        Ok(Memory {
+            region,
+            words: len / 8,
+        })
+    }
+
+    /// The disk as words.
+    #[inline]
+    fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the region is a live mapping of at least `words * 8` bytes, page-aligned
+        // (so 8-aligned), zero-filled by the kernel — and zero is a valid `AtomicU64`. It is
+        // only ever accessed through these atomics (never through `&mut [u8]`), and it lives
+        // as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.region.as_ptr().cast::<AtomicU64>(), self.words) }
     }
 }
 
@@ -144,7 +152,7 @@ impl MallocDevice {
             .checked_mul(u64::from(opts.block_size))
             .ok_or_else(|| invalid(n, "size overflows 64 bits"))?;
         let mem = Memory::new(bytes)
-            .ok_or_else(|| invalid(n, format!("cannot allocate {bytes} bytes")))?;
+            .map_err(|e| invalid(n, format!("cannot allocate {bytes} bytes: {e}")))?;
         if opts.corrupt_lba.is_some() {
             log::warn!("bdev {n}: test-only corruption of one block is enabled");
         }
@@ -242,7 +250,7 @@ impl MallocQueue {
         let bs_words = (self.block_size / 8) as usize;
         let first = rq.lba as usize * bs_words;
         let count = rq.nblocks as usize * bs_words;
-        let words = &self.mem.words[first..first + count];
+        let words = &self.mem.words()[first..first + count];
         match rq.op {
             Op::Read | Op::Write => {
                 if u64::from(rq.buf.len()) < nblocks * u64::from(self.block_size) {
@@ -309,7 +317,7 @@ impl MallocQueue {
         {
             // A byte in the middle of the block: past any header a pattern may keep.
             let w = lba as usize * bs_words + bs_words / 2;
-            self.mem.words[w].fetch_xor(0xff, Ordering::Relaxed);
+            self.mem.words()[w].fetch_xor(0xff, Ordering::Relaxed);
             log::warn!("test-only corruption: flipped a byte of block {lba}");
         }
     }
