@@ -39,7 +39,7 @@ fn tgt_session_create_list_perf_iostat_sched_save_restart() {
         "Malloc0\n"
     );
     assert_eq!(
-        d.rpc_ok(&["bdev_uring_create", &img, "Uring0", "-b", "4096"]),
+        d.rpc_ok(&["bdev_uring_create", &img, "Uring0", "4096"]),
         "Uring0\n"
     );
     // An unnamed malloc bdev gets SPDK's next free MallocN name.

@@ -321,3 +321,29 @@ fn tgt_nvme_attach_errors_match_spdk() {
             .is_empty()
     );
 }
+
+/// Parameters newer SPDK clients (v26) always send are accepted too.
+#[test]
+fn tgt_newer_spdk_client_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("t.sock"), &[]);
+    d.rpc_ok(&["bdev_null_create", "Null0", "8", "512"]);
+    let v = lines(&d.raw(
+        br#"{"jsonrpc":"2.0","method":"framework_get_config","id":1,"params":{"name":"bdev","with_batches":false}}"#,
+    ));
+    assert_eq!(v[0]["result"][0]["method"], "bdev_null_create");
+    d.rpc_ok(&["perform_tests", "-b", "Null0", "-q", "4", "-t", "0.2"]);
+    let v = lines(&d.raw(
+        br#"{"jsonrpc":"2.0","method":"bdev_get_iostat","id":2,"params":{"per_channel":false,"reset_mode":"all","names":["Null0"]}}"#,
+    ));
+    assert!(v[0]["result"]["bdevs"][0]["num_read_ops"].as_u64().unwrap() > 0);
+    // reset_mode "all" zeroed the counters after that read.
+    let v = lines(&d.raw(
+        br#"{"jsonrpc":"2.0","method":"bdev_get_iostat","id":3,"params":{"names":["Null0"]}}"#,
+    ));
+    assert_eq!(v[0]["result"]["bdevs"][0]["num_read_ops"], 0);
+    let v = lines(&d.raw(
+        br#"{"jsonrpc":"2.0","method":"bdev_nvme_attach_controller","id":4,"params":{"name":"Nvme0","trtype":"PCIe","traddr":"0000:00:1f.7","prchk_reftag":false,"prchk_guard":false,"hdgst":false,"ddgst":false,"allow_unrecognized_csi":false,"disable_sq_flow_control":false}}"#,
+    ));
+    assert_eq!(v[0]["error"]["code"], -19, "{}", v[0]);
+}

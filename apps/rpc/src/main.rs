@@ -154,8 +154,8 @@ enum Method {
         filename: String,
         /// Bdev name.
         name: String,
-        /// Block size (default: the device's logical block size, 512 for files).
-        #[arg(short = 'b', long)]
+        /// Block size (default: the device's logical block size; for files the file
+        /// system's direct-I/O alignment).
         block_size: Option<u64>,
         /// UUID.
         #[arg(short = 'u', long)]

@@ -302,6 +302,9 @@ fn framework_get_subsystems(
 fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let name: String = p.req("name")?;
+    // Newer SPDK clients send `with_batches`; pmio's configurations have no batches, so the
+    // flattened and the batched form are the same.
+    p.opt::<bool>("with_batches")?;
     p.finish()?;
     match name.as_str() {
         "bdev" => Ok(Value::Array(bdev_config(rpc))),
@@ -553,17 +556,49 @@ fn bdev_get_bdevs(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, R
 fn bdev_get_iostat(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let name: Option<String> = p.opt("name")?;
+    // Newer SPDK clients: `names` (a list) and `reset_mode` (reset after reading).
+    let names: Option<Vec<String>> = p.opt("names")?;
+    let reset: Option<String> = p.opt("reset_mode")?;
     p.accept_default("per_channel", json!(false))?;
     p.finish()?;
+    let reset = match reset.as_deref() {
+        None | Some("none") => None,
+        Some(m @ ("all" | "maxmin" | "error")) => Some(m.to_string()),
+        Some(m) => {
+            return Err(RpcError::decode(format_args!(
+                "parameter \"reset_mode\": \"{m}\" is not one of all, maxmin, error, none"
+            )));
+        }
+    };
     let t = &rpc.target;
-    let devs = match name {
-        Some(n) => vec![
-            t.find_bdev(&n)
-                .ok_or_else(|| RpcError::errno(-libc::ENODEV))?,
-        ],
+    let wanted: Option<Vec<String>> = match (name, names) {
+        (Some(n), None) => Some(vec![n]),
+        (None, Some(ns)) => Some(ns),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(RpcError::decode(
+                "parameters \"name\" and \"names\" are exclusive",
+            ));
+        }
+    };
+    let devs = match wanted {
+        Some(ns) => ns
+            .iter()
+            .map(|n| t.find_bdev(n).ok_or_else(|| RpcError::errno(-libc::ENODEV)))
+            .collect::<Result<Vec<_>, _>>()?,
         None => t.bdevs_in_order(),
     };
-    let bdevs: Vec<Value> = devs.iter().map(|d| t.iostat_json(&d.info().name)).collect();
+    let bdevs: Vec<Value> = devs
+        .iter()
+        .map(|d| {
+            let name = &d.info().name;
+            let v = t.iostat_json(name);
+            if let Some(m) = &reset {
+                t.reset_iostat(name, m);
+            }
+            v
+        })
+        .collect();
     Ok(json!({
         "tick_rate": 1_000_000_000u64,
         "ticks": t.uptime_ns(),

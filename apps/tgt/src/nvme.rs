@@ -87,6 +87,16 @@ fn bdev_nvme_attach_controller(
         p.accept_default(k, json!(false))?;
     }
     p.accept_default("multipath", json!("disable"))?;
+    // Newer SPDK clients always send these.
+    p.accept_default("disable_sq_flow_control", json!(false))?;
+    if let Some(o) = p.opt::<serde_json::Map<String, Value>>("multipath_opts")?
+        && !o.is_empty()
+    {
+        return Err(RpcError::errno_detail(
+            -libc::EOPNOTSUPP,
+            "multipath_opts: pmio attaches one path per controller",
+        ));
+    }
     let mut fabrics = Vec::new();
     for k in FABRICS_ONLY
         .into_iter()

@@ -367,6 +367,24 @@ impl Target {
             .add(s);
     }
 
+    /// Resets bdev `name`'s totals as SPDK's `reset_mode`: `all` counters, only `maxmin`
+    /// latencies, or only `error` counts.
+    pub fn reset_iostat(&self, name: &str, mode: &str) {
+        let mut m = lock(&self.iostat);
+        let Some(s) = m.get_mut(name) else { return };
+        for o in &mut s.ops {
+            match mode {
+                "all" => *o = Default::default(),
+                "maxmin" => {
+                    o.lat_min_ns = u64::MAX;
+                    o.lat_max_ns = 0;
+                }
+                "error" => o.errors = 0,
+                _ => {}
+            }
+        }
+    }
+
     /// Totals of bdev `name`.
     pub fn iostat(&self, name: &str) -> QueueStats {
         lock(&self.iostat).get(name).copied().unwrap_or_default()
