@@ -1,4 +1,6 @@
 //! Shared helpers of the pmio-perf end-to-end tests: build the binary once, run it.
+// Each test binary that includes this module uses a subset of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
