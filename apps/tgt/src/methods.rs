@@ -771,6 +771,56 @@ mod tests {
     }
 
     #[test]
+    fn iostat_counts_running_jobs_and_resets() {
+        let (_re, r) = rpc(FwState::Runtime);
+        let r = Arc::new(r);
+        call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "N0", "num_blocks": 1024, "block_size": 512}),
+        )
+        .unwrap();
+        let r2 = r.clone();
+        let job = std::thread::spawn(move || {
+            call(
+                &r2,
+                "perform_tests",
+                json!({"bdevs": ["N0"], "depth": 4, "seconds": 1.0}),
+            )
+            .unwrap()
+        });
+        let reads = |r: &Rpc| {
+            call(r, "bdev_get_iostat", json!({"name": "N0"})).unwrap()["bdevs"][0]["num_read_ops"]
+                .as_u64()
+                .unwrap()
+        };
+        let mut during = 0;
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            during = reads(&r);
+            if during > 0 {
+                break;
+            }
+        }
+        assert!(during > 0, "no live statistics while the job runs");
+        let out = job.join().unwrap();
+        let after = reads(&r);
+        assert!(after >= during);
+        // Every completion of the job is counted exactly once.
+        let ios = (out["results"][0]["iops"].as_f64().unwrap()
+            * out["results"][0]["runtime"].as_f64().unwrap())
+        .round() as u64;
+        assert!(after.abs_diff(ios) <= 1 + ios / 1000, "{after} vs {ios}");
+        call(
+            &r,
+            "bdev_get_iostat",
+            json!({"names": ["N0"], "reset_mode": "all"}),
+        )
+        .unwrap();
+        assert_eq!(reads(&r), 0);
+    }
+
+    #[test]
     fn signal_names() {
         assert_eq!(signal_number("SIGTERM"), Some(libc::SIGTERM));
         assert_eq!(signal_number("INT"), Some(libc::SIGINT));

@@ -18,7 +18,6 @@ use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use pmio::bdev::stats::QueueStats;
 use pmio::bdev::{BdevQueue, BdevQueueOptions};
 use pmio::dma::DmaRegion;
 use pmio::plug::Plug;
@@ -106,7 +105,6 @@ struct JobReport {
     errors: u64,
     elapsed_ns: u64,
     hist: Histogram<u64>,
-    stats: QueueStats,
     aborted: bool,
     error: Option<String>,
     /// The job's buffers, back for the next job on this bdev.
@@ -266,7 +264,6 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     }
     reports.sort_by_key(|r| names.iter().position(|n| *n == r.name));
     for r in &mut reports {
-        t.add_iostat(&r.name, &r.stats);
         if let Some(b) = r.bufs.take() {
             t.give_back_buffer(&r.name, b);
         }
@@ -353,7 +350,6 @@ impl JobReport {
             errors: 0,
             elapsed_ns: 0,
             hist: new_hist(),
-            stats: QueueStats::default(),
             aborted: false,
             error: Some(error),
             bufs: None,
@@ -376,6 +372,8 @@ struct Job {
     name: String,
     core: u32,
     q: BdevQueue,
+    /// Id of the queue's statistics in the target (`Target::add_live`).
+    live_id: u64,
     plug: Plug,
     /// The I/O buffers (at least `depth * size` bytes), handed back in the report.
     bufs: Option<DmaRegion>,
@@ -422,6 +420,8 @@ impl Job {
         )
         .map_err(|e| e.to_string())?;
         q.register_plug(&mut plug);
+        // bdev_get_iostat reads this queue's statistics while the job runs.
+        let live_id = target.add_live(&info.name, q.stats_cell());
         let bufs = spec.bufs;
         // SAFETY: the region stays allocated, same pages, in this job or in the target's buffer
         // cache until the bdev is gone (`Target::forget_bdev_state`), after its last I/O.
@@ -444,6 +444,7 @@ impl Job {
             name: info.name.clone(),
             core: ctx.core(),
             q,
+            live_id,
             plug,
             base: bufs.as_ptr(),
             bufs: Some(bufs),
@@ -777,6 +778,8 @@ impl Job {
             return;
         };
         ctx.unregister_poller(id);
+        self.target
+            .finish_live(&self.name, self.live_id, self.q.stats());
         let hist = std::mem::replace(&mut self.hist, Histogram::new(1).expect("histogram"));
         let elapsed_ns = now.saturating_sub(self.start_ns);
         let _ = self.tx.send(JobReport {
@@ -787,7 +790,6 @@ impl Job {
             errors: self.errors,
             elapsed_ns: elapsed_ns.max(1),
             hist,
-            stats: *self.q.stats(),
             aborted: self.aborted,
             error: self.error.take(),
             bufs: self.bufs.take(),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pmio::bdev::Registry;
-use pmio::bdev::stats::QueueStats;
+use pmio::bdev::stats::{QueueStats, QueueStatsCell};
 use pmio::dma::{DmaError, DmaRegion};
 use pmio::sched::Scheduler;
 use pmio::{BdevError, BlockDevice, Op, Uuid};
@@ -110,8 +110,9 @@ pub struct Target {
     stopping: AtomicBool,
     /// Bdev name → number of running jobs (perform_tests) using it.
     busy: Mutex<HashMap<String, usize>>,
-    /// I/O statistics of finished jobs, per bdev.
-    iostat: Mutex<HashMap<String, QueueStats>>,
+    /// I/O statistics per bdev: finished jobs' totals plus the queues of running jobs.
+    iostat: Mutex<HashMap<String, IoStat>>,
+    next_live: std::sync::atomic::AtomicU64,
     /// perform_tests I/O buffers per bdev, reused by later jobs (see [`Target::take_buffer`]).
     bufs: Mutex<HashMap<String, Vec<DmaRegion>>>,
     /// Bdev name → its scheduler (absent: none).
@@ -150,6 +151,7 @@ impl Target {
             stopping: AtomicBool::new(false),
             busy: Mutex::new(HashMap::new()),
             iostat: Mutex::new(HashMap::new()),
+            next_live: std::sync::atomic::AtomicU64::new(1),
             scheds: Mutex::new(HashMap::new()),
             bufs: Mutex::new(HashMap::new()),
             reactors,
@@ -359,20 +361,41 @@ impl Target {
         lock(&self.busy).get(name).is_some_and(|&n| n > 0)
     }
 
-    /// Adds a finished job's statistics to bdev `name`'s totals.
-    pub fn add_iostat(&self, name: &str, s: &QueueStats) {
+    /// Makes a running queue's statistics part of bdev `name`'s (read through its shared cell
+    /// whenever asked, never summed on the I/O path). Returns the id for [`Target::finish_live`].
+    pub fn add_live(&self, name: &str, cell: Arc<QueueStatsCell>) -> u64 {
+        let id = self.next_live.fetch_add(1, Ordering::Relaxed);
         lock(&self.iostat)
             .entry(name.to_string())
             .or_default()
-            .add(s);
+            .live
+            .push(LiveQueue {
+                id,
+                cell,
+                base: QueueStats::default(),
+            });
+        id
     }
 
-    /// Resets bdev `name`'s totals as SPDK's `reset_mode`: `all` counters, only `maxmin`
-    /// latencies, or only `error` counts.
+    /// Folds a finished queue's final statistics into bdev `name`'s totals (one step, so a
+    /// concurrent reader never counts it twice or not at all).
+    pub fn finish_live(&self, name: &str, id: u64, last: &QueueStats) {
+        let mut m = lock(&self.iostat);
+        let st = m.entry(name.to_string()).or_default();
+        let base = match st.live.iter().position(|l| l.id == id) {
+            Some(i) => st.live.swap_remove(i).base,
+            None => QueueStats::default(),
+        };
+        st.total.add(&since(last, &base));
+    }
+
+    /// Resets bdev `name`'s statistics as SPDK's `reset_mode`: `all` counters, only `maxmin`
+    /// latencies, or only `error` counts. Running queues restart their counts from now (their
+    /// min/max latencies are not reset).
     pub fn reset_iostat(&self, name: &str, mode: &str) {
         let mut m = lock(&self.iostat);
-        let Some(s) = m.get_mut(name) else { return };
-        for o in &mut s.ops {
+        let Some(st) = m.get_mut(name) else { return };
+        for o in &mut st.total.ops {
             match mode {
                 "all" => *o = Default::default(),
                 "maxmin" => {
@@ -383,11 +406,31 @@ impl Target {
                 _ => {}
             }
         }
+        for l in &mut st.live {
+            let now = l.cell.load();
+            match mode {
+                "all" => l.base = now,
+                "error" => {
+                    for (b, n) in l.base.ops.iter_mut().zip(now.ops.iter()) {
+                        b.errors = n.errors;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
-    /// Totals of bdev `name`.
+    /// Statistics of bdev `name`: finished jobs plus running queues (snapshots).
     pub fn iostat(&self, name: &str) -> QueueStats {
-        lock(&self.iostat).get(name).copied().unwrap_or_default()
+        let m = lock(&self.iostat);
+        let Some(st) = m.get(name) else {
+            return QueueStats::default();
+        };
+        let mut s = st.total;
+        for l in &st.live {
+            s.add(&since(&l.cell.load(), &l.base));
+        }
+        s
     }
 
     /// Attached controllers.
@@ -529,6 +572,38 @@ impl Target {
             "io_error": io_error
         })
     }
+}
+
+/// I/O statistics of one bdev.
+#[derive(Default)]
+struct IoStat {
+    /// Finished queues.
+    total: QueueStats,
+    /// Running queues.
+    live: Vec<LiveQueue>,
+}
+
+/// A running queue's shared statistics and the counts to subtract (after a reset).
+struct LiveQueue {
+    id: u64,
+    cell: Arc<QueueStatsCell>,
+    base: QueueStats,
+}
+
+/// Counters accumulated since `base` (min/max latencies are `a`'s).
+fn since(a: &QueueStats, base: &QueueStats) -> QueueStats {
+    let mut out = *a;
+    for (o, b) in out.ops.iter_mut().zip(base.ops.iter()) {
+        o.ops = o.ops.saturating_sub(b.ops);
+        o.bytes = o.bytes.saturating_sub(b.bytes);
+        o.errors = o.errors.saturating_sub(b.errors);
+        o.lat_sum_ns = o.lat_sum_ns.saturating_sub(b.lat_sum_ns);
+        if o.ops == 0 {
+            o.lat_min_ns = u64::MAX;
+            o.lat_max_ns = 0;
+        }
+    }
+    out
 }
 
 /// Keeps bdevs marked busy while a job runs.
