@@ -322,3 +322,22 @@ fn tgt_sigterm_during_perform_tests_answers_then_exits() {
     assert!(v["results"][0]["iops"].as_f64().unwrap() > 0.0);
     assert!(!sock.exists());
 }
+
+#[test]
+fn tgt_wait_for_rpc_defers_the_start_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let cfg = dir.path().join("c.json");
+    std::fs::write(
+        &cfg,
+        r#"{"subsystems":[{"subsystem":"bdev","config":[
+            {"method":"bdev_null_create","params":{"name":"N1","num_blocks":64,"block_size":512}}]}]}"#,
+    )
+    .unwrap();
+    let d = Daemon::start(&sock, &["--wait-for-rpc", "-c", cfg.to_str().unwrap()]);
+    // Start-up state: bdev methods are not callable yet, the config has not run.
+    assert_eq!(d.rpc(&["bdev_get_bdevs"]).status.code(), Some(1));
+    assert_eq!(d.rpc_ok(&["framework_start_init"]), "");
+    assert_eq!(names(&d.rpc_json(&["bdev_get_bdevs"])), ["N1"]);
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+}
