@@ -836,6 +836,112 @@ mod tests {
         assert_eq!(t.op(Op::Read).bytes, 1024);
     }
 
+    #[derive(Clone, Debug)]
+    enum Action {
+        /// A burst of `n` I/Os (reads if `read`), under a plug or not.
+        Submit {
+            n: u8,
+            read: bool,
+            plug: bool,
+        },
+        Flush,
+        Poll {
+            max: u8,
+        },
+    }
+
+    fn action() -> impl proptest::strategy::Strategy<Value = Action> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (1u8..12, any::<bool>(), any::<bool>()).prop_map(|(n, read, plug)| Action::Submit {
+                n,
+                read,
+                plug
+            }),
+            Just(Action::Flush),
+            (1u8..12).prop_map(|max| Action::Poll { max }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any interleaving of bursts, flushes and polls: a tag is never handed out twice
+        /// while in flight, Busy comes only when the I/O's hctx is full, and every accepted
+        /// I/O completes exactly once.
+        #[test]
+        fn prop_submit_flush_poll_keeps_every_invariant(
+            actions in proptest::collection::vec(action(), 1..80),
+            read_queue in proptest::bool::ANY,
+        ) {
+            let queues = HctxQueues { default: 1, read: u16::from(read_queue), poll: 0 };
+            let (d, log) = dev(queues, None);
+            let depth = 8u32;
+            let mut q = BdevQueue::open(d, BdevQueueOptions { depth, ..Default::default() }).unwrap();
+            let mut plug = Plug::default();
+            let mut buf = vec![0u8; 512];
+            let mut inflight: HashSet<(HctxType, u16)> = HashSet::new();
+            let mut per_type = [0u32; HCTX_MAX_TYPES];
+            let mut accepted = 0u64;
+            let mut completed: Vec<u64> = Vec::new();
+            let mut next_token = 0u64;
+            for a in actions {
+                match a {
+                    Action::Submit { n, read: is_read, plug: use_plug } => {
+                        let mut io = read(0, &mut buf);
+                        io.op = if is_read { Op::Read } else { Op::Write };
+                        let ty = queues.map(io.op, io.flags).0;
+                        if use_plug {
+                            plug.begin();
+                            q.expect_n(&mut plug, &io, u32::from(n));
+                        }
+                        for _ in 0..n {
+                            io.token = next_token;
+                            match q.submit(&mut plug, &io) {
+                                Ok(tag) => {
+                                    proptest::prop_assert!(inflight.insert((ty, tag)), "tag {} twice", tag);
+                                    per_type[ty.index()] += 1;
+                                    accepted += 1;
+                                    next_token += 1;
+                                }
+                                Err(e) => {
+                                    proptest::prop_assert!(e.is_busy());
+                                    proptest::prop_assert_eq!(per_type[ty.index()], depth, "busy only when full");
+                                }
+                            }
+                        }
+                        if use_plug {
+                            plug.finish();
+                        }
+                        proptest::prop_assert_eq!(q.busy_tags(ty), per_type[ty.index()], "no tag leaked by the plug");
+                    }
+                    Action::Flush => {
+                        q.flush();
+                    }
+                    Action::Poll { max } => {
+                        let n = q.poll(usize::from(max), |rq| {
+                            completed.push(rq.token);
+                            assert!(inflight.remove(&(rq.hctx, rq.tag)), "completed a tag not in flight");
+                            per_type[rq.hctx.index()] -= 1;
+                        });
+                        proptest::prop_assert!(n <= usize::from(max));
+                    }
+                }
+                proptest::prop_assert_eq!(u64::from(q.outstanding()), accepted - completed.len() as u64);
+            }
+            q.flush();
+            while q.outstanding() > 0 {
+                q.poll(64, |rq| {
+                    completed.push(rq.token);
+                    assert!(inflight.remove(&(rq.hctx, rq.tag)));
+                });
+            }
+            completed.sort_unstable();
+            proptest::prop_assert_eq!(completed, (0..accepted).collect::<Vec<u64>>());
+            proptest::prop_assert!(log.lock().started.is_empty());
+            let total = q.stats().total();
+            proptest::prop_assert_eq!(total.ops, accepted);
+        }
+    }
+
     #[test]
     fn open_checks_depth() {
         let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, None);
