@@ -48,6 +48,9 @@ vm-test:
 	$(RUN_IN_VM) --timeout 170 --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 \
 		--qemu-arg=-set --qemu-arg=drive.nvm0.discard=unmap --env VM_NVME_EXPECT_DEALLOC_ZERO=1 \
 		-- target/$(VM_TARGET)/release/examples/vm_nvme
+	$(CARGO) build --release -p pmio-perf
+	$(RUN_IN_VM) --timeout 170 --disk-size 64M --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 \
+		--file target/release/pmio-perf -- test/vm/nvme-perf-in-guest.sh
 
 # pmio-setup in the guest: status, unbind to nvme, refusal while mounted, bind back to vfio-pci.
 RUN_IN_VM ?= $(CURDIR)/../shared/vm/run-in-vm
