@@ -107,18 +107,21 @@ pub struct RingFlags {
     pub defer_taskrun: bool,
     pub coop_taskrun: bool,
     pub submit_all: bool,
+    /// No SQ index array (SQEs are consumed in ring order; Linux 6.6+).
+    pub no_sqarray: bool,
     pub iopoll: bool,
 }
 
 /// Setup-flag sets tried in order; the first the kernel accepts wins. EINVAL moves on.
-const LADDER: [(bool, bool, bool, bool); 6] = [
-    // (single_issuer, defer_taskrun, coop_taskrun, submit_all)
-    (true, true, true, true),
-    (true, true, false, true),
-    (true, false, true, true),
-    (false, false, true, true),
-    (false, false, false, true),
-    (false, false, false, false),
+/// (single_issuer, defer_taskrun, coop_taskrun, submit_all, no_sqarray)
+const LADDER: [(bool, bool, bool, bool, bool); 7] = [
+    (true, true, true, true, true),
+    (true, true, true, true, false),
+    (true, true, false, true, false),
+    (true, false, true, true, false),
+    (false, false, true, true, false),
+    (false, false, false, true, false),
+    (false, false, false, false, false),
 ];
 
 /// Creates a ring of `entries` SQEs with the best setup flags the kernel accepts.
@@ -128,7 +131,7 @@ pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
     iopoll: bool,
 ) -> Result<(IoUring<S, C>, RingFlags), UringError> {
     let mut last = io::Error::from_raw_os_error(libc::EINVAL);
-    for (si, dt, coop, all) in LADDER {
+    for (si, dt, coop, all, nosqa) in LADDER {
         let mut b = IoUring::<S, C>::builder();
         b.setup_cqsize(entries * 2).setup_clamp();
         if si {
@@ -143,6 +146,9 @@ pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
         if all {
             b.setup_submit_all();
         }
+        if nosqa {
+            b.setup_no_sqarray();
+        }
         if iopoll {
             b.setup_iopoll();
         }
@@ -153,6 +159,7 @@ pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
                     defer_taskrun: dt,
                     coop_taskrun: coop,
                     submit_all: all,
+                    no_sqarray: nosqa,
                     iopoll,
                 };
                 log::debug!("uring bdev {name}: ring of {entries} entries, setup flags {flags:?}");
@@ -161,7 +168,8 @@ pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 log::debug!(
                     "uring bdev {name}: setup flags (single_issuer={si}, defer_taskrun={dt}, \
-                     coop_taskrun={coop}, submit_all={all}) refused with EINVAL; trying fewer"
+                     coop_taskrun={coop}, submit_all={all}, no_sqarray={nosqa}) refused with \
+                     EINVAL; trying fewer"
                 );
                 last = e;
             }
@@ -535,43 +543,6 @@ fn register_regions<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
 }
 
 impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
-    /// One `io_uring_enter`: submits what is queued and, with GETEVENTS, flushes completions.
-    #[inline]
-    fn enter(&mut self, force_getevents: bool) {
-        let to_submit = self.ring.submission().len() as u32;
-        let mut flags = self.enter_flags;
-        if force_getevents {
-            flags |= IORING_ENTER_GETEVENTS;
-        }
-        if to_submit == 0 && flags == 0 {
-            return;
-        }
-        // SAFETY: no argument struct is passed (size 0, null pointer); the SQEs queued point at
-        // buffers their submitters keep valid until completion (IoBuf's contract).
-        let r = unsafe {
-            self.ring
-                .submitter()
-                .enter::<libc::sigset_t>(to_submit, 0, flags, None)
-        };
-        self.st.pending_sqes = 0;
-        if let Err(e) = r {
-            self.enter_failed(e);
-        }
-    }
-
-    /// An enter that failed (EAGAIN/EBUSY/EINTR): the SQEs stay queued and go with the next
-    /// enter. Logged once per queue.
-    #[cold]
-    fn enter_failed(&mut self, e: io::Error) {
-        if !self.st.enter_error_logged {
-            self.st.enter_error_logged = true;
-            log::warn!(
-                "uring bdev {}: io_uring_enter failed ({e}); retrying on the next poll",
-                self.prep.cfg.name
-            );
-        }
-    }
-
     /// Registers this thread's current regions in place of the old ones, if they changed.
     /// Cold: runs once per registration on the device. Requests already in flight keep the
     /// buffers they were issued with (the kernel holds them until they complete).
@@ -588,48 +559,89 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
         self.prep.bufs = register_regions(&self.ring, &self.prep.cfg.name, &regions, true);
         self.buffers_gen = generation;
     }
+}
+
+/// The ring's three halves for one `submit` or `poll` call: taken once per call, so the SQ
+/// tail and CQ head are published once per batch rather than once per entry.
+struct RingIo<'a, S: squeue::EntryMarker, C: cqueue::EntryMarker> {
+    sub: io_uring::Submitter<'a>,
+    sq: io_uring::SubmissionQueue<'a, S>,
+    cq: io_uring::CompletionQueue<'a, C>,
+    enter_flags: u32,
+}
+
+impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
+    /// One `io_uring_enter`: submits what is queued and, with GETEVENTS, flushes completions
+    /// (deferred task work, IOPOLL) into the CQ.
+    #[inline]
+    fn enter(&mut self, st: &mut State, name: &str, force_getevents: bool) {
+        self.sq.sync();
+        let to_submit = self.sq.len() as u32;
+        let mut flags = self.enter_flags;
+        if force_getevents {
+            flags |= IORING_ENTER_GETEVENTS;
+        }
+        st.pending_sqes = 0;
+        if to_submit == 0 && flags == 0 {
+            return;
+        }
+        // SAFETY: no argument struct is passed (size 0, null pointer); the SQEs queued point at
+        // buffers their submitters keep valid until completion (IoBuf's contract).
+        let r = unsafe { self.sub.enter::<libc::sigset_t>(to_submit, 0, flags, None) };
+        if let Err(e) = r {
+            enter_failed(st, name, e);
+        }
+        self.sq.sync();
+        self.cq.sync();
+    }
 
     /// Pushes one SQE; on a full SQ (only when an earlier enter failed), enters and retries.
     #[inline]
-    fn push(&mut self, sqe: &S) -> bool {
+    fn push(&mut self, st: &mut State, name: &str, sqe: &S) -> bool {
         // SAFETY: the SQE's buffer belongs to a request between submit and completion, which
         // its submitter keeps valid (IoBuf's contract); a DSM range lives in `st.dsm`.
-        if unsafe { self.ring.submission().push(sqe) }.is_ok() {
-            self.st.pending_sqes += 1;
+        if unsafe { self.sq.push(sqe) }.is_ok() {
+            st.pending_sqes += 1;
             return true;
         }
-        self.enter(false);
+        self.enter(st, name, false);
         // SAFETY: as above.
-        let ok = unsafe { self.ring.submission().push(sqe) }.is_ok();
-        self.st.pending_sqes += u32::from(ok);
+        let ok = unsafe { self.sq.push(sqe) }.is_ok();
+        st.pending_sqes += u32::from(ok);
         ok
     }
 
-    /// Prepares and pushes the SQE of `tag`, `done` bytes in; refusals go to `failed`.
+    /// Prepares and pushes the SQE of `tag`, `done` bytes in; refusals go to `st.failed`.
     #[inline]
-    fn start(&mut self, rqs: &[Request], tag: u16, done: u32) {
+    fn start(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
         let t = tag as usize;
-        if t >= self.st.progress.len() {
-            self.st.grow(t);
+        if t >= st.progress.len() {
+            st.grow(t);
         }
-        self.st.progress[t] = done;
-        let r = self.prep.sqe::<S>(&rqs[t], done, &mut self.st.dsm[t]);
-        match r {
+        st.progress[t] = done;
+        match prep.sqe::<S>(&rqs[t], done, &mut st.dsm[t]) {
             Ok(sqe) => {
                 let sqe = sqe_with_tag(sqe, tag);
-                if !self.push(&sqe) {
-                    self.st.failed.push((tag, libc::EBUSY));
+                if !self.push(st, &prep.cfg.name, &sqe) {
+                    st.failed.push((tag, libc::EBUSY));
                 }
             }
-            Err(errno) => self.st.failed.push((tag, errno)),
+            Err(errno) => st.failed.push((tag, errno)),
         }
     }
 
     /// Reaps up to `max` CQEs; resubmits short transfers.
-    fn reap(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+    fn reap(
+        &mut self,
+        prep: &Prep,
+        st: &mut State,
+        rqs: &mut [Request],
+        done: &mut Vec<u16>,
+        max: usize,
+    ) -> usize {
         let mut n = 0;
         while n < max {
-            let Some(cqe) = self.ring.completion().next() else {
+            let Some(cqe) = self.cq.next() else {
                 break;
             };
             let cqe: cqueue::Entry = cqe.into();
@@ -638,24 +650,24 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
             let Some(rq) = rqs.get_mut(t) else {
                 log::error!(
                     "uring bdev {}: completion for unknown tag {tag}",
-                    self.prep.cfg.name
+                    prep.cfg.name
                 );
                 continue;
             };
-            let step = match self.prep.cfg.target {
+            let step = match prep.cfg.target {
                 Target::Nvme { .. } => Step::Complete(nvme::decode_status(cqe.result())),
                 Target::File => {
                     let total = if rq.op.has_data() {
-                        (u64::from(rq.nblocks) << self.prep.cfg.block_shift) as u32
+                        (u64::from(rq.nblocks) << prep.cfg.block_shift) as u32
                     } else {
                         0
                     };
                     file_step(
                         rq.op,
                         cqe.result(),
-                        self.st.progress[t],
+                        st.progress[t],
                         total,
-                        self.prep.cfg.direct_align,
+                        prep.cfg.direct_align,
                     )
                 }
             };
@@ -663,30 +675,40 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 Step::Complete(status) => {
                     rq.status = status;
                     done.push(tag);
-                    self.st.outstanding -= 1;
+                    st.outstanding -= 1;
                     n += 1;
                 }
-                Step::Resubmit(progress) => self.start(rqs, tag, progress),
+                Step::Resubmit(progress) => self.start(prep, st, rqs, tag, progress),
             }
         }
         n
     }
+}
 
-    /// Completes requests refused before reaching the kernel.
-    #[cold]
-    fn complete_failed(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
-        let mut n = 0;
-        while n < max {
-            let Some((tag, errno)) = self.st.failed.pop() else {
-                break;
-            };
-            rqs[tag as usize].status = IoStatus::Errno(errno);
-            done.push(tag);
-            self.st.outstanding -= 1;
-            n += 1;
-        }
-        n
+/// An enter that failed (EAGAIN/EBUSY/EINTR): the SQEs stay queued and go with the next enter.
+/// Logged once per queue.
+#[cold]
+fn enter_failed(st: &mut State, name: &str, e: io::Error) {
+    if !st.enter_error_logged {
+        st.enter_error_logged = true;
+        log::warn!("uring bdev {name}: io_uring_enter failed ({e}); retrying on the next poll");
     }
+}
+
+/// Completes requests refused before reaching the kernel.
+#[cold]
+fn complete_failed(st: &mut State, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+    let mut n = 0;
+    while n < max {
+        let Some((tag, errno)) = st.failed.pop() else {
+            break;
+        };
+        rqs[tag as usize].status = IoStatus::Errno(errno);
+        done.push(tag);
+        st.outstanding -= 1;
+        n += 1;
+    }
+    n
 }
 
 /// Sets `user_data` = tag.
@@ -696,35 +718,55 @@ fn sqe_with_tag<S: squeue::EntryMarker>(mut sqe: S, tag: u16) -> S {
     sqe
 }
 
+impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
+    /// The ring's halves for one call.
+    #[inline]
+    fn io(&mut self) -> (RingIo<'_, S, C>, &Prep, &mut State) {
+        let (sub, sq, cq) = self.ring.split();
+        (
+            RingIo {
+                sub,
+                sq,
+                cq,
+                enter_flags: self.enter_flags,
+            },
+            &self.prep,
+            &mut self.st,
+        )
+    }
+}
+
 impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
         if self.prep.cfg.buffers.generation() != self.buffers_seen {
             self.refresh_buffers();
         }
-        self.st.outstanding += tags.len();
+        let (mut io, prep, st) = self.io();
+        st.outstanding += tags.len();
         for &tag in tags {
-            self.start(rqs, tag, 0);
+            io.start(prep, st, rqs, tag, 0);
         }
-        if self.st.pending_sqes > 0 {
-            self.enter(false);
+        if st.pending_sqes > 0 {
+            io.enter(st, &prep.cfg.name, false);
         }
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        let (mut io, prep, st) = self.io();
         let mut n = 0;
-        if !self.st.failed.is_empty() {
-            n += self.complete_failed(rqs, done, max);
+        if !st.failed.is_empty() {
+            n += complete_failed(st, rqs, done, max);
         }
-        n += self.reap(rqs, done, max - n);
-        let in_kernel = self.st.outstanding - self.st.failed.len();
+        n += io.reap(prep, st, rqs, done, max - n);
+        let in_kernel = st.outstanding - st.failed.len();
         if n == 0 && in_kernel > 0 {
             // Nothing in the CQ: let the kernel run deferred completions (or poll), then look
             // again. One system call per empty poll, none when the CQ had entries.
-            self.enter(true);
-            n += self.reap(rqs, done, max);
+            io.enter(st, &prep.cfg.name, true);
+            n += io.reap(prep, st, rqs, done, max);
         }
-        if self.st.pending_sqes > 0 {
-            self.enter(false);
+        if st.pending_sqes > 0 {
+            io.enter(st, &prep.cfg.name, false);
         }
         n
     }
