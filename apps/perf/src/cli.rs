@@ -48,12 +48,7 @@ impl Rw {
     name = "pmio-perf",
     version,
     about,
-    after_help = "Device specs (--dev, repeatable; default: null):\n  \
-        null[:size=1G,bs=512,latency_us=0,read_queues=0,poll_queues=0,name=Null0]\n  \
-        malloc[:size=64M,bs=512,name=Malloc0]\n  \
-        uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,name=Uring0]\n\
-        Each (core, device) pair gets its own queue of --depth, paired as spdk_nvme_perf does:\n\
-        round robin over max(cores, devices) pairs, or every pair with --use-every-core."
+    after_help = crate::spec::drivers_help()
 )]
 pub struct Opts {
     /// Queue depth per (core, device).

@@ -70,6 +70,21 @@ pub const DRIVERS: &[DriverEntry] = &[
     },
 ];
 
+/// `--help` text listing every driver of [`DRIVERS`] with its keys.
+pub fn drivers_help() -> String {
+    let mut s = String::from("Device specs (--dev, repeatable; default: null):\n");
+    for d in DRIVERS {
+        s.push_str("  ");
+        s.push_str(d.help);
+        s.push('\n');
+    }
+    s.push_str(
+        "Each (core, device) pair gets its own queue of --depth, paired as spdk_nvme_perf does:\n\
+         round robin over max(cores, devices) pairs, or every pair with --use-every-core.",
+    );
+    s
+}
+
 /// The `key=value` pairs of one spec, taken out one by one by a constructor.
 pub struct SpecArgs {
     kv: BTreeMap<String, String>,
