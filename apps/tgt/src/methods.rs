@@ -760,6 +760,11 @@ mod tests {
             (json!({"bdevs": ["N0"], "rw": "verify"}), -22),
             (json!({"bdevs": ["N0"], "seconds": 0}), -22),
             (json!({"bdevs": ["N0"], "depth": 0}), -22),
+            (
+                json!({"bdevs": ["N0"], "depth": 4096, "size": 1 << 20}),
+                -22,
+            ),
+            (json!({"bdevs": ["N0"], "size": 1u64 << 40}), -22),
             (json!({"bdevs": ["N0"], "bogus": 1}), -32603),
         ] {
             assert_eq!(

@@ -46,6 +46,10 @@ const BURST: usize = 32;
 const REAP: usize = 64;
 /// Longest run accepted, in seconds.
 const MAX_SECONDS: f64 = 3600.0;
+/// Largest I/O accepted, in bytes.
+const MAX_IO_SIZE: u64 = 128 << 20;
+/// Largest buffer memory of one job (`depth * size`), in bytes.
+const MAX_JOB_MEMORY: u64 = 1 << 30;
 
 /// Access pattern of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +138,14 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     }
     if depth == 0 || depth > 4096 {
         return Err(inval(format!("depth {depth} not in 1..=4096")));
+    }
+    if size == 0 || size > MAX_IO_SIZE {
+        return Err(inval(format!("size {size} not in 1..={MAX_IO_SIZE}")));
+    }
+    if u64::from(depth) * size > MAX_JOB_MEMORY {
+        return Err(inval(format!(
+            "depth {depth} x size {size} needs more than {MAX_JOB_MEMORY} bytes of buffers"
+        )));
     }
     let t = &rpc.target;
     if t.is_stopping() {
