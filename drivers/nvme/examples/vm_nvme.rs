@@ -2,7 +2,8 @@
 //! QEMU guest by `make vm-test` (`../shared/vm/run-in-vm`).
 //!
 //! Steps, each timed and checked; any failure exits non-zero:
-//! 1. bad PCI addresses give typed errors;
+//! 1. bad PCI addresses, a device not bound to vfio-pci, and RLIMIT_MEMLOCK too low (in a
+//!    child without CAP_IPC_LOCK) give typed errors;
 //! 2. attach the controller at `$RUN_IN_VM_NVME_BDF` (or argv[1]) via VFIO;
 //! 3. write 64 MiB (every 512-byte block: its LBA, a seed, pseudo-random bytes and a CRC32C)
 //!    and read it back, verifying every block;
@@ -412,6 +413,39 @@ fn spot_check(bdev: &Arc<NvmeBdev>, bs: usize) -> Result<()> {
     Ok(())
 }
 
+/// Drops CAP_IPC_LOCK, lowers RLIMIT_MEMLOCK to 64 KiB and attaches: exits 3 on the expected
+/// `MemlockTooLow` error, 1 on anything else.
+fn memlock_child(bdf: &str) -> Result<()> {
+    // struct __user_cap_header_struct { version, pid } and 2 x __user_cap_data_struct
+    // { effective, permitted, inheritable } (version 3: 64-bit capability sets).
+    let mut hdr = [0x2008_0522u32, 0];
+    let mut data = [0u32; 6];
+    // SAFETY: valid header and data buffers of the sizes capget expects for version 3.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, hdr.as_mut_ptr(), data.as_mut_ptr()) };
+    ensure!(rc == 0, "capget: {}", std::io::Error::last_os_error());
+    const CAP_IPC_LOCK: u32 = 14;
+    data[0] &= !(1 << CAP_IPC_LOCK); // effective
+    data[1] &= !(1 << CAP_IPC_LOCK); // permitted
+    // SAFETY: as above; dropping a capability from our own process.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, hdr.as_mut_ptr(), data.as_ptr()) };
+    ensure!(rc == 0, "capset: {}", std::io::Error::last_os_error());
+    let lim = libc::rlimit {
+        rlim_cur: 64 << 10,
+        rlim_max: 64 << 10,
+    };
+    // SAFETY: valid rlimit struct.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+    ensure!(rc == 0, "setrlimit: {}", std::io::Error::last_os_error());
+    match pmio_nvme::attach(bdf, NvmeOptions::default()) {
+        Err(e @ NvmeError::MemlockTooLow { .. }) => {
+            println!("vm_nvme: {e}");
+            std::process::exit(3)
+        }
+        Err(e) => bail!("expected MemlockTooLow, got: {e}"),
+        Ok(_) => bail!("attach succeeded with a 64 KiB RLIMIT_MEMLOCK and no CAP_IPC_LOCK"),
+    }
+}
+
 fn main() -> Result<()> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args: Vec<String> = std::env::args().collect();
@@ -430,6 +464,9 @@ fn main() -> Result<()> {
         println!("vm_nvme: child exits without detaching");
         std::process::exit(0);
     }
+    if args.get(1).map(String::as_str) == Some("--memlock-child") {
+        return memlock_child(&bdf);
+    }
     let t0 = Instant::now();
 
     // 1. Typed errors for bad addresses.
@@ -438,6 +475,22 @@ fn main() -> Result<()> {
         Err(e) => bail!("unexpected error for a missing device: {e}"),
         Ok(_) => bail!("attached a controller at 00:1f.7?"),
     }
+    // q35's LPC bridge exists and is bound to no driver (or a host one).
+    match pmio_nvme::attach("0000:00:1f.0", NvmeOptions::default()) {
+        Err(e @ NvmeError::NotBoundToVfio { .. }) => println!("vm_nvme: {e}"),
+        Err(e) => bail!("unexpected error for a device not bound to vfio-pci: {e}"),
+        Ok(_) => bail!("attached the LPC bridge?"),
+    }
+    // Pinning DMA memory beyond RLIMIT_MEMLOCK without CAP_IPC_LOCK: checked in a child that
+    // drops the capability.
+    let st = std::process::Command::new(std::env::current_exe()?)
+        .args(["--memlock-child", &bdf])
+        .status()
+        .context("run the memlock child")?;
+    ensure!(
+        st.code() == Some(3),
+        "memlock child: {st} (3 = the expected MemlockTooLow error)"
+    );
     match pmio_nvme::attach("00:04", NvmeOptions::default()) {
         Err(e @ NvmeError::InvalidAddress(_)) => println!("vm_nvme: bad address rejected: {e}"),
         Err(e) => bail!("unexpected error for a malformed address: {e}"),

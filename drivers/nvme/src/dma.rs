@@ -113,6 +113,8 @@ pub(crate) struct Mappings {
     dev: Arc<dyn DmaMapper>,
     /// (address, length) of each registration.
     registered: std::sync::Mutex<Vec<(usize, usize)>>,
+    /// Bumped on every change of `registered`, so queue pairs refresh their copy.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Mappings {
@@ -120,7 +122,28 @@ impl Mappings {
         Mappings {
             dev,
             registered: std::sync::Mutex::new(Vec::new()),
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Changes whenever the set of registrations changes.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Copies the registrations as `(start, end)` address ranges into `out`; returns the
+    /// generation they belong to.
+    pub fn snapshot(&self, out: &mut Vec<(u64, u64)>) -> u64 {
+        let reg = self.lock();
+        out.clear();
+        out.extend(reg.iter().map(|&(a, l)| (a as u64, (a + l) as u64)));
+        self.generation()
+    }
+
+    fn bump(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize)>> {
@@ -142,6 +165,7 @@ impl Mappings {
                 log::debug!("DMA registration {ra:#x}+{rl:#x} replaced by {a:#x}+{len:#x}");
                 self.dev.unmap(ra as *mut u8, rl)?;
                 reg.swap_remove(i);
+                self.bump();
                 evicted += 1;
             } else {
                 i += 1;
@@ -162,6 +186,7 @@ impl Mappings {
             // SAFETY: forwarded to the caller.
             unsafe { self.dev.map(addr, len)? };
             reg.push((addr as usize, len));
+            self.bump();
         }
         Ok(())
     }
@@ -171,6 +196,7 @@ impl Mappings {
         let mut reg = self.lock();
         if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
             reg.swap_remove(i);
+            self.bump();
             self.dev.unmap(addr, len)?;
         }
         Ok(())
@@ -178,7 +204,9 @@ impl Mappings {
 
     /// Removes every registration (the controller is going away).
     pub fn unregister_all(&self) {
-        for (a, l) in std::mem::take(&mut *self.lock()) {
+        let all = std::mem::take(&mut *self.lock());
+        self.bump();
+        for (a, l) in all {
             if let Err(e) = self.dev.unmap(a as *mut u8, l) {
                 log::error!("{e}");
             }

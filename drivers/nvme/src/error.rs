@@ -150,6 +150,9 @@ pub enum IoError {
     /// The buffer address is not dword aligned (PRP rule).
     #[error("buffer address {addr:#x} is not 4-byte aligned")]
     Misaligned { addr: u64 },
+    /// The buffer is not in memory registered for the device (`register_memory`).
+    #[error("buffer {addr:#x}+{len} is not in memory registered for DMA (register_memory)")]
+    NotRegistered { addr: u64, len: u64 },
     /// The namespace does not support the operation.
     #[error("operation {0} not supported by the namespace")]
     Unsupported(&'static str),
@@ -178,6 +181,7 @@ impl IoError {
             IoError::TooLarge { .. } => IoStatus::Errno(libc::EINVAL),
             IoError::BufferTooShort { .. } => IoStatus::Errno(libc::EINVAL),
             IoError::Misaligned { .. } => IoStatus::Errno(libc::EINVAL),
+            IoError::NotRegistered { .. } => IoStatus::Errno(libc::EFAULT),
             IoError::Unsupported(_) => IoStatus::Errno(libc::EOPNOTSUPP),
             IoError::OutOfRange { .. } => IoStatus::Errno(libc::ERANGE),
             IoError::BadTag { .. } => IoStatus::Errno(libc::EINVAL),

@@ -673,6 +673,9 @@ mod tests {
         let c = attach(&fake);
         let mut q = c.bdev(1).unwrap().open_qpair(8).unwrap();
         let buf = Buf::new(&c, 1 << 20);
+        let mut other = vec![0u64; 64];
+        // SAFETY: `other` outlives the request, which is rejected before reaching the device.
+        let unregistered = unsafe { IoBuf::from_raw_parts(other.as_mut_ptr().cast(), 512) };
         let st = run(
             &mut q,
             &[
@@ -680,6 +683,7 @@ mod tests {
                 io(Op::Read, 4095, 2, buf.io(0, 1024)),
                 io(Op::Write, 0, 4, buf.io(0, 1024)),
                 io(Op::Read, 0, 1, buf.io(2, 512)),
+                io(Op::Read, 0, 1, unregistered),
             ],
         );
         assert_eq!(
@@ -689,11 +693,15 @@ mod tests {
                 IoStatus::Errno(libc::ERANGE),
                 IoStatus::Errno(libc::EINVAL),
                 IoStatus::Errno(libc::EINVAL),
+                IoStatus::Errno(libc::EFAULT),
             ]
         );
-        assert_eq!(q.stats().rejected, 4);
+        assert_eq!(q.stats().rejected, 5);
         assert_eq!(q.stats().submitted, 0);
-        assert!(matches!(q.last_error(), Some(IoError::Misaligned { .. })));
+        assert!(matches!(
+            q.last_error(),
+            Some(IoError::NotRegistered { .. })
+        ));
         let too_large = IoError::TooLarge {
             bytes: 257 * 512,
             max: 128 << 10,

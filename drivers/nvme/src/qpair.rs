@@ -72,6 +72,9 @@ pub struct NvmeQpair {
     outstanding: usize,
     stats: QpairStats,
     last_error: Option<IoError>,
+    /// Registered I/O memory as (start, end), refreshed when the controller's generation moves.
+    dma_ranges: Vec<(u64, u64)>,
+    dma_gen: u64,
     ctrlr: Arc<CtrlrInner>,
     // Last: freed (unmapped) after the queues are deleted in Drop.
     _mem: DmaMem,
@@ -134,6 +137,8 @@ impl NvmeQpair {
             outstanding: 0,
             stats: QpairStats::default(),
             last_error: None,
+            dma_ranges: Vec::new(),
+            dma_gen: u64::MAX,
             ctrlr,
             _mem: mem,
         })
@@ -207,6 +212,13 @@ impl NvmeQpair {
                 }
                 let list_iova = self.list_iova(tag);
                 let addr = rq.buf.as_ptr() as u64;
+                if !self
+                    .dma_ranges
+                    .iter()
+                    .any(|&(s, e)| s <= addr && addr.saturating_add(bytes) <= e)
+                {
+                    return Err(IoError::NotRegistered { addr, len: bytes });
+                }
                 // SAFETY: tag < depth (checked by the caller) and the tag is not outstanding.
                 let list = unsafe { self.prp_list(tag) };
                 let prps = prp::build(addr, bytes, PAGE_SIZE, list, list_iova)?;
@@ -267,6 +279,11 @@ impl NvmeQpair {
         };
         sqe.nsid = self.ns.nsid;
         Ok(sqe)
+    }
+
+    #[cold]
+    fn refresh_dma_ranges(&mut self) {
+        self.dma_gen = self.ctrlr.mapper.snapshot(&mut self.dma_ranges);
     }
 
     #[cold]
@@ -355,6 +372,9 @@ impl NvmeQpair {
 
 impl DriverQueue for NvmeQpair {
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        if self.ctrlr.mapper.generation() != self.dma_gen {
+            self.refresh_dma_ranges();
+        }
         let mut pushed = false;
         for &tag in tags {
             let idx = usize::from(tag);
