@@ -10,6 +10,15 @@
 //! device's shared [`SharedDeadline`](pmio::sched::SharedDeadline): inserted in bursts,
 //! dispatched in batches as driver tags free up, completed (with merged members) through it;
 //! latency then counts from insertion.
+//!
+//! Parameters (all optional): `bdevs` (names; default every bdev), `rw` (`read`, `write`,
+//! `randread` (default), `randwrite`, `rw`, `randrw`), `rwmixread` (read % of `rw`/`randrw`,
+//! default 50), `depth` (default 32), `size` (bytes, a multiple of the block size, default 4096),
+//! `seconds` (default 5). Result, per job in bdevperf's shape:
+//! `{"results": [{"job", "core_mask", "workload", "status" ("finished" | "aborted" by shutdown),
+//! "queue_depth", "io_size", "runtime", "iops", "mibps", "io_failed", "io_timeout",
+//! "avg_latency_us", "min_latency_us", "max_latency_us", "latency_percentiles_us": {"p50", "p90",
+//! "p99", "p99.9", "p99.99"}, "scheduler"}], "core_count"}`.
 
 use std::cell::Cell;
 use std::rc::Rc;

@@ -4,6 +4,14 @@
 //! [`SharedDeadline`](pmio::sched::SharedDeadline) per bdev, shared by every reactor that runs
 //! I/O on it, with Linux's tunables under their sysfs names and per-priority counters). The
 //! daemon's I/O source, `perform_tests`, routes through it.
+//!
+//! `bdev_set_scheduler {"name", "scheduler": "none" | "mq-deadline", tunables…}` with the
+//! tunables under Linux's `queue/iosched/` names (`read_expire`, `write_expire` in ms,
+//! `writes_starved`, `front_merges` 0/1, `fifo_batch`, `prio_aging_expire` in ms,
+//! `async_depth`) plus `nr_requests`; setting mq-deadline again retunes it in place (counters
+//! kept). `bdev_get_scheduler {"name"?}` answers, per bdev, `{"name", "scheduler", "tunables",
+//! "counters": {"rt" | "be" | "idle": {"inserted", "merged", "dispatched", "completed",
+//! "queued"}}}` (O(1) counters owned by the scheduler).
 
 use pmio::PrioClass;
 use pmio::sched::{DeadlineOptions, SchedKind, Scheduler, TUNABLES};
