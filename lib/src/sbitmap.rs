@@ -524,24 +524,25 @@ impl Sbitmap {
     /// consecutive tags in the same word. Points the hint at the last tag (as [`Sbitmap::put`]).
     /// Tags outside the map are logged and ignored.
     pub fn put_batch(&self, hint: &mut AllocHint, tags: &[u16]) {
+        // Fields copied to locals: the atomics in the loop would otherwise make the compiler
+        // reload them for every tag.
+        let (shift, capacity) = (self.shift, self.capacity);
+        let bit_mask = (1u32 << shift) - 1;
         let mut index = u32::MAX;
         let mut mask = 0u64;
         for &tag in tags {
             let tag = u32::from(tag);
-            if tag >= self.capacity {
-                log::error!(
-                    "sbitmap: put of tag {tag} beyond capacity {}",
-                    self.capacity
-                );
+            if tag >= capacity {
+                self.bad_put(tag);
                 continue;
             }
-            let i = tag >> self.shift;
+            let i = tag >> shift;
             if i != index {
                 self.clear_word_bits(index, mask);
                 index = i;
                 mask = 0;
             }
-            mask |= 1u64 << (tag & (self.bits_per_word() - 1));
+            mask |= 1u64 << (tag & bit_mask);
         }
         self.clear_word_bits(index, mask);
         if let Some(&last) = tags.last() {
@@ -550,6 +551,11 @@ impl Sbitmap {
                 hint.hint = last;
             }
         }
+    }
+
+    #[cold]
+    fn bad_put(&self, tag: u32) {
+        log::error!("sbitmap: put of tag {tag} beyond capacity {}", self.capacity);
     }
 
     /// Clears `mask` in word `index`'s allocation bits (nothing for an empty mask).
