@@ -505,10 +505,7 @@ impl Sbitmap {
     #[inline]
     pub fn put(&self, hint: &mut AllocHint, tag: u32) {
         if tag >= self.capacity {
-            log::error!(
-                "sbitmap: put of tag {tag} beyond capacity {}",
-                self.capacity
-            );
+            self.bad_put(tag);
             return;
         }
         let w = &self.map[(tag >> self.shift) as usize];
@@ -553,9 +550,13 @@ impl Sbitmap {
         }
     }
 
+    /// Logs a free of a tag outside the map (a caller bug; the tag is ignored).
     #[cold]
     fn bad_put(&self, tag: u32) {
-        log::error!("sbitmap: put of tag {tag} beyond capacity {}", self.capacity);
+        log::error!(
+            "sbitmap: put of tag {tag} beyond capacity {}",
+            self.capacity
+        );
     }
 
     /// Clears `mask` in word `index`'s allocation bits (nothing for an empty mask).
