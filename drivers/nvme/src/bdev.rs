@@ -32,7 +32,7 @@ impl NvmeBdev {
         let max_blocks = (ctrlr.max_transfer >> ns.block_shift).min(1 << 16);
         let info = BdevInfo {
             name: format!("{}n{}", ctrlr.name, ns.nsid),
-            uuid: Uuid::new_v4(),
+            uuid: ns_uuid(&ctrlr.id, &ns),
             product_name: "NVMe disk".to_string(),
             block_size: ns.block_size(),
             num_blocks: ns.num_blocks,
@@ -59,6 +59,34 @@ impl NvmeBdev {
     pub fn open_qpair(&self, depth: u32) -> Result<NvmeQpair, crate::NvmeError> {
         NvmeQpair::new(self.ctrlr.clone(), &self.ns, depth)
     }
+}
+
+/// The namespace's UUID: its NGUID when reported, else one derived from the controller's
+/// serial and model numbers and the NSID (stable across attaches, like SPDK's).
+fn ns_uuid(id: &IdentifyController, ns: &Namespace) -> Uuid {
+    if ns.nguid != [0; 16] {
+        return Uuid(ns.nguid);
+    }
+    // FNV-1a over the identity, twice with different seeds for 128 bits.
+    let hash = |seed: u64| {
+        let mut h = seed;
+        for &b in id
+            .sn
+            .iter()
+            .chain(id.mn.iter())
+            .chain(ns.nsid.to_le_bytes().iter())
+        {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&hash(0xcbf2_9ce4_8422_2325).to_le_bytes());
+    b[8..].copy_from_slice(&hash(0x6c62_272e_07bb_0142).to_le_bytes());
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    Uuid(b)
 }
 
 impl BlockDevice for NvmeBdev {

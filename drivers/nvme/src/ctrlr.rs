@@ -109,6 +109,8 @@ pub struct Namespace {
     pub block_shift: u8,
     /// Metadata bytes per block (namespaces with metadata are not exposed).
     pub metadata: u16,
+    /// NGUID (all zero when the controller reports none).
+    pub nguid: [u8; 16],
 }
 
 impl Namespace {
@@ -492,6 +494,7 @@ impl Init {
                             num_blocks: ns.nsze,
                             block_shift: fmt.lbads(),
                             metadata: fmt.ms(),
+                            nguid: ns.nguid,
                         });
                     }
                     self.ns_index += 1;

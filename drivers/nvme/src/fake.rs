@@ -594,6 +594,10 @@ mod tests {
         assert!(info.supported_ops.contains(Op::WriteZeroes));
         assert_eq!(fake.with(|k| k.disables), 0);
         assert!(!c.reset_at_attach());
+        // The UUID is derived from the controller's identity: the same on every attach.
+        let again = attach(&fake);
+        assert_eq!(again.bdevs()[0].info().uuid, info.uuid);
+        assert_eq!(info.uuid.0[6] >> 4, 4, "version 4 layout");
     }
 
     #[test]

@@ -76,8 +76,8 @@ pub struct NvmeQpair {
     dma_ranges: Vec<(u64, u64)>,
     dma_gen: u64,
     ctrlr: Arc<CtrlrInner>,
-    // Last: freed (unmapped) after the queues are deleted in Drop.
-    _mem: DmaMem,
+    // Freed (unmapped) in Drop once the queues are deleted, leaked if they could not be.
+    mem: std::mem::ManuallyDrop<DmaMem>,
 }
 
 impl NvmeQpair {
@@ -140,7 +140,7 @@ impl NvmeQpair {
             dma_ranges: Vec::new(),
             dma_gen: u64::MAX,
             ctrlr,
-            _mem: mem,
+            mem: std::mem::ManuallyDrop::new(mem),
         })
     }
 
@@ -462,10 +462,18 @@ impl Drop for NvmeQpair {
                 self.outstanding
             );
         }
+        let mut device_may_use_rings = false;
         if !self.ctrlr.detached.load(Ordering::Acquire)
             && let Err(e) = self.ctrlr.delete_io_queue(qid)
         {
-            log::error!("{e}");
+            // The controller may still write completions into the rings: never give their
+            // memory back to the process.
+            log::error!("{e}; leaking the rings of qpair {qid}");
+            device_may_use_rings = true;
+        }
+        if !device_may_use_rings {
+            // SAFETY: dropped once, here; the queues are deleted (or the controller shut down).
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.mem) };
         }
         self.ctrlr.free_qid(qid);
         self.ctrlr.open_qpairs.fetch_sub(1, Ordering::AcqRel);

@@ -451,7 +451,11 @@ pub struct IdentifyNamespace {
     pub nabspf: u16,
     pub noiob: u16,
     pub nvmcap: [u8; 16],
-    _rsvd64: [u8; 64],
+    _rsvd64: [u8; 40],
+    /// Namespace globally unique identifier (0 when not reported).
+    pub nguid: [u8; 16],
+    /// IEEE extended unique identifier (0 when not reported).
+    pub eui64: [u8; 8],
     /// LBA formats.
     pub lbaf: [LbaFormat; 64],
     _rsvd384: [u8; 3712],
@@ -460,6 +464,8 @@ pub struct IdentifyNamespace {
 const _: () = assert!(size_of::<IdentifyNamespace>() == 4096);
 const _: () = assert!(offset_of!(IdentifyNamespace, flbas) == 26);
 const _: () = assert!(offset_of!(IdentifyNamespace, nvmcap) == 48);
+const _: () = assert!(offset_of!(IdentifyNamespace, nguid) == 104);
+const _: () = assert!(offset_of!(IdentifyNamespace, eui64) == 120);
 const _: () = assert!(offset_of!(IdentifyNamespace, lbaf) == 128);
 
 impl IdentifyNamespace {
