@@ -1,6 +1,15 @@
 //! pmio-perf: drive block devices from pinned reactors and report IOPS, bandwidth and
 //! latency — pmio's peer of t/io_uring and spdk_nvme_perf.
 //!
+//! Cores and devices are paired as spdk_nvme_perf's `associate_workers_with_ns` does: round
+//! robin over max(cores, devices) pairs (one device, two cores: both cores drive it, each with
+//! its own queue; three devices, one core: that core drives all three), or every pair with
+//! `--use-every-core`. Each pair keeps `--depth` I/Os in flight on its own [`BdevQueue`]; when
+//! several cores share a device, each addresses its own slice of the LBA range (so `--verify`
+//! sequence numbers have one writer per block).
+//!
+//! [`BdevQueue`]: pmio::bdev::BdevQueue
+//!
 //! Exit status: 0 success; 1 I/O errors, verify mismatches or a runtime failure; 2 bad
 //! flags or device specs.
 
