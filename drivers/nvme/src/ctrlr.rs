@@ -451,10 +451,22 @@ impl Init {
             InitState::IdentifyActiveNs => {
                 let start = self.nsids.last().copied().unwrap_or(0);
                 let sqe = self.next_identify(cns::ACTIVE_NS_LIST, start);
-                if self
-                    .admin_cmd(sqe, "Identify active namespace list")?
-                    .is_some()
-                {
+                let done = match self.admin_cmd(sqe, "Identify active namespace list") {
+                    Ok(c) => c.is_some(),
+                    // NVMe 1.0 controllers have no active namespace list: every NSID up to
+                    // NN is a candidate (inactive ones identify as size 0 and are skipped).
+                    Err(NvmeError::AdminCommand { status, .. })
+                        if self.vs < 0x0001_0100 && status.sct() == 0 && status.sc() == 0x02 =>
+                    {
+                        let nn = self.id.as_ref().map_or(0, |id| id.nn).min(1024);
+                        self.nsids = (1..=nn).collect();
+                        self.ns_index = 0;
+                        self.enter(InitState::IdentifyNamespace, now);
+                        return Ok(false);
+                    }
+                    Err(e) => return Err(e),
+                };
+                if done {
                     let list: [u32; 1024] = self.admin_ref().read_data();
                     let before = self.nsids.len();
                     for &nsid in list.iter().take_while(|&&n| n != 0) {

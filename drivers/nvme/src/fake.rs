@@ -40,6 +40,8 @@ pub struct Knobs {
     pub duplicate_next: bool,
     /// Never set CSTS.RDY.
     pub stuck_not_ready: bool,
+    /// Behave as an NVMe 1.0 controller (no active namespace list).
+    pub legacy: bool,
     /// Times the controller was disabled (EN 1 → 0).
     pub disables: u32,
     /// Commands seen, by (queue, opcode).
@@ -274,6 +276,7 @@ impl State {
                         // SAFETY: plain 4096-byte integer structure.
                         page = unsafe { std::mem::transmute::<IdentifyController, [u8; 4096]>(id) };
                     }
+                    cns::ACTIVE_NS_LIST if self.knobs.legacy => return invalid,
                     cns::ACTIVE_NS_LIST => {
                         if sqe.nsid < 1 {
                             page[..4].copy_from_slice(&1u32.to_le_bytes());
@@ -420,6 +423,7 @@ impl RegisterIo for FakeCtrl {
         match o {
             off::CAP => s.cap as u32,
             0x04 => (s.cap >> 32) as u32,
+            off::VS if s.knobs.legacy => 0x0001_0000,
             off::VS => 0x0001_0400,
             off::CC => s.cc,
             off::CSTS => s.csts,
@@ -607,6 +611,16 @@ mod tests {
         let c = attach(&fake);
         assert_eq!(fake.with(|k| k.disables), 1);
         assert!(c.reset_at_attach());
+    }
+
+    #[test]
+    fn nvme_1_0_controller_enumerates_namespaces_without_the_active_list() {
+        let fake = Arc::new(FakeCtrl::new(64));
+        fake.with(|k| k.legacy = true);
+        let c = attach(&fake);
+        assert_eq!(c.version(), 0x0001_0000);
+        assert_eq!(c.bdevs().len(), 1);
+        assert_eq!(c.bdevs()[0].info().name, "Nvme0n1");
     }
 
     #[test]
