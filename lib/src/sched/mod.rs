@@ -48,7 +48,9 @@ pub use shared::{InsertSummary, SharedDeadline};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Dir {
+    /// Reads.
     Read = 0,
+    /// Everything that is not a read.
     Write = 1,
 }
 
@@ -67,12 +69,15 @@ pub struct SchedRq {
     pub id: u32,
     /// Queue (reactor) that submitted it and will drive it to the device.
     pub owner: u16,
+    /// Operation; reads are one direction, everything else the other.
     pub op: Op,
+    /// Priority class (Linux's ioprio class; NONE maps to BE).
     pub prio: PrioClass,
     /// `ReqFlags::HEAD` puts it on the dispatch list; FUA requests are never merged.
     pub flags: ReqFlags,
     /// First logical block.
     pub sector: u64,
+    /// Length in logical blocks.
     pub nblocks: u32,
     /// Buffer address (0 if none or unknown); requests merge into one segment only when their
     /// buffers are contiguous.
@@ -106,12 +111,19 @@ impl SchedRq {
 /// sector order, the carrier included) are listed by [`SharedDeadline::members`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dispatched {
+    /// The carrier's id: what the driver runs and what `complete_batch` is given back.
     pub id: u32,
+    /// Queue that submitted it (every member has the same owner).
     pub owner: u16,
+    /// Operation (the same for every member).
     pub op: Op,
+    /// Priority class (the same for every member).
     pub prio: PrioClass,
+    /// Flags (the same for every member, up to `SYNC`).
     pub flags: ReqFlags,
+    /// First logical block of the merged I/O.
     pub sector: u64,
+    /// Length of the merged I/O in logical blocks.
     pub nblocks: u32,
     /// First member's buffer address (with `nsegs == 1`, the whole I/O's buffer).
     pub addr: u64,
@@ -164,6 +176,7 @@ impl SchedKind {
         }
     }
 
+    /// The name `parse` accepts.
     pub fn name(self) -> &'static str {
         match self {
             SchedKind::None => "none",
@@ -203,6 +216,7 @@ impl Scheduler {
         Scheduler::new(SchedKind::parse(name)?, opts)
     }
 
+    /// Which scheduler this is.
     pub fn kind(&self) -> SchedKind {
         match self {
             Scheduler::None => SchedKind::None,
@@ -210,6 +224,7 @@ impl Scheduler {
         }
     }
 
+    /// Its name (`none`, `mq-deadline`).
     pub fn name(&self) -> &'static str {
         self.kind().name()
     }

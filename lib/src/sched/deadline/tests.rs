@@ -916,3 +916,86 @@ mod props {
         }
     }
 }
+
+/// Linux's priority experiment (Bart Van Assche, 2021: scsi_debug with 1 ms delay and 16
+/// commands, RT and BE jobs; aging 100 s → 11000 vs 40 IOPS, aging 0 → 6712 vs 6796) on a
+/// simulated device: 16 commands at once, each completing 1 ms after dispatch; an RT and a BE
+/// job keep 32 requests each outstanding and resubmit at completion. Returns IOPS (rt, be)
+/// over `seconds` of simulated time.
+fn simulate_rt_vs_be(aging_ms: u64, seconds: u64) -> (u64, u64) {
+    const DEV_DEPTH: usize = 16;
+    const JOB_DEPTH: u32 = 32;
+    const LAT: u64 = MS;
+    let mut dd = Deadline::new(DeadlineOptions {
+        nr_requests: 2 * JOB_DEPTH,
+        owners: 1,
+        prio_aging_expire_ms: aging_ms,
+        ..DeadlineOptions::default()
+    })
+    .unwrap();
+    let mut seed = 0x2545_f491u32;
+    let mut sector = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        u64::from(seed % (1 << 20)) * 8
+    };
+    // Job 0 is RT (ids 0..32), job 1 BE (ids 32..64): all requests start queued.
+    for id in 0..2 * JOB_DEPTH {
+        let prio = if id < JOB_DEPTH {
+            PrioClass::Rt
+        } else {
+            PrioClass::Be
+        };
+        dd.insert(&rq(id, Op::Read, prio, sector(), 8), 0).unwrap();
+    }
+    // In flight: (completion time, id), at most DEV_DEPTH.
+    let mut flight: VecDeque<(u64, u32)> = VecDeque::new();
+    let mut done = [0u64; 2];
+    let end = seconds * 1000 * MS;
+    let mut now = 0;
+    let mut out = Vec::with_capacity(DEV_DEPTH);
+    while now < end {
+        out.clear();
+        dd.dispatch_batch(0, now, DEV_DEPTH - flight.len(), &mut out);
+        for d in &out {
+            flight.push_back((now + LAT, d.id));
+        }
+        // Next event: the oldest completion (dispatch order = completion order).
+        let Some((t, id)) = flight.pop_front() else {
+            break;
+        };
+        now = t;
+        dd.complete_batch([(id, IoStatus::Success)], |_, _| {})
+            .unwrap();
+        let job = (id >= JOB_DEPTH) as usize;
+        done[job] += 1;
+        let prio = if job == 0 {
+            PrioClass::Rt
+        } else {
+            PrioClass::Be
+        };
+        dd.insert(&rq(id, Op::Read, prio, sector(), 8), now)
+            .unwrap();
+    }
+    (done[0] / seconds, done[1] / seconds)
+}
+
+#[test]
+fn priority_rt_vs_be_with_long_and_short_aging() {
+    let (rt, be) = simulate_rt_vs_be(100_000, 10);
+    eprintln!("aging 100 s: RT {rt} IOPS, BE {be} IOPS");
+    // The device does 16 per ms at most.
+    assert!(rt + be <= 16_000 && rt + be > 15_000, "{rt} + {be}");
+    assert!(
+        rt > 15_000 && be < 100,
+        "RT must own the device: {rt} vs {be}"
+    );
+    let (rt, be) = simulate_rt_vs_be(1, 10);
+    eprintln!("aging 1 ms: RT {rt} IOPS, BE {be} IOPS");
+    assert!(rt + be > 15_000, "{rt} + {be}");
+    assert!(
+        be > 4_000,
+        "BE must get a real share with short aging: {rt} vs {be}"
+    );
+}
