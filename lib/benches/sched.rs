@@ -91,14 +91,16 @@ impl Submitter {
         }
     }
 
-    /// One batch: insert 32, dispatch 32, complete them.
+    /// One batch: insert 32 and dispatch 32 (one call, one lock), complete them.
     #[inline]
     fn batch(&mut self) {
         self.now += 1_000; // 1 µs per batch: a batched clock read
         self.fill();
-        self.q.insert_batch(&self.rqs, self.now).expect("insert");
         self.out.clear();
-        let mut got = 0;
+        let (_, mut got) = self
+            .q
+            .insert_dispatch_batch(&self.rqs, self.now, BATCH, &mut self.out)
+            .expect("insert");
         while got < BATCH {
             got += self.q.dispatch_batch(self.now, BATCH - got, &mut self.out);
         }

@@ -333,13 +333,14 @@ impl CompletionSide {
                 first_err.get_or_insert(SchedError::BadId { id });
                 continue;
             };
+            // Load and store, not a read-modify-write: the completer owns the request, so no
+            // one else writes its meta; a second completion of the same request (a caller bug)
+            // is still caught unless two threads race on it.
             let meta = link.meta.load(Ordering::Acquire);
-            let owned = meta & (INFLIGHT | MEMBER) == INFLIGHT
-                && link
-                    .meta
-                    .compare_exchange(meta, 0, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok();
-            if !owned {
+            let owned = meta & (INFLIGHT | MEMBER) == INFLIGHT;
+            if owned {
+                link.meta.store(0, Ordering::Relaxed);
+            } else {
                 log::error!(
                     "mq-deadline: completion of request {id}, which is not a request in flight"
                 );

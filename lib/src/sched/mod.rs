@@ -292,6 +292,27 @@ impl SchedQueue {
         }
     }
 
+    /// Inserts a burst and takes up to `max` requests for the driver, in one lock acquisition
+    /// for mq-deadline. Returns what the insert did and how many were pushed into `out`.
+    #[inline]
+    pub fn insert_dispatch_batch(
+        &mut self,
+        rqs: &[SchedRq],
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Dispatched>,
+    ) -> Result<(InsertSummary, usize), SchedError> {
+        match self {
+            SchedQueue::None(pt) => {
+                let sum = pt.insert_batch(rqs)?;
+                Ok((sum, pt.dispatch_batch(max, out)))
+            }
+            SchedQueue::MqDeadline { dd, owner } => {
+                dd.insert_dispatch_batch(rqs, *owner, now_ns, max, out)
+            }
+        }
+    }
+
     /// Takes up to `max` requests to submit to the driver (push into `out`, which should have
     /// room for `max`). Returns how many.
     #[inline]
@@ -414,6 +435,37 @@ mod tests {
         // Default async_depth is nr_requests: a limit that refuses batching but not depth.
         let d = Scheduler::new(SchedKind::MqDeadline, DeadlineOptions::default()).unwrap();
         assert_eq!(d.limit_depth(Op::Write, ReqFlags::NONE), Some(256));
+    }
+
+    #[test]
+    fn insert_dispatch_in_one_call() {
+        for kind in [SchedKind::None, SchedKind::MqDeadline] {
+            let s = Scheduler::new(kind, DeadlineOptions::default()).unwrap();
+            let mut q = s.queue(0);
+            let rqs: Vec<SchedRq> = (0..8)
+                .map(|i| SchedRq {
+                    id: i,
+                    owner: 0,
+                    op: Op::Read,
+                    prio: PrioClass::Be,
+                    flags: ReqFlags::NONE,
+                    sector: u64::from(i) * 64,
+                    nblocks: 8,
+                    addr: 0,
+                })
+                .collect();
+            let mut out = Vec::with_capacity(8);
+            let (sum, n) = q.insert_dispatch_batch(&rqs, 0, 5, &mut out).unwrap();
+            assert_eq!((sum.queued, n), (8, 5), "{}", kind.name());
+            assert_eq!(q.dispatch_batch(0, 8, &mut out), 3);
+            let mut seen = 0;
+            q.complete_batch(out.iter().map(|d| (d.id, IoStatus::Success)), |_, _| {
+                seen += 1
+            })
+            .unwrap();
+            assert_eq!(seen, 8);
+            s.teardown_check().unwrap();
+        }
     }
 
     #[test]

@@ -124,6 +124,40 @@ impl SharedDeadline {
         n
     }
 
+    /// `insert_batch` then `dispatch_batch` under one lock acquisition: the usual flush of a
+    /// reactor that inserts a burst and immediately fills its free driver tags.
+    pub fn insert_dispatch_batch(
+        &self,
+        rqs: &[SchedRq],
+        owner: u16,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Dispatched>,
+    ) -> Result<(InsertSummary, usize), SchedError> {
+        let mut sum = InsertSummary::default();
+        let mut dd = self.inner.lock();
+        let mut result = Ok(());
+        for rq in rqs {
+            match dd.insert(rq, now_ns) {
+                Ok(Inserted::Queued) => sum.queued += 1,
+                Ok(Inserted::Head) => sum.head += 1,
+                Ok(Inserted::Merged { .. }) => sum.merged += 1,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let n = if max == 0 {
+            0
+        } else {
+            dd.dispatch_batch(owner, now_ns, max, out)
+        };
+        self.publish(&dd);
+        drop(dd);
+        result.map(|()| (sum, n))
+    }
+
     /// Gives handed-out requests back (the driver could not take them), under one lock
     /// acquisition; they are dispatched again first, in the order given.
     pub fn requeue_batch<I>(&self, ids: I) -> Result<(), SchedError>
