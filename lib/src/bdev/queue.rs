@@ -48,22 +48,51 @@ use crate::hctx::{HCTX_MAX_TYPES, HctxQueues, HctxType};
 use crate::plug::{DevKey, Plug};
 use crate::request::{Io, Op, OpSet, Request};
 use crate::sbitmap::AllocHint;
+use crate::sched::SharedDeadline;
 use crate::tags::{RequestPool, Tags, TagsOptions};
+
+#[path = "sched_path.rs"]
+mod sched_path;
+use sched_path::SchedPath;
 
 /// Where requests go between submit and flush.
 ///
-/// `None` hands them straight to the driver at flush. The mq-deadline scheduler plugs in
-/// here: `submit` will insert into it and `flush` dispatch from it, taking driver tags at
-/// dispatch (the seam is `BdevQueue::flush`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// `None` hands them straight to the driver at flush. With `MqDeadline`, requests take
+/// scheduler tags, are inserted at flush and take driver tags at dispatch (see
+/// `sched_path.rs`).
+#[derive(Clone, Debug, Default)]
 pub enum SchedMode {
     /// No scheduler: pending requests go to the driver at the next flush.
     #[default]
     None,
+    /// The device's mq-deadline, shared by the reactors that open it; this queue is its
+    /// owner `owner` (`0..owners`, one per queue: owner `o` uses scheduler ids
+    /// `o × per_owner ..`, its scheduler tags).
+    MqDeadline {
+        /// The device's scheduler.
+        dd: Arc<SharedDeadline>,
+        /// This queue's owner number.
+        owner: u16,
+    },
 }
 
+impl PartialEq for SchedMode {
+    fn eq(&self, other: &SchedMode) -> bool {
+        match (self, other) {
+            (SchedMode::None, SchedMode::None) => true,
+            (
+                SchedMode::MqDeadline { dd: a, owner: x },
+                SchedMode::MqDeadline { dd: b, owner: y },
+            ) => Arc::ptr_eq(a, b) && x == y,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for SchedMode {}
+
 /// Options of [`BdevQueue::open`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BdevQueueOptions {
     /// Requests in flight per hctx (driver tags); at most the device's `max_queue_depth`.
     /// Default 128.
@@ -153,7 +182,10 @@ pub struct BdevQueue {
     hctx: Vec<Hctx>,
     slot: [u8; HCTX_MAX_TYPES],
     sched: SchedMode,
-    /// Clock of the current burst (0: not read yet since the last flush).
+    /// The scheduler path (`None` without a scheduler; see `sched_path.rs`).
+    sp: Option<Box<SchedPath>>,
+    /// Clock of the current burst (0: not read yet since the last flush; always 0 with a
+    /// scheduler, so `submit` diverts to it inside its once-per-burst branch).
     burst_ns: u64,
     /// Submitted (pending or started) and not yet reaped.
     inflight: u32,
@@ -223,6 +255,7 @@ impl BdevQueue {
                 done: Vec::with_capacity(opts.depth as usize),
             });
         }
+        let sp = SchedPath::for_mode(&opts.sched, info, &hctx)?;
         Ok(BdevQueue {
             name,
             key: DevKey(NEXT_KEY.fetch_add(1, Ordering::Relaxed)),
@@ -234,6 +267,7 @@ impl BdevQueue {
             hctx,
             slot,
             sched: opts.sched,
+            sp,
             burst_ns: 0,
             inflight: 0,
             stats: QueueStats::default(),
@@ -284,8 +318,8 @@ impl BdevQueue {
     }
 
     /// The scheduler mode.
-    pub fn sched(&self) -> SchedMode {
-        self.sched
+    pub fn sched(&self) -> &SchedMode {
+        &self.sched
     }
 
     /// I/Os submitted and not yet reaped (pending ones included).
@@ -297,7 +331,8 @@ impl BdevQueue {
     pub fn register_plug(&self, plug: &mut Plug) {
         for ty in HctxType::ALL {
             if let Some(h) = self.hctx_of(ty) {
-                plug.register(self.key, ty, &h.tags);
+                let tags = self.sp.as_ref().map_or(&h.tags, |sp| sp.tags());
+                plug.register(self.key, ty, tags);
             }
         }
     }
@@ -329,6 +364,9 @@ impl BdevQueue {
         self.validate(io)?;
         let (ty, flags) = self.queues.map(io.op, io.flags);
         if self.burst_ns == 0 {
+            if self.sp.is_some() {
+                return self.submit_sched(plug, io, ty, flags);
+            }
             self.burst_ns = now_ns();
         }
         let now = self.burst_ns;
@@ -413,6 +451,7 @@ impl BdevQueue {
         self.burst_ns = 0;
         let mut n = 0;
         match self.sched {
+            SchedMode::MqDeadline { .. } => return self.flush_sched(),
             SchedMode::None => {
                 for h in &mut self.hctx {
                     if h.npending == 0 {
@@ -433,6 +472,9 @@ impl BdevQueue {
     /// statistics, and frees the tags. Returns how many completed.
     #[inline]
     pub fn poll<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        if self.sp.is_some() {
+            return self.poll_sched(max, f);
+        }
         let mut total = 0;
         for h in &mut self.hctx {
             if total >= max {

@@ -1,0 +1,818 @@
+//! The I/O path with a scheduler (mq-deadline), as blk-mq runs it.
+//!
+//! A [`BdevQueue`] opened with [`SchedMode::MqDeadline`] takes requests from **scheduler
+//! tags** of its own (`per_owner` of the shared scheduler's ids: `2 × min(depth, 128)` by
+//! default, deeper than the driver queue), then:
+//!
+//! - `submit` prepares the request in the scheduler pool and appends it to a pending list.
+//!   Synchronous reads (and flush/FUA) take their tag through the plug (batch allocation);
+//!   everything else gets the scheduler's `limit_depth` shallow depth and a single
+//!   `get_shallow` (no batching, as Linux's `dd_limit_depth`).
+//! - `flush` inserts the whole burst under one scheduler lock, then dispatches.
+//! - dispatch (at flush, and at poll when the scheduler has work and the driver has room):
+//!   one `dispatch_batch` lock for as many requests as the driver queues have free tags; each
+//!   handed-out request takes a **driver tag** there, its (possibly merged) I/O is copied into
+//!   the driver's request, and the driver is rung once per hctx. Requests another reactor's
+//!   dispatch parked on this owner's ready list come out first.
+//! - `poll` reaps driver completions in batches, frees the driver tags, completes the carriers
+//!   through the scheduler without its lock (each merged member exactly once, with the
+//!   carrier's status), stamps, counts and reports every member, and frees their scheduler
+//!   tags with one `put_batch`.
+//!
+//! Everything is allocated at open; no per-I/O allocation, lock or clock read.
+
+use std::sync::Arc;
+
+use super::super::stats::now_ns;
+use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError};
+use crate::hctx::HctxType;
+use crate::plug::Plug;
+use crate::request::{Io, IoBuf, IoStatus, ReqFlags, Request};
+use crate::sbitmap::AllocHint;
+use crate::sched::{Dispatched, SchedError, SchedRq, SharedDeadline};
+use crate::tags::{RequestPool, Tags, TagsOptions};
+
+/// A queue's side of a shared mq-deadline: its scheduler tags, requests and buffers.
+pub(super) struct SchedPath {
+    dd: Arc<SharedDeadline>,
+    owner: u16,
+    /// First scheduler id of this owner (`owner × per_owner`).
+    base: u32,
+    /// Scheduler tags (`0..per_owner`); request id = `base + tag`.
+    tags: Arc<Tags>,
+    pool: RequestPool,
+    hint: AllocHint,
+    put_hint: AllocHint,
+    /// Submitted since the last flush: `pending[..npending]`.
+    pending: Box<[u16]>,
+    npending: usize,
+    /// Clock of the current burst (0: not read since the last flush).
+    burst_ns: u64,
+    /// Insertion burst (capacity `per_owner`).
+    rqs: Vec<SchedRq>,
+    /// Dispatch batch (capacity: the driver tags of every hctx).
+    out: Vec<Dispatched>,
+    /// Per opened hctx: driver tag → scheduler tag of the request it carries.
+    carrier: Vec<Box<[u16]>>,
+    /// Per opened hctx: driver tags in use (so dispatch knows the room without counting bits).
+    drv_busy: Vec<u32>,
+    /// Completion batch given to the scheduler (capacity: the deepest hctx).
+    done_ids: Vec<(u32, IoStatus)>,
+    /// Scheduler tags freed by a completion batch (capacity `per_owner`).
+    freed: Vec<u16>,
+    /// Requests the scheduler refused (a bug), failed at the next poll (capacity `per_owner`).
+    failed: Vec<u16>,
+}
+
+impl std::fmt::Debug for SchedPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedPath")
+            .field("owner", &self.owner)
+            .field("base", &self.base)
+            .field("sched_tags", &self.tags.depth())
+            .finish()
+    }
+}
+
+impl SchedPath {
+    /// Builds owner `owner`'s side of `dd` for a queue whose hctxs are `hctx`.
+    pub(super) fn new(
+        dd: &Arc<SharedDeadline>,
+        owner: u16,
+        info: &super::super::BdevInfo,
+        hctx: &[Hctx],
+    ) -> Result<SchedPath, BdevError> {
+        let invalid = |reason: String| BdevError::InvalidConfig {
+            name: info.name.clone(),
+            reason,
+        };
+        let opts = dd.with_locked(|d| d.options().clone());
+        if owner >= opts.owners {
+            return Err(invalid(format!(
+                "mq-deadline owner {owner} outside the scheduler's {} owners",
+                opts.owners
+            )));
+        }
+        if opts.max_segments != 1 {
+            return Err(invalid(format!(
+                "mq-deadline max_segments {} (a request carries one buffer: must be 1)",
+                opts.max_segments
+            )));
+        }
+        if opts.block_size != info.block_size {
+            return Err(invalid(format!(
+                "mq-deadline block size {} differs from the device's {}",
+                opts.block_size, info.block_size
+            )));
+        }
+        if opts.max_transfer_blocks > info.max_transfer_blocks {
+            return Err(invalid(format!(
+                "mq-deadline max transfer {} blocks exceeds the device's {}",
+                opts.max_transfer_blocks, info.max_transfer_blocks
+            )));
+        }
+        if info.num_blocks > 1 << 48 {
+            return Err(invalid(format!(
+                "mq-deadline sorts sectors below 2^48; the device has {} blocks",
+                info.num_blocks
+            )));
+        }
+        let per_owner = opts.per_owner();
+        if per_owner == 0 || per_owner > u32::from(u16::MAX) {
+            return Err(invalid(format!(
+                "mq-deadline: {per_owner} scheduler tags per owner outside 1..=65535"
+            )));
+        }
+        let tags = Tags::new(TagsOptions {
+            depth: per_owner,
+            ..TagsOptions::default()
+        })
+        .map_err(|e| invalid(e.to_string()))?;
+        let pool = RequestPool::new(&tags, HctxType::Default);
+        let hint = tags.new_hint();
+        let put_hint = tags.new_hint();
+        let drv_total: usize = hctx.iter().map(|h| h.tags.depth() as usize).sum();
+        let deepest = hctx
+            .iter()
+            .map(|h| h.tags.depth() as usize)
+            .max()
+            .unwrap_or(0);
+        Ok(SchedPath {
+            dd: Arc::clone(dd),
+            owner,
+            base: u32::from(owner) * per_owner,
+            tags: Arc::new(tags),
+            pool,
+            hint,
+            put_hint,
+            pending: vec![0; per_owner as usize].into_boxed_slice(),
+            npending: 0,
+            burst_ns: 0,
+            rqs: Vec::with_capacity(per_owner as usize),
+            out: Vec::with_capacity(drv_total),
+            carrier: hctx
+                .iter()
+                .map(|h| vec![0u16; h.tags.depth() as usize].into_boxed_slice())
+                .collect(),
+            drv_busy: vec![0; hctx.len()],
+            done_ids: Vec::with_capacity(deepest),
+            freed: Vec::with_capacity(per_owner as usize),
+            failed: Vec::with_capacity(per_owner as usize),
+        })
+    }
+
+    /// The scheduler tags (plugs bind to them instead of the driver tags).
+    pub(super) fn tags(&self) -> &Arc<Tags> {
+        &self.tags
+    }
+
+    /// Scheduler tags in use (submitted and not completed).
+    pub(super) fn busy(&self) -> u32 {
+        self.tags.busy()
+    }
+
+    /// Whether requests of this queue are still in the scheduler or in flight.
+    fn idle(&self) -> bool {
+        self.npending == 0 && self.tags.busy() == 0
+    }
+
+    /// Builds the mode's side for `sched`, or `None` without a scheduler.
+    pub(super) fn for_mode(
+        sched: &SchedMode,
+        info: &super::super::BdevInfo,
+        hctx: &[Hctx],
+    ) -> Result<Option<Box<SchedPath>>, BdevError> {
+        Ok(match sched {
+            SchedMode::None => None,
+            SchedMode::MqDeadline { dd, owner } => {
+                Some(Box::new(SchedPath::new(dd, *owner, info, hctx)?))
+            }
+        })
+    }
+}
+
+impl Drop for SchedPath {
+    fn drop(&mut self) {
+        if !self.idle() {
+            log::warn!(
+                "mq-deadline owner {}: queue closed with {} requests in the scheduler or in flight",
+                self.owner,
+                self.tags.busy()
+            );
+        }
+    }
+}
+
+impl BdevQueue {
+    /// `submit` with a scheduler: take a scheduler tag (plug batch for synchronous reads,
+    /// shallow single tag otherwise) and queue the request for the next flush.
+    #[inline]
+    pub(super) fn submit_sched(
+        &mut self,
+        plug: &mut Plug,
+        io: &Io,
+        ty: HctxType,
+        flags: ReqFlags,
+    ) -> Result<u16, SubmitError> {
+        let key = self.key;
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return Err(SubmitError::Busy);
+        };
+        if sp.burst_ns == 0 {
+            sp.burst_ns = now_ns();
+        }
+        let tag = match sp.dd.limit_depth(io.op, flags) {
+            None => plug.take(key, ty, &sp.tags, &mut sp.hint),
+            Some(depth) => sp.tags.get_shallow(&mut sp.hint, depth),
+        }
+        .ok_or(SubmitError::Busy)?;
+        let rq = &mut sp.pool[tag];
+        rq.prepare(io, sp.burst_ns);
+        rq.flags = flags;
+        // The hctx the request will be dispatched to (scheduler requests are all `Default`
+        // in the pool; this field tells dispatch where to go).
+        rq.hctx = ty;
+        // At most `per_owner` scheduler tags exist, so a pending slot is always free.
+        sp.pending[sp.npending] = tag;
+        sp.npending += 1;
+        self.inflight += 1;
+        Ok(tag)
+    }
+
+    /// `flush` with a scheduler: insert the burst (one lock), then dispatch what the driver
+    /// queues have room for (one lock) and ring each driver once.
+    pub(super) fn flush_sched(&mut self) -> usize {
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return 0;
+        };
+        let now = if sp.burst_ns == 0 {
+            now_ns()
+        } else {
+            sp.burst_ns
+        };
+        sp.burst_ns = 0;
+        if sp.npending > 0 {
+            sp.insert_pending(now);
+        }
+        sp.dispatch(&mut self.hctx, &self.slot, now)
+    }
+
+    /// `poll` with a scheduler: reap driver completions, complete them through the scheduler
+    /// (every merged member once), then dispatch more if the scheduler has work.
+    pub(super) fn poll_sched<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return 0;
+        };
+        let block_size = u64::from(self.block_size);
+        let mut reaped = 0;
+        let mut members = 0;
+        let mut now = 0;
+        if !sp.failed.is_empty() {
+            now = now_ns();
+            for &local in &sp.failed {
+                let rq = &mut sp.pool[local];
+                rq.status = IoStatus::Errno(libc::EINVAL);
+                rq.complete_ns = now;
+                let lat = now.saturating_sub(rq.submit_ns);
+                self.stats.op_mut(rq.op).record(0, lat, false);
+                f(rq);
+            }
+            sp.tags.put_batch(&mut sp.put_hint, &sp.failed);
+            members += sp.failed.len();
+            sp.failed.clear();
+        }
+        for (hi, h) in self.hctx.iter_mut().enumerate() {
+            if reaped >= max {
+                break;
+            }
+            h.done.clear();
+            let n = h.drv.poll(h.pool.as_mut_slice(), &mut h.done, max - reaped);
+            if n == 0 {
+                continue;
+            }
+            now = now_ns();
+            sp.done_ids.clear();
+            let carrier = &sp.carrier[hi];
+            for &dtag in &h.done {
+                let local = carrier[usize::from(dtag)];
+                sp.done_ids
+                    .push((sp.base + u32::from(local), h.pool[dtag].status));
+            }
+            h.tags.put_batch(&mut h.put_hint, &h.done);
+            sp.drv_busy[hi] -= n as u32;
+            sp.freed.clear();
+            let (base, pool, freed, stats) =
+                (sp.base, &mut sp.pool, &mut sp.freed, &mut self.stats);
+            let res = sp
+                .dd
+                .complete_batch(sp.done_ids.iter().copied(), |id, status| {
+                    let Some(local) = id.checked_sub(base).and_then(|l| u16::try_from(l).ok())
+                    else {
+                        log::error!("mq-deadline: completed request {id} of another owner");
+                        return;
+                    };
+                    let rq = &mut pool[local];
+                    rq.status = status;
+                    rq.complete_ns = now;
+                    let lat = now.saturating_sub(rq.submit_ns);
+                    let bytes = if rq.op.has_data() {
+                        u64::from(rq.nblocks) * block_size
+                    } else {
+                        0
+                    };
+                    stats.op_mut(rq.op).record(bytes, lat, status.is_success());
+                    f(rq);
+                    freed.push(local);
+                });
+            if let Err(e) = res {
+                log::error!("mq-deadline completion: {e}");
+            }
+            sp.tags.put_batch(&mut sp.put_hint, &sp.freed);
+            members += sp.freed.len();
+            reaped += n;
+        }
+        if members > 0 {
+            self.inflight -= members as u32;
+            self.cell.publish(&self.stats);
+        }
+        // Driver room was freed, or another reactor may have parked requests for us.
+        if sp.dd.has_pending() {
+            if now == 0 {
+                now = now_ns();
+            }
+            sp.dispatch(&mut self.hctx, &self.slot, now);
+        }
+        members
+    }
+
+    /// Scheduler tags in use by this queue (0 without a scheduler).
+    pub fn sched_busy_tags(&self) -> u32 {
+        self.sp.as_ref().map_or(0, |sp| sp.busy())
+    }
+}
+
+impl SchedPath {
+    /// Inserts the pending burst under one lock. The scheduler refuses a request only on a
+    /// bug (ids and owner are checked at open, sectors by the device's size): then each is
+    /// retried alone, and a refused one completes with `EINVAL` at the next poll.
+    fn insert_pending(&mut self, now: u64) {
+        self.rqs.clear();
+        for &t in &self.pending[..self.npending] {
+            self.rqs.push(SchedRq::from_request(
+                self.base + u32::from(t),
+                self.owner,
+                &self.pool[t],
+            ));
+        }
+        self.npending = 0;
+        if let Err(e) = self.dd.insert_batch(&self.rqs, now) {
+            log::error!("mq-deadline insert: {e}");
+            for i in 0..self.rqs.len() {
+                match self.dd.insert_batch(&self.rqs[i..=i], now) {
+                    // Busy: it went in with the batch.
+                    Ok(_) | Err(SchedError::Busy { .. }) => {}
+                    Err(e) => {
+                        log::error!("mq-deadline: {e}; failing the request with EINVAL");
+                        self.failed.push((self.rqs[i].id - self.base) as u16);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Dispatches up to the driver queues' free room (one scheduler lock), takes a driver tag
+    /// per handed-out request, and rings each driver once. Returns how many were started.
+    fn dispatch(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
+        let room: u32 = hctx
+            .iter()
+            .zip(&self.drv_busy)
+            .map(|(h, &b)| h.tags.depth() - b)
+            .sum();
+        if room == 0 {
+            return 0;
+        }
+        self.out.clear();
+        let n = self
+            .dd
+            .dispatch_batch(self.owner, now, room as usize, &mut self.out);
+        if n == 0 {
+            return 0;
+        }
+        let mut started = 0;
+        for k in 0..n {
+            let d = self.out[k];
+            let local = (d.id - self.base) as u16;
+            let src = self.pool[local];
+            let hi = slot[src.hctx.index()] as usize;
+            let h = &mut hctx[hi];
+            let Some(dtag) = h.tags.get(&mut h.hint) else {
+                // This hctx is full (room was counted over all of them): give the rest back.
+                if let Err(e) = self.dd.requeue_batch(self.out[k..n].iter().map(|d| d.id)) {
+                    log::error!("mq-deadline requeue: {e}");
+                }
+                break;
+            };
+            let drq = &mut h.pool[dtag];
+            drq.op = src.op;
+            drq.flags = src.flags;
+            drq.prio = src.prio;
+            drq.lba = d.sector;
+            drq.nblocks = d.nblocks;
+            drq.buf = if d.nr_members > 1 && src.op.has_data() {
+                let len = u64::from(d.nblocks) * u64::from(src.buf.len() / src.nblocks.max(1));
+                // SAFETY: the scheduler merged these requests into one segment only because
+                // their buffers are contiguous (`max_segments` is 1, checked at open): the
+                // range is the members' buffers end to end, each valid until its request
+                // completes (the submitter's `IoBuf` contract), and the merged I/O completes
+                // no later than any member.
+                unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) }
+            } else {
+                src.buf
+            };
+            drq.token = src.token;
+            drq.status = IoStatus::Pending;
+            drq.submit_ns = src.submit_ns;
+            drq.complete_ns = 0;
+            self.carrier[hi][usize::from(dtag)] = local;
+            self.drv_busy[hi] += 1;
+            h.pending[h.npending] = dtag;
+            h.npending += 1;
+            started += 1;
+        }
+        for h in hctx.iter_mut() {
+            if h.npending > 0 {
+                h.drv
+                    .submit(h.pool.as_mut_slice(), &h.pending[..h.npending]);
+                h.npending = 0;
+            }
+        }
+        started
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{BdevQueueOptions, SchedMode};
+    use super::*;
+    use crate::bdev::{BdevInfo, BlockDevice, DriverQueue, Uuid};
+    use crate::hctx::HctxQueues;
+    use crate::request::{Op, OpSet, PrioClass};
+    use crate::sched::DeadlineOptions;
+    use parking_lot::Mutex;
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const BS: u32 = 512;
+
+    /// A RAM disk that moves data at submit and completes in FIFO order at poll.
+    struct Ram {
+        info: BdevInfo,
+        data: Arc<Mutex<Vec<u8>>>,
+        /// Largest number of requests one driver queue held at once.
+        max_inflight: Arc<AtomicU64>,
+    }
+
+    struct RamQueue {
+        data: Arc<Mutex<Vec<u8>>>,
+        fifo: VecDeque<u16>,
+        max_inflight: Arc<AtomicU64>,
+    }
+
+    impl BlockDevice for Ram {
+        fn info(&self) -> &BdevInfo {
+            &self.info
+        }
+        fn open_queue(
+            &self,
+            _ty: HctxType,
+            _i: u16,
+            _d: u32,
+        ) -> Result<Box<dyn crate::bdev::DriverQueue>, BdevError> {
+            Ok(Box::new(RamQueue {
+                data: Arc::clone(&self.data),
+                fifo: VecDeque::new(),
+                max_inflight: Arc::clone(&self.max_inflight),
+            }))
+        }
+    }
+
+    impl DriverQueue for RamQueue {
+        fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+            let mut data = self.data.lock();
+            for &t in tags {
+                let rq = &rqs[usize::from(t)];
+                assert!(!self.fifo.contains(&t), "driver tag {t} handed out twice");
+                let off = rq.lba as usize * BS as usize;
+                let len = rq.nblocks as usize * BS as usize;
+                assert_eq!(rq.buf.len() as usize, len, "merged buffer length");
+                // SAFETY: the tests keep every buffer alive until its I/O completes.
+                let buf = unsafe { std::slice::from_raw_parts_mut(rq.buf.as_ptr(), len) };
+                match rq.op {
+                    Op::Read => buf.copy_from_slice(&data[off..off + len]),
+                    Op::Write => data[off..off + len].copy_from_slice(buf),
+                    _ => {}
+                }
+                self.fifo.push_back(t);
+            }
+            self.max_inflight
+                .fetch_max(self.fifo.len() as u64, Ordering::Relaxed);
+        }
+        fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+            let mut n = 0;
+            while n < max
+                && let Some(t) = self.fifo.pop_front()
+            {
+                rqs[usize::from(t)].status = IoStatus::Success;
+                done.push(t);
+                n += 1;
+            }
+            n
+        }
+        fn outstanding(&self) -> usize {
+            self.fifo.len()
+        }
+    }
+
+    fn ram(blocks: u64) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>) {
+        let max_inflight = Arc::new(AtomicU64::new(0));
+        let d = Ram {
+            info: BdevInfo {
+                name: "R0".into(),
+                uuid: Uuid::default(),
+                product_name: "Ram".into(),
+                block_size: BS,
+                num_blocks: blocks,
+                supported_ops: OpSet::READ_WRITE.with(Op::Flush),
+                queues: HctxQueues::DEFAULT_ONLY,
+                max_queue_depth: 256,
+                max_transfer_blocks: 256,
+            },
+            data: Arc::new(Mutex::new(vec![0; (blocks * u64::from(BS)) as usize])),
+            max_inflight: Arc::clone(&max_inflight),
+        };
+        (Arc::new(d), max_inflight)
+    }
+
+    fn sched(owners: u16, depth: u32) -> Arc<SharedDeadline> {
+        Arc::new(SharedDeadline::new(DeadlineOptions::for_queues(depth, owners, 256, BS)).unwrap())
+    }
+
+    fn io(op: Op, lba: u64, buf: &mut [u8], token: u64, prio: PrioClass) -> Io {
+        Io {
+            op,
+            lba,
+            nblocks: (buf.len() / BS as usize) as u32,
+            // SAFETY: the tests keep `buf` alive and untouched until the I/O completes.
+            buf: unsafe { IoBuf::from_raw_parts(buf.as_mut_ptr(), buf.len() as u32) },
+            prio: crate::IoPrio {
+                class: prio,
+                level: 0,
+            },
+            token,
+            ..Io::default()
+        }
+    }
+
+    /// Sequential writes from one contiguous buffer merge; every request completes exactly
+    /// once, the data lands where it should, and the scheduler tags (deeper than the driver
+    /// queue) all come back.
+    #[test]
+    fn merged_writes_complete_each_member_once_and_data_is_right() {
+        let (dev, max_inflight) = ram(1024);
+        let dd = sched(1, 8);
+        let mut q = BdevQueue::open(
+            dev,
+            BdevQueueOptions {
+                depth: 8,
+                sched: SchedMode::MqDeadline {
+                    dd: Arc::clone(&dd),
+                    owner: 0,
+                },
+            },
+        )
+        .unwrap();
+        let mut plug = Plug::default();
+        q.register_plug(&mut plug);
+        // 16 scheduler tags over 8 driver tags.
+        let mut wbuf: Vec<u8> = (0..16 * BS as usize).map(|i| (i / 7) as u8).collect();
+        let mut seen = vec![0u32; 16];
+        for i in 0..16usize {
+            let chunk = &mut wbuf[i * BS as usize..(i + 1) * BS as usize];
+            q.submit(
+                &mut plug,
+                &io(Op::Write, 100 + i as u64, chunk, i as u64, PrioClass::Be),
+            )
+            .unwrap();
+        }
+        assert_eq!(q.sched_busy_tags(), 16);
+        let mut extra = vec![0u8; BS as usize];
+        assert!(
+            q.submit(&mut plug, &io(Op::Write, 0, &mut extra, 99, PrioClass::Be))
+                .unwrap_err()
+                .is_busy(),
+            "scheduler tags exhausted"
+        );
+        q.flush();
+        while q.outstanding() > 0 {
+            q.poll(4, |rq| {
+                assert!(rq.status.is_success());
+                seen[rq.token as usize] += 1;
+            });
+        }
+        assert!(seen.iter().all(|&c| c == 1), "{seen:?}");
+        assert!(
+            dd.stats(PrioClass::Be).merged > 0,
+            "sequential writes merge"
+        );
+        assert!(
+            max_inflight.load(Ordering::Relaxed) <= 8,
+            "driver depth respected"
+        );
+        assert_eq!(q.sched_busy_tags(), 0);
+        assert_eq!(q.busy_tags(HctxType::Default), 0);
+        // Read back (reads merge too, into one contiguous buffer).
+        let mut rbuf = vec![0u8; 16 * BS as usize];
+        for (i, chunk) in rbuf.chunks_mut(BS as usize).enumerate() {
+            q.submit(
+                &mut plug,
+                &io(Op::Read, 100 + i as u64, chunk, i as u64, PrioClass::Rt),
+            )
+            .unwrap();
+        }
+        q.flush();
+        let mut n = 0;
+        while q.outstanding() > 0 {
+            n += q.poll(32, |_| {});
+        }
+        assert_eq!(n, 16);
+        assert_eq!(rbuf, wbuf);
+        assert_eq!(q.stats().op(Op::Write).ops, 16);
+        assert_eq!(q.stats().op(Op::Read).bytes, 16 * u64::from(BS));
+        drop(q);
+        dd.teardown_check().unwrap();
+    }
+
+    /// Writes get the scheduler's shallow depth (no batching); reads are not limited.
+    #[test]
+    fn limit_depth_applies_to_writes_only() {
+        let (dev, _) = ram(1024);
+        let dd = sched(1, 16);
+        dd.set_param("async_depth", 4).unwrap();
+        let mut q = BdevQueue::open(
+            dev,
+            BdevQueueOptions {
+                depth: 16,
+                sched: SchedMode::MqDeadline {
+                    dd: Arc::clone(&dd),
+                    owner: 0,
+                },
+            },
+        )
+        .unwrap();
+        let mut plug = Plug::default();
+        let mut bufs = vec![0u8; 64 * BS as usize];
+        let mut chunks = bufs.chunks_mut(BS as usize);
+        let mut writes = 0;
+        while q
+            .submit(
+                &mut plug,
+                &io(
+                    Op::Write,
+                    2 * writes,
+                    chunks.next().unwrap(),
+                    0,
+                    PrioClass::Be,
+                ),
+            )
+            .is_ok()
+        {
+            writes += 1;
+        }
+        assert!((1..=4).contains(&writes), "shallow depth 4, got {writes}");
+        let mut reads = 0;
+        while q
+            .submit(
+                &mut plug,
+                &io(
+                    Op::Read,
+                    2 * reads + 1,
+                    chunks.next().unwrap(),
+                    0,
+                    PrioClass::Be,
+                ),
+            )
+            .is_ok()
+        {
+            reads += 1;
+        }
+        assert_eq!(writes + reads, 32, "reads use every scheduler tag");
+        q.flush();
+        while q.outstanding() > 0 {
+            q.poll(32, |_| {});
+        }
+    }
+
+    /// Two reactors (threads, each with its own queue and owner number) share one
+    /// mq-deadline device with mixed reads and writes in a small range (merges and
+    /// cross-owner dispatch): every I/O completes exactly once, nothing stays queued.
+    #[test]
+    fn two_owners_every_completion_exactly_once() {
+        const ROUNDS: u64 = 400;
+        let (dev, _) = ram(256);
+        let dd = sched(2, 16);
+        let threads: Vec<_> = (0..2u16)
+            .map(|owner| {
+                let dev = Arc::clone(&dev);
+                let dd = Arc::clone(&dd);
+                std::thread::spawn(move || {
+                    let mut q = BdevQueue::open(
+                        dev,
+                        BdevQueueOptions {
+                            depth: 16,
+                            sched: SchedMode::MqDeadline { dd, owner },
+                        },
+                    )
+                    .unwrap();
+                    let mut plug = Plug::default();
+                    q.register_plug(&mut plug);
+                    // One buffer slot per scheduler tag (32), each two blocks long.
+                    let mut bufs = vec![0u8; 32 * 2 * BS as usize];
+                    let mut free: Vec<usize> = (0..32).collect();
+                    let mut slot_of = std::collections::HashMap::new();
+                    let mut counts = std::collections::HashMap::<u64, u32>::new();
+                    let mut seed = 0x9e37_79b9u32 ^ u32::from(owner);
+                    let mut token = u64::from(owner) << 32;
+                    let mut accepted = 0u64;
+                    for _ in 0..ROUNDS {
+                        plug.begin();
+                        for _ in 0..8 {
+                            let Some(&s) = free.last() else { break };
+                            seed ^= seed << 13;
+                            seed ^= seed >> 17;
+                            seed ^= seed << 5;
+                            let op = if seed & 1 == 0 { Op::Read } else { Op::Write };
+                            let prio = PrioClass::ALL[(seed >> 1) as usize % 3];
+                            let lba = u64::from(seed >> 8) % 64 * 2;
+                            let b = &mut bufs[s * 2 * BS as usize..(s + 1) * 2 * BS as usize];
+                            match q.submit(&mut plug, &io(op, lba, b, token, prio)) {
+                                Ok(_) => {
+                                    free.pop();
+                                    slot_of.insert(token, s);
+                                    accepted += 1;
+                                    token += 1;
+                                }
+                                Err(e) => assert!(e.is_busy()),
+                            }
+                        }
+                        plug.finish();
+                        q.flush();
+                        q.poll(8, |rq| {
+                            *counts.entry(rq.token).or_default() += 1;
+                            free.push(slot_of[&rq.token]);
+                        });
+                    }
+                    while q.outstanding() > 0 {
+                        q.poll(32, |rq| {
+                            *counts.entry(rq.token).or_default() += 1;
+                        });
+                        std::thread::yield_now();
+                    }
+                    assert_eq!(counts.len() as u64, accepted, "no I/O lost");
+                    assert!(counts.values().all(|&c| c == 1), "no I/O completed twice");
+                    assert_eq!(q.sched_busy_tags(), 0);
+                    accepted
+                })
+            })
+            .collect();
+        let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let inserted: u64 = PrioClass::ALL.iter().map(|&p| dd.stats(p).inserted).sum();
+        assert_eq!(inserted, total);
+        dd.teardown_check().unwrap();
+    }
+
+    #[test]
+    fn open_checks_the_scheduler() {
+        let (dev, _) = ram(64);
+        let dd = sched(1, 8);
+        let e = BdevQueue::open(
+            Arc::clone(&dev),
+            BdevQueueOptions {
+                depth: 8,
+                sched: SchedMode::MqDeadline { dd, owner: 1 },
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("owner 1"), "{e}");
+        let dd =
+            Arc::new(SharedDeadline::new(DeadlineOptions::for_queues(8, 1, 256, 4096)).unwrap());
+        let e = BdevQueue::open(
+            dev,
+            BdevQueueOptions {
+                depth: 8,
+                sched: SchedMode::MqDeadline { dd, owner: 0 },
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("block size"), "{e}");
+    }
+}
