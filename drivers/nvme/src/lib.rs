@@ -29,6 +29,8 @@ mod admin;
 pub mod bdev;
 pub mod ctrlr;
 pub mod dma;
+#[cfg(any(test, feature = "emulator"))]
+pub mod emu;
 pub mod error;
 #[cfg(test)]
 mod fake;
