@@ -293,10 +293,26 @@ impl Sbitmap {
         let nr = if self.round_robin {
             self.find_bit(depth, None, index, h & (self.bits_per_word() - 1), false)
         } else {
-            self.find_bit(depth, None, index, 0, true)
+            self.get_from_hinted_word(depth, index)
+                .or_else(|| self.find_bit(depth, None, index, 0, true))
         };
         self.hint_after_get(hint, depth, h, nr);
         nr
+    }
+
+    /// Fast path of [`Sbitmap::get`]: the first free bit of word `index`, if this one attempt
+    /// wins it (anything else — a full word, a lost race, deferred frees — is left to
+    /// [`Sbitmap::find_bit`], which starts over from the same word).
+    #[inline]
+    fn get_from_hinted_word(&self, depth: u32, index: u32) -> Option<u32> {
+        let word = &self.map.get(index as usize)?.word.0;
+        let free = !word.load(Ordering::Relaxed) & low_mask(self.map_depth(depth, index));
+        if free == 0 {
+            return None;
+        }
+        let bit = 1u64 << free.trailing_zeros();
+        (word.fetch_or(bit, Ordering::Acquire) & bit == 0)
+            .then(|| (index << self.shift) + free.trailing_zeros())
     }
 
     /// Takes one free tag among the first `shallow_depth` tags' worth of each word, or `None`.
