@@ -708,6 +708,10 @@ fn main() -> Result<()> {
         println!("vm_nvme: second attach works; data intact");
     }
 
+    // 9 (run before 7 and 8: step 8 leaves the device open). The block layer over read and
+    //    poll queue pairs.
+    block_layer_hctx_types(&bdf, bs)?;
+
     // 7. A crashed user leaves the controller enabled with queues; the next attach resets it.
     let exe = std::env::current_exe()?;
     let st = std::process::Command::new(exe)
@@ -754,9 +758,6 @@ fn main() -> Result<()> {
             "vm_nvme: controller left enabled with I/O in flight was reset at attach and works"
         );
     }
-
-    // 9. The block layer over read and poll queue pairs.
-    block_layer_hctx_types(&bdf, bs)?;
 
     println!("vm_nvme: PASS in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())
