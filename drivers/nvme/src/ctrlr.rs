@@ -42,6 +42,18 @@ pub struct NvmeOptions {
     pub shutdown_timeout: Duration,
     /// Times a command that completed with a retryable status is resubmitted. Default 4.
     pub io_retries: u8,
+    /// Deadline of each I/O command, checked by the poller: a command past it is aborted
+    /// (Abort), and the controller is reset when the abort fails or the aborted command still
+    /// does not complete. `Duration::ZERO` disables I/O timeouts. Default 30 s.
+    pub io_timeout: Duration,
+    /// Deadline of one Abort command (the poller waits for it). Default 1 s.
+    pub abort_timeout: Duration,
+    /// Times one I/O is resubmitted after a timeout or a controller reset before it fails
+    /// with `IoStatus::Timeout`. Default 3.
+    pub recovery_retries: u8,
+    /// How often a poller with commands outstanding reads CSTS for a fatal status (then resets
+    /// the controller) or a vanished device (then fails every I/O). Default 10 ms.
+    pub health_check_interval: Duration,
 }
 
 impl Default for NvmeOptions {
@@ -55,6 +67,10 @@ impl Default for NvmeOptions {
             admin_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(10),
             io_retries: 4,
+            io_timeout: Duration::from_secs(30),
+            abort_timeout: Duration::from_secs(1),
+            recovery_retries: 3,
+            health_check_interval: Duration::from_millis(10),
         }
     }
 }
@@ -611,6 +627,8 @@ impl Init {
             reset_at_attach: self.reset_at_attach,
             detached: AtomicBool::new(false),
             open_qpairs: AtomicUsize::new(0),
+            reset_gen: std::sync::atomic::AtomicU64::new(0),
+            dead: std::sync::atomic::AtomicU8::new(crate::recovery::ALIVE),
             opts: self.opts,
         };
         Ok(Controller {
@@ -639,11 +657,15 @@ pub(crate) struct CtrlrInner {
     pub reset_at_attach: bool,
     pub detached: AtomicBool,
     pub open_qpairs: AtomicUsize,
+    /// Controller resets done so far (queue pairs recreate their queues when it moves).
+    pub reset_gen: std::sync::atomic::AtomicU64,
+    /// `recovery::ALIVE`, `REMOVED` (registers read all ones) or `FAILED` (reset failed).
+    pub dead: std::sync::atomic::AtomicU8,
     pub opts: NvmeOptions,
 }
 
 impl CtrlrInner {
-    fn admin(&self) -> MutexGuard<'_, AdminQueue> {
+    pub(crate) fn admin(&self) -> MutexGuard<'_, AdminQueue> {
         // A panic while holding the lock leaves the queue consistent (commands are
         // independent), so a poisoned lock is still usable.
         self.admin.lock().unwrap_or_else(|p| p.into_inner())

@@ -172,6 +172,13 @@ pub enum IoError {
     /// The controller is gone or detached.
     #[error("device removed")]
     Removed,
+    /// The command timed out, and the recovery (abort, controller reset, resubmission) did
+    /// not complete it within its retry budget.
+    #[error("command timed out; recovery gave up after {retries} resubmissions")]
+    TimedOut { retries: u8 },
+    /// A controller reset failed: the controller is unusable.
+    #[error("controller failed and could not be reset")]
+    ControllerFailed,
 }
 
 impl IoError {
@@ -187,6 +194,8 @@ impl IoError {
             IoError::BadTag { .. } => IoStatus::Errno(libc::EINVAL),
             IoError::Status(s) => IoStatus::Nvme(s.to_nvme_status()),
             IoError::Removed => IoStatus::DeviceRemoved,
+            IoError::TimedOut { .. } => IoStatus::Timeout,
+            IoError::ControllerFailed => IoStatus::Errno(libc::EIO),
         }
     }
 }

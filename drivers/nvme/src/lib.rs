@@ -36,6 +36,7 @@ pub mod error;
 mod fake;
 pub mod prp;
 pub mod qpair;
+mod recovery;
 pub mod regs;
 mod ring;
 pub mod spec;

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use pmio::bdev::DriverQueue;
 use pmio::request::{IoStatus, Op, ReqFlags, Request};
@@ -16,7 +17,8 @@ use crate::ctrlr::{CtrlrInner, Namespace, PAGE_SIZE};
 use crate::dma::DmaMem;
 use crate::error::{IoError, NvmeError};
 use crate::prp;
-use crate::regs::RegisterIo;
+use crate::recovery::{ALIVE, FAILED, REMOVED};
+use crate::regs::{Csts, RegisterIo, off};
 use crate::ring::{Rings, ring_bytes};
 use crate::spec::{Cqe, DSM_ATTR_DEALLOCATE, DsmRange, IdentifyController, Sqe, nvm_opc};
 
@@ -38,12 +40,34 @@ pub struct QpairStats {
     pub unknown_completions: u64,
     /// Requests rejected before reaching the device (too large, out of range, ...).
     pub rejected: u64,
+    /// Completions ignored because their command had already completed (a duplicate).
+    pub duplicates: u64,
+    /// Commands found past their deadline (`NvmeOptions::io_timeout`).
+    pub timeouts: u64,
+    /// Abort commands sent for timed-out commands (and accepted by the controller).
+    pub aborts: u64,
+    /// Abort commands that failed or timed out (each leads to a controller reset).
+    pub aborts_failed: u64,
+    /// Controller resets this queue pair went through (its queues recreated each time).
+    pub resets: u64,
+    /// Commands resubmitted after a timeout, abort or reset.
+    pub recovered: u64,
+    /// Requests failed because the device was removed or the controller failed.
+    pub failed_dead: u64,
 }
 
 #[derive(Clone, Copy, Default)]
 struct Slot {
     outstanding: bool,
     retries: u8,
+    /// Resubmissions after timeouts and resets.
+    recoveries: u8,
+    /// An Abort was sent for it (a second timeout resets the controller).
+    aborted: bool,
+    /// Completed since its last submission (a later completion is a duplicate).
+    done_once: bool,
+    /// Submission time (ns since `epoch`), one clock read per submit batch.
+    ts: u64,
 }
 
 /// Namespace facts the hot path needs, copied at creation.
@@ -75,6 +99,19 @@ pub struct NvmeQpair {
     /// Registered I/O memory as (start, end), refreshed when the controller's generation moves.
     dma_ranges: Vec<(u64, u64)>,
     dma_gen: u64,
+    /// Clock origin of `Slot::ts`.
+    epoch: Instant,
+    /// I/O timeout in ns (0: off) and the CSTS check interval.
+    timeout_ns: u64,
+    health_ns: u64,
+    /// When the poller next scans for timed-out commands / reads CSTS (ns since `epoch`).
+    next_scan: u64,
+    next_health: u64,
+    max_recoveries: u8,
+    /// The controller's reset generation this queue pair's queues belong to.
+    reset_gen: u64,
+    /// `ALIVE`, or why every request fails (`REMOVED`, `FAILED`).
+    liveness: u8,
     ctrlr: Arc<CtrlrInner>,
     // Freed (unmapped) in Drop once the queues are deleted, leaked if they could not be.
     mem: std::mem::ManuallyDrop<DmaMem>,
@@ -139,6 +176,22 @@ impl NvmeQpair {
             last_error: None,
             dma_ranges: Vec::new(),
             dma_gen: u64::MAX,
+            epoch: Instant::now(),
+            timeout_ns: ctrlr
+                .opts
+                .io_timeout
+                .as_nanos()
+                .min(u128::from(u64::MAX / 2)) as u64,
+            health_ns: ctrlr
+                .opts
+                .health_check_interval
+                .as_nanos()
+                .min(u128::from(u64::MAX / 2)) as u64,
+            next_scan: u64::MAX,
+            next_health: 0,
+            max_recoveries: ctrlr.opts.recovery_retries,
+            reset_gen: ctrlr.reset_gen.load(Ordering::Acquire),
+            liveness: ALIVE,
             ctrlr,
             mem: std::mem::ManuallyDrop::new(mem),
         })
@@ -322,6 +375,12 @@ impl NvmeQpair {
         let idx = usize::from(tag);
         if st.is_success() {
             rqs[idx].status = IoStatus::Success;
+        } else if self.slots[idx].aborted {
+            // The completion of a command aborted after a timeout: resubmit within budget.
+            if self.requeue(rqs, idx) {
+                return false;
+            }
+            self.give_up(rqs, idx);
         } else if st.is_retryable() && self.slots[idx].retries < self.max_retries {
             self.slots[idx].retries += 1;
             self.stats.retries += 1;
@@ -333,7 +392,10 @@ impl NvmeQpair {
             self.device_error(tag, st);
             rqs[idx].status = IoStatus::Nvme(st.to_nvme_status());
         }
-        self.slots[idx] = Slot::default();
+        self.slots[idx] = Slot {
+            done_once: true,
+            ..Slot::default()
+        };
         self.outstanding -= 1;
         done.push(tag);
         true
@@ -341,6 +403,20 @@ impl NvmeQpair {
 
     #[cold]
     fn unknown(&mut self, cqe: Cqe) {
+        if self
+            .slots
+            .get(usize::from(cqe.cid))
+            .is_some_and(|s| s.done_once)
+        {
+            self.stats.duplicates += 1;
+            log::warn!(
+                "{}: qpair {}: duplicate completion for command {} ignored",
+                self.ctrlr.name,
+                self.rings.qid,
+                cqe.cid
+            );
+            return;
+        }
         self.stats.unknown_completions += 1;
         log::warn!(
             "{}: qpair {}: completion for command {} that is not outstanding ignored (status {})",
@@ -370,10 +446,316 @@ impl NvmeQpair {
     }
 }
 
+/// Recovery: timeouts, aborts, controller resets, removal (all cold).
+impl NvmeQpair {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Fails the request of outstanding slot `idx` with `err` (reported at the next poll).
+    #[cold]
+    fn fail_slot(&mut self, rqs: &mut [Request], idx: usize, err: IoError) {
+        self.slots[idx] = Slot {
+            done_once: true,
+            ..Slot::default()
+        };
+        if let Some(rq) = rqs.get_mut(idx) {
+            rq.status = err.to_io_status();
+        }
+        self.last_error = Some(err);
+        // Still counted in `outstanding` until the poll reports it.
+        self.failed.push(idx as u16);
+    }
+
+    /// An aborted or reset command exhausted its resubmissions.
+    #[cold]
+    fn give_up(&mut self, rqs: &mut [Request], idx: usize) {
+        let retries = self.slots[idx].recoveries;
+        log::error!(
+            "{}: qpair {}: command {idx} timed out; failed after {retries} resubmissions",
+            self.ctrlr.name,
+            self.rings.qid
+        );
+        let err = IoError::TimedOut { retries };
+        self.last_error = Some(err);
+        self.stats.errors += 1;
+        rqs[idx].status = err.to_io_status();
+    }
+
+    /// Resubmits the command of slot `idx` after a timeout, abort or reset, unless its
+    /// budget is spent. Returns whether it was resubmitted.
+    #[cold]
+    fn requeue(&mut self, rqs: &[Request], idx: usize) -> bool {
+        let slot = self.slots[idx];
+        if slot.recoveries >= self.max_recoveries || idx >= rqs.len() {
+            return false;
+        }
+        let now = self.now_ns();
+        match self.build(&rqs[idx]) {
+            Ok(sqe) if self.rings.push(&sqe) => {
+                self.slots[idx] = Slot {
+                    outstanding: true,
+                    retries: slot.retries,
+                    recoveries: slot.recoveries + 1,
+                    aborted: false,
+                    done_once: false,
+                    ts: now,
+                };
+                self.stats.submitted += 1;
+                self.stats.recovered += 1;
+                if self.timeout_ns != 0 {
+                    self.next_scan = self.next_scan.min(now + self.timeout_ns);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Rejects a batch: the controller is removed or failed.
+    #[cold]
+    fn reject_dead(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        let err = if self.liveness == REMOVED {
+            IoError::Removed
+        } else {
+            IoError::ControllerFailed
+        };
+        for &tag in tags {
+            if self
+                .slots
+                .get(usize::from(tag))
+                .is_some_and(|s| s.outstanding)
+            {
+                continue;
+            }
+            self.stats.failed_dead += 1;
+            self.reject(rqs, tag, err);
+        }
+    }
+
+    /// Fails every command in the device with `err`.
+    #[cold]
+    fn fail_all(&mut self, rqs: &mut [Request], err: IoError) {
+        for idx in 0..self.slots.len() {
+            if self.slots[idx].outstanding {
+                self.stats.failed_dead += 1;
+                self.fail_slot(rqs, idx, err);
+            }
+        }
+        self.next_scan = u64::MAX;
+    }
+
+    /// The controller was reset, removed or failed since this queue pair last looked.
+    #[cold]
+    fn sync_ctrlr(&mut self, rqs: &mut [Request]) {
+        self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+        match self.ctrlr.liveness() {
+            REMOVED => {
+                self.liveness = REMOVED;
+                self.fail_all(rqs, IoError::Removed);
+            }
+            FAILED => {
+                self.liveness = FAILED;
+                self.fail_all(rqs, IoError::ControllerFailed);
+            }
+            _ => self.recreate(rqs),
+        }
+    }
+
+    /// After a controller reset: reaps what completed before it, recreates the queues on the
+    /// same rings, and resubmits (or fails) every command that was outstanding.
+    #[cold]
+    fn recreate(&mut self, rqs: &mut [Request]) {
+        self.stats.resets += 1;
+        // The controller is disabled: entries already posted are final.
+        let mut reaped = 0u32;
+        while reaped < self.rings.entries {
+            let Some(cqe) = self.rings.pop() else { break };
+            reaped += 1;
+            let idx = usize::from(cqe.cid);
+            let live = self.slots.get(idx).is_some_and(|s| s.outstanding) && idx < rqs.len();
+            if !live {
+                self.unknown(cqe);
+            } else if cqe.status().is_success() && !self.slots[idx].aborted {
+                self.slots[idx] = Slot {
+                    done_once: true,
+                    ..Slot::default()
+                };
+                rqs[idx].status = IoStatus::Success;
+                self.failed.push(idx as u16);
+            }
+            // Other statuses: resubmitted below like everything still outstanding.
+        }
+        let qid = self.rings.qid;
+        let entries = self.rings.entries;
+        self.rings = Rings::new(
+            &self.mem,
+            0,
+            qid,
+            entries,
+            self.ctrlr.cap.dstrd(),
+            PAGE_SIZE as usize,
+        );
+        if let Err(e) =
+            self.ctrlr
+                .create_io_queue(qid, entries, self.rings.sq_iova, self.rings.cq_iova)
+        {
+            log::error!(
+                "{}: qpair {qid}: cannot recreate the queues after a reset: {e}",
+                self.ctrlr.name
+            );
+            let (state, err) = if matches!(e, NvmeError::DeviceRemoved { .. }) {
+                self.ctrlr.mark_removed();
+                (REMOVED, IoError::Removed)
+            } else {
+                (FAILED, IoError::ControllerFailed)
+            };
+            self.liveness = state;
+            self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+            self.fail_all(rqs, err);
+            return;
+        }
+        let mut pushed = false;
+        for idx in 0..self.slots.len() {
+            if !self.slots[idx].outstanding {
+                continue;
+            }
+            if self.requeue(rqs, idx) {
+                pushed = true;
+            } else {
+                let retries = self.slots[idx].recoveries;
+                self.fail_slot(rqs, idx, IoError::TimedOut { retries });
+            }
+        }
+        if pushed {
+            self.rings.ring_sq(&*self.regs);
+        }
+    }
+
+    /// Reads CSTS when due (fatal status → reset; all ones → removed) and looks for
+    /// timed-out commands when due (abort; a second timeout or a failed abort → reset).
+    #[cold]
+    fn check(&mut self, rqs: &mut [Request], now: u64) {
+        if now >= self.next_health {
+            self.next_health = now.saturating_add(self.health_ns);
+            let csts = Csts(self.regs.read32(off::CSTS));
+            if csts.is_all_ones() {
+                self.ctrlr.mark_removed();
+                self.sync_ctrlr(rqs);
+                return;
+            }
+            if csts.cfs() {
+                log::error!(
+                    "{}: controller fatal status (CSTS.CFS) seen by qpair {}",
+                    self.ctrlr.name,
+                    self.rings.qid
+                );
+                self.reset_controller(rqs);
+                return;
+            }
+        }
+        if self.timeout_ns == 0 || now < self.next_scan {
+            return;
+        }
+        let mut next = u64::MAX;
+        let mut reset = false;
+        for idx in 0..self.slots.len() {
+            let slot = self.slots[idx];
+            if !slot.outstanding {
+                continue;
+            }
+            if now.saturating_sub(slot.ts) < self.timeout_ns {
+                next = next.min(slot.ts + self.timeout_ns);
+                continue;
+            }
+            self.stats.timeouts += 1;
+            if slot.aborted {
+                log::error!(
+                    "{}: qpair {}: command {idx} still not complete after an abort",
+                    self.ctrlr.name,
+                    self.rings.qid
+                );
+                reset = true;
+                break;
+            }
+            log::warn!(
+                "{}: qpair {}: command {idx} timed out; aborting it",
+                self.ctrlr.name,
+                self.rings.qid
+            );
+            match self.ctrlr.abort(self.rings.qid, idx as u16) {
+                Ok(found) => {
+                    self.stats.aborts += 1;
+                    if !found {
+                        log::warn!(
+                            "{}: qpair {}: abort of command {idx}: not aborted by the controller",
+                            self.ctrlr.name,
+                            self.rings.qid
+                        );
+                    }
+                    self.slots[idx].aborted = true;
+                    self.slots[idx].ts = now;
+                    next = next.min(now + self.timeout_ns);
+                }
+                Err(NvmeError::DeviceRemoved { .. }) => {
+                    self.ctrlr.mark_removed();
+                    self.sync_ctrlr(rqs);
+                    return;
+                }
+                Err(e) => {
+                    log::error!(
+                        "{}: qpair {}: abort of command {idx} failed: {e}",
+                        self.ctrlr.name,
+                        self.rings.qid
+                    );
+                    self.stats.aborts_failed += 1;
+                    reset = true;
+                    break;
+                }
+            }
+        }
+        self.next_scan = next;
+        if reset {
+            self.reset_controller(rqs);
+        }
+    }
+
+    /// Resets the controller (unless another queue pair just did), then recreates this
+    /// queue pair's queues.
+    #[cold]
+    fn reset_controller(&mut self, rqs: &mut [Request]) {
+        if let Err(e) = self.ctrlr.reset(self.reset_gen) {
+            log::error!("{e}");
+        }
+        self.next_scan = 0;
+        self.sync_ctrlr(rqs);
+        if self.liveness == ALIVE && self.timeout_ns != 0 {
+            self.next_scan = self.now_ns() + self.timeout_ns;
+        }
+    }
+}
+
 impl DriverQueue for NvmeQpair {
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
         if self.ctrlr.mapper.generation() != self.dma_gen {
             self.refresh_dma_ranges();
+        }
+        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen {
+            self.sync_ctrlr(rqs);
+        }
+        if self.liveness != ALIVE {
+            self.reject_dead(rqs, tags);
+            return;
+        }
+        // One clock read per batch, only when timeouts are on.
+        let now = if self.timeout_ns != 0 {
+            self.now_ns()
+        } else {
+            0
+        };
+        if self.timeout_ns != 0 && self.next_scan == u64::MAX {
+            self.next_scan = now + self.timeout_ns;
         }
         let mut pushed = false;
         for &tag in tags {
@@ -401,7 +783,8 @@ impl DriverQueue for NvmeQpair {
                     if self.rings.push(&sqe) {
                         self.slots[idx] = Slot {
                             outstanding: true,
-                            retries: 0,
+                            ts: now,
+                            ..Slot::default()
                         };
                         self.outstanding += 1;
                         self.stats.submitted += 1;
@@ -419,12 +802,20 @@ impl DriverQueue for NvmeQpair {
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen {
+            self.sync_ctrlr(rqs);
+        }
         let mut n = 0;
         while n < max {
             let Some(tag) = self.failed.pop() else { break };
             self.outstanding -= 1;
             self.stats.completed += 1;
-            self.stats.errors += 1;
+            if rqs
+                .get(usize::from(tag))
+                .is_none_or(|r| !r.status.is_success())
+            {
+                self.stats.errors += 1;
+            }
             done.push(tag);
             n += 1;
         }
@@ -443,6 +834,14 @@ impl DriverQueue for NvmeQpair {
         }
         if self.stats.submitted != sq_before {
             self.rings.ring_sq(&*self.regs);
+        }
+        // Timeouts and controller health: one clock read per poll while commands are in the
+        // device; the scan itself runs only when something may be due.
+        if self.outstanding > self.failed.len() {
+            let now = self.now_ns();
+            if now >= self.next_scan.min(self.next_health) {
+                self.check(rqs, now);
+            }
         }
         n
     }
@@ -463,7 +862,10 @@ impl Drop for NvmeQpair {
             );
         }
         let mut device_may_use_rings = false;
+        // A removed or failed controller has no queues to delete (and may never answer);
+        // the ring memory is unmapped from the device before it is freed either way.
         if !self.ctrlr.detached.load(Ordering::Acquire)
+            && self.ctrlr.liveness() == ALIVE
             && let Err(e) = self.ctrlr.delete_io_queue(qid)
         {
             // The controller may still write completions into the rings: never give their
