@@ -106,3 +106,533 @@ fn emu_attach_io_round_trip_and_detach() {
     c.detach().unwrap();
     assert_eq!(emu.shst(), 2);
 }
+
+// ---------------------------------------------------------------------------------------
+// Verify workload under faults.
+
+/// 8 blocks (4 KiB) per I/O.
+const NB: u32 = 8;
+const IO_BYTES: usize = NB as usize * 512;
+
+fn block_pattern(lba: u64, version: u64, out: &mut [u8]) {
+    out[..8].copy_from_slice(&lba.to_le_bytes());
+    out[8..16].copy_from_slice(&version.to_le_bytes());
+    let mut x = lba.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version.wrapping_add(1);
+    for b in out[16..].iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
+fn fast_opts() -> NvmeOptions {
+    NvmeOptions {
+        // Long enough that a loaded machine (parallel tests on 2 cores) does not time out
+        // commands the emulator completes normally.
+        io_timeout: Duration::from_millis(100),
+        abort_timeout: Duration::from_millis(50),
+        health_check_interval: Duration::from_millis(1),
+        ..NvmeOptions::default()
+    }
+}
+
+/// A queue pair, a buffer of one 4 KiB slot per tag, and the blocks acknowledged as written.
+struct Workload {
+    emu: Arc<Emu>,
+    q: NvmeQpair,
+    buf: Buf,
+    rqs: Vec<Request>,
+    depth: usize,
+    /// Version last acknowledged as written per I/O unit (LBA / 8); `None`: unknown (a failed
+    /// write) or never written.
+    acked: Vec<Option<u64>>,
+    /// Every I/O's final status, in submission order.
+    statuses: Vec<IoStatus>,
+    /// Set when the emulator runs on its own thread (no stepping from here).
+    threaded: bool,
+    // Last: the controller goes after the queue pair and the buffer registration.
+    c: Controller,
+}
+
+impl Workload {
+    fn new(emu: &Arc<Emu>, opts: NvmeOptions, depth: usize) -> Workload {
+        let c = attach(emu, opts);
+        let q = c.bdev(1).unwrap().open_qpair(depth as u32).unwrap();
+        let buf = Buf::new(&c, depth * IO_BYTES);
+        let units = (EmuConfig::default().blocks / u64::from(NB)) as usize;
+        Workload {
+            emu: emu.clone(),
+            q,
+            buf,
+            rqs: (0..depth)
+                .map(|t| Request {
+                    tag: t as u16,
+                    ..Request::default()
+                })
+                .collect(),
+            depth,
+            acked: vec![None; units],
+            statuses: Vec::new(),
+            threaded: false,
+            c,
+        }
+    }
+
+    /// Runs `ios` (op, unit, version) with up to `depth` in flight, until every one has
+    /// completed exactly once (panics on a hang or a double completion). Writes carry the
+    /// block pattern; reads are verified against `acked`. Returns the statuses.
+    fn run(&mut self, ios: &[(Op, usize, u64)]) -> Vec<IoStatus> {
+        let mut statuses = vec![IoStatus::Pending; ios.len()];
+        let mut owner: Vec<Option<usize>> = vec![None; self.depth];
+        let mut next = 0;
+        let mut done_count = 0;
+        let mut done = Vec::with_capacity(self.depth);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while done_count < ios.len() {
+            assert!(
+                Instant::now() < deadline,
+                "I/O hang: {done_count}/{} done, stats {:?}, emu {:?}",
+                ios.len(),
+                self.q.stats(),
+                self.emu.stats()
+            );
+            // Submit into free tags, one batch.
+            let mut tags = Vec::new();
+            for (t, slot) in owner.iter_mut().enumerate() {
+                if next == ios.len() {
+                    break;
+                }
+                if slot.is_some() {
+                    continue;
+                }
+                let (op, unit, version) = ios[next];
+                let lba = unit as u64 * u64::from(NB);
+                if op == Op::Write {
+                    let mut data = vec![0u8; IO_BYTES];
+                    for (b, chunk) in data.chunks_mut(512).enumerate() {
+                        block_pattern(lba + b as u64, version, chunk);
+                    }
+                    self.buf.fill(t * IO_BYTES, &data);
+                } else {
+                    self.buf.fill(t * IO_BYTES, &[0xee; IO_BYTES]);
+                }
+                let io = Io {
+                    op,
+                    lba,
+                    nblocks: if op == Op::Flush { 0 } else { NB },
+                    buf: if op == Op::Flush {
+                        IoBuf::EMPTY
+                    } else {
+                        self.buf.io(t * IO_BYTES, IO_BYTES)
+                    },
+                    ..Io::default()
+                };
+                self.rqs[t].prepare(&io, 0);
+                *slot = Some(next);
+                tags.push(t as u16);
+                next += 1;
+            }
+            if !tags.is_empty() {
+                self.q.submit(&mut self.rqs, &tags);
+            }
+            if !self.threaded {
+                self.emu.step();
+            }
+            done.clear();
+            self.q.poll(&mut self.rqs, &mut done, 4 * self.depth);
+            for &tag in &done {
+                let t = usize::from(tag);
+                let i = owner[t]
+                    .take()
+                    .unwrap_or_else(|| panic!("tag {t} completed twice or never submitted"));
+                let st = self.rqs[t].status;
+                assert_ne!(st, IoStatus::Pending, "completed without a status");
+                statuses[i] = st;
+                done_count += 1;
+                let (op, unit, version) = ios[i];
+                match op {
+                    Op::Write if st == IoStatus::Success => self.acked[unit] = Some(version),
+                    Op::Write => self.acked[unit] = None,
+                    Op::Read if st == IoStatus::Success => {
+                        if let Some(v) = self.acked[unit] {
+                            self.check_unit(self.buf.bytes(t * IO_BYTES, IO_BYTES), unit, v);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if done.is_empty() && self.threaded {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(self.q.outstanding(), 0);
+        self.statuses.extend_from_slice(&statuses);
+        statuses
+    }
+
+    fn check_unit(&self, data: &[u8], unit: usize, version: u64) {
+        let mut want = [0u8; 512];
+        for (b, chunk) in data.chunks(512).enumerate() {
+            let lba = unit as u64 * u64::from(NB) + b as u64;
+            block_pattern(lba, version, &mut want);
+            assert!(
+                chunk == &want[..],
+                "block {lba} (version {version}) reads back wrong"
+            );
+        }
+    }
+
+    /// Every acknowledged unit, read through the driver (no faults left).
+    fn verify_by_reading(&mut self) {
+        let ios: Vec<_> = (0..self.acked.len())
+            .filter(|&u| self.acked[u].is_some())
+            .map(|u| (Op::Read, u, 0))
+            .collect();
+        assert!(!ios.is_empty());
+        let st = self.run(&ios);
+        assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    }
+
+    /// Every acknowledged unit, read from the emulator's RAM.
+    fn verify_in_emulator(&self) {
+        for (u, v) in self.acked.iter().enumerate() {
+            if let Some(v) = v {
+                let data = self.emu.disk(u * IO_BYTES, IO_BYTES);
+                self.check_unit(&data, u, *v);
+            }
+        }
+    }
+}
+
+/// `n` writes to units 0..n with `version`.
+fn writes(n: usize, version: u64) -> Vec<(Op, usize, u64)> {
+    (0..n).map(|u| (Op::Write, u, version)).collect()
+}
+
+use std::time::{Duration, Instant};
+
+#[test]
+fn emu_verify_workload_without_faults() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    let st = w.run(&writes(200, 1));
+    assert!(st.iter().all(|s| s.is_success()));
+    w.verify_by_reading();
+    let s = w.q.stats();
+    assert_eq!(
+        (
+            s.timeouts,
+            s.aborts,
+            s.resets,
+            s.duplicates,
+            s.unknown_completions
+        ),
+        (0, 0, 0, 0, 0)
+    );
+}
+
+#[test]
+fn fault_delay_within_timeout_completes_late() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut opts = fast_opts();
+    opts.io_timeout = Duration::from_secs(5);
+    let mut w = Workload::new(&emu, opts, 16);
+    emu.inject(FaultRule::new(Fault::Delay(Duration::from_millis(40))).nth(5));
+    let t = Instant::now();
+    let st = w.run(&writes(64, 1));
+    assert!(t.elapsed() >= Duration::from_millis(40));
+    assert!(st.iter().all(|s| s.is_success()));
+    assert_eq!(emu.stats().delayed, 1);
+    assert_eq!(w.q.stats().timeouts, 0);
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_delay_past_timeout_is_aborted_and_resubmitted() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    emu.inject(FaultRule::new(Fault::Delay(Duration::from_secs(10))).nth(7));
+    let st = w.run(&writes(64, 1));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.delayed, e.aborts, e.aborts_hit), (1, 1, 1));
+    assert_eq!((s.timeouts, s.aborts, s.recovered, s.resets), (1, 1, 1, 0));
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_drop_is_aborted_and_resubmitted() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    emu.inject(
+        FaultRule::new(Fault::Drop)
+            .opcode(crate::spec::nvm_opc::WRITE)
+            .nth(3),
+    );
+    emu.inject(FaultRule::new(Fault::Drop).lba(80..88));
+    let st = w.run(&writes(64, 1));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.dropped, e.aborts_hit), (2, 2));
+    assert_eq!((s.timeouts, s.aborts, s.recovered, s.resets), (2, 2, 2, 0));
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_drop_every_attempt_fails_with_timeout_after_the_retry_budget() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    // Unit 10 (LBA 80) is dropped every time: aborted, resubmitted 3 times, then failed.
+    emu.inject(FaultRule::new(Fault::Drop).lba(80..88).times(None));
+    let st = w.run(&writes(32, 1));
+    for (i, s) in st.iter().enumerate() {
+        if i == 10 {
+            assert_eq!(*s, IoStatus::Timeout);
+        } else {
+            assert_eq!(*s, IoStatus::Success, "I/O {i}");
+        }
+    }
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!(e.dropped, 4);
+    assert_eq!((s.timeouts, s.aborts, s.recovered, s.errors), (4, 4, 3, 1));
+    assert!(matches!(
+        w.q.last_error(),
+        Some(crate::IoError::TimedOut { retries: 3 })
+    ));
+    emu.clear_faults();
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_failed_abort_resets_the_controller() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    let invalid = Status::new(sct::GENERIC, 0x02, true);
+    emu.inject(FaultRule::new(Fault::Drop).nth(9));
+    emu.inject(
+        FaultRule::new(Fault::Status(invalid))
+            .admin()
+            .opcode(admin_opc::ABORT),
+    );
+    let st = w.run(&writes(64, 1));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.dropped, e.disables), (1, 1));
+    assert_eq!((s.timeouts, s.aborts_failed, s.resets), (1, 1, 1));
+    assert!(s.recovered >= 1);
+    assert_eq!(emu.io_queues(), (1, 1), "queues recreated");
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_abort_that_times_out_resets_the_controller() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    emu.inject(FaultRule::new(Fault::Drop).nth(2));
+    emu.inject(FaultRule::new(Fault::Drop).admin().opcode(admin_opc::ABORT));
+    let st = w.run(&writes(48, 1));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!(
+        (e.dropped, e.aborts, e.disables),
+        (2, 0, 1),
+        "the Abort itself was dropped"
+    );
+    assert_eq!((s.timeouts, s.aborts_failed, s.resets), (1, 1, 1));
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_duplicate_completions_are_counted_and_ignored() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    emu.seed(7);
+    // Room in the CQ for every duplicate: a duplicate posted after its tag was reused would
+    // be indistinguishable from the new command's completion (CID reuse; no host can tell).
+    let opts = NvmeOptions {
+        io_queue_entries: 256,
+        ..fast_opts()
+    };
+    let mut w = Workload::new(&emu, opts, 16);
+    emu.inject(FaultRule::new(Fault::Duplicate).rate(0.1, None));
+    let mut ios = writes(200, 1);
+    ios.extend((0..200).map(|u| (Op::Read, u, 0)));
+    let st = w.run(&ios);
+    assert!(st.iter().all(|s| s.is_success()));
+    let dups = emu.stats().duplicated;
+    assert!(dups > 10, "{dups}");
+    assert_eq!(w.q.stats().duplicates, dups);
+    assert_eq!(w.q.stats().completed, 400);
+    assert_eq!(w.q.stats().unknown_completions, 0);
+}
+
+#[test]
+fn fault_retryable_status_is_retried() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    emu.seed(11);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    let not_ready = Status::new(sct::GENERIC, 0x82, false);
+    emu.inject(FaultRule::new(Fault::Status(not_ready)).rate(0.05, Some(8)));
+    let st = w.run(&writes(300, 1));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    assert_eq!(emu.stats().status_injected, 8);
+    assert_eq!(w.q.stats().retries, 8);
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_dnr_status_fails_the_io_and_is_reported() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    let media = Status::new(sct::MEDIA, 0x81, true);
+    let not_ready_dnr = Status::new(sct::GENERIC, 0x82, true);
+    emu.inject(FaultRule::new(Fault::Status(media)).nth(4));
+    emu.inject(FaultRule::new(Fault::Status(not_ready_dnr)).nth(20));
+    let st = w.run(&writes(40, 1));
+    for (i, s) in st.iter().enumerate() {
+        match i {
+            4 => assert_eq!(*s, IoStatus::Nvme(media.to_nvme_status())),
+            20 => assert_eq!(*s, IoStatus::Nvme(not_ready_dnr.to_nvme_status())),
+            _ => assert_eq!(*s, IoStatus::Success),
+        }
+    }
+    assert_eq!(w.q.stats().retries, 0, "DNR is never retried");
+    assert_eq!(w.q.stats().errors, 2);
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_fatal_status_resets_and_resubmits() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    w.run(&writes(64, 1));
+    emu.inject(FaultRule::new(Fault::Fatal).nth(100));
+    let st = w.run(&writes(64, 2));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.fatal, e.disables), (1, 1));
+    assert_eq!(s.resets, 1);
+    assert!(
+        s.recovered >= 1,
+        "the commands caught in the reset were resubmitted"
+    );
+    assert_eq!(s.timeouts, 0, "found by the CSTS check, not by timeouts");
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_reset_recreates_every_queue_pair() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut a = Workload::new(&emu, fast_opts(), 8);
+    let mut qb = a.c.bdev(1).unwrap().open_qpair(8).unwrap();
+    assert_eq!(emu.io_queues(), (2, 2));
+    // B has I/O in flight when A resets the controller.
+    let bufb = Buf::new(&a.c, 4096);
+    let mut rqb = vec![Request::default(); 8];
+    rqb[0].prepare(
+        &Io {
+            op: Op::Read,
+            lba: 0,
+            nblocks: 8,
+            buf: bufb.io(0, 4096),
+            ..Io::default()
+        },
+        0,
+    );
+    qb.submit(&mut rqb, &[0]);
+    emu.make_fatal();
+    let st = a.run(&writes(32, 1));
+    assert!(st.iter().all(|s| s.is_success()));
+    assert_eq!(a.q.stats().resets, 1);
+    let mut done = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while done.is_empty() {
+        assert!(Instant::now() < deadline, "B hangs");
+        emu.step();
+        qb.poll(&mut rqb, &mut done, 8);
+    }
+    assert_eq!(done, vec![0]);
+    assert_eq!(rqb[0].status, IoStatus::Success);
+    assert_eq!(qb.stats().resets, 1);
+    assert_eq!(qb.stats().recovered, 1);
+    assert_eq!(emu.io_queues(), (2, 2));
+    drop(qb);
+    a.verify_by_reading();
+}
+
+#[test]
+fn fault_vanished_device_fails_everything_promptly_and_detach_works() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    w.run(&writes(64, 1));
+    emu.inject(FaultRule::new(Fault::Vanish).nth(80));
+    let t = Instant::now();
+    let st = w.run(&writes(64, 2));
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let ok = st.iter().filter(|s| s.is_success()).count();
+    let removed = st.iter().filter(|&&s| s == IoStatus::DeviceRemoved).count();
+    assert_eq!(ok + removed, 64, "{st:?}");
+    assert!(removed >= 48, "{removed}");
+    assert!(w.q.stats().failed_dead >= removed as u64 - 16);
+    // New I/O fails at once.
+    let st = w.run(&writes(4, 3));
+    assert_eq!(st, vec![IoStatus::DeviceRemoved; 4]);
+    // Whatever was acknowledged is in the device's memory.
+    w.verify_in_emulator();
+    let t = Instant::now();
+    let Workload { q, c, buf, .. } = w;
+    drop(q);
+    drop(buf);
+    assert!(matches!(
+        c.detach(),
+        Err(crate::NvmeError::DeviceRemoved { .. })
+    ));
+    drop(c);
+    assert!(t.elapsed() < Duration::from_secs(1), "detach hung");
+    assert_eq!(emu.mapped(), 0, "every DMA mapping removed");
+}
+
+#[test]
+fn fault_mixed_random_faults_on_the_emulator_thread() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.seed(1234);
+    let opts = NvmeOptions {
+        io_timeout: Duration::from_millis(300),
+        ..fast_opts()
+    };
+    let mut w = Workload::new(&emu, opts, 32);
+    let _thread = emu.spawn(None);
+    w.threaded = true;
+    let not_ready = Status::new(sct::GENERIC, 0x82, false);
+    let media = Status::new(sct::MEDIA, 0x81, true);
+    emu.inject(FaultRule::new(Fault::Drop).rate(0.01, Some(4)));
+    emu.inject(FaultRule::new(Fault::Delay(Duration::from_millis(5))).rate(0.02, None));
+    emu.inject(FaultRule::new(Fault::Status(not_ready)).rate(0.02, None));
+    emu.inject(FaultRule::new(Fault::Status(media)).rate(0.005, None));
+    for round in 1..=4 {
+        let mut ios = writes(512, round);
+        ios.extend((0..512).map(|u| (Op::Read, u, 0)));
+        w.run(&ios);
+    }
+    emu.clear_faults();
+    let failed = w.statuses.iter().filter(|s| !s.is_success()).count() as u64;
+    let s = w.q.stats();
+    assert_eq!(s.completed, w.statuses.len() as u64);
+    assert_eq!(s.errors, failed, "every failure reported and counted");
+    assert_eq!(s.timeouts, s.aborts + s.aborts_failed);
+    assert_eq!(s.timeouts, emu.stats().dropped);
+    w.verify_by_reading();
+}
