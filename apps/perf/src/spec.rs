@@ -60,7 +60,7 @@ pub const DRIVERS: &[DriverEntry] = &[
     },
     DriverEntry {
         name: "uring",
-        help: "uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,name=Uring0]",
+        help: "uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,wait_us=0,name=Uring0]",
         create: uring_spec,
     },
     DriverEntry {
@@ -283,6 +283,8 @@ fn uring_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
         direct: bool_key(a, "direct", true)?,
         hipri: bool_key(a, "hipri", false)?,
         block_size,
+        wait_us: u32::try_from(a.u64("wait_us")?.unwrap_or(0))
+            .map_err(|_| "wait_us: too large".to_string())?,
     };
     let dev = pmio_uring::UringBdev::create(&opts).map_err(|e| e.to_string())?;
     Ok(Created {

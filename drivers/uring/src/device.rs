@@ -43,6 +43,7 @@ pub struct UringBdev {
     iopoll: bool,
     iopoll_fallback: Option<String>,
     buffers: Arc<BufferSet>,
+    wait_us: u32,
 }
 
 impl std::fmt::Debug for UringBdev {
@@ -111,6 +112,7 @@ impl UringBdev {
             iopoll: false,
             iopoll_fallback: None,
             buffers: Arc::default(),
+            wait_us: opts.wait_us,
         };
         if opts.hipri {
             bdev.setup_iopoll(opened.rdev);
@@ -197,6 +199,7 @@ impl UringBdev {
             supported: self.info.supported_ops,
             iopoll,
             buffers: Arc::clone(&self.buffers),
+            wait_us: self.wait_us,
         }
     }
 

@@ -53,6 +53,8 @@ pub(crate) struct QueueConfig {
     pub iopoll: bool,
     /// Memory regions to register as fixed buffers (shared with the device).
     pub buffers: Arc<BufferSet>,
+    /// Longest wait in the kernel for completions when a poll finds none (0: never wait).
+    pub wait_us: u32,
 }
 
 /// One thread's regions `(address, length)` and the generation they were set at.
@@ -439,6 +441,8 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     /// Generation of the buffer set last seen, and of this thread's registered regions.
     buffers_seen: u64,
     buffers_gen: u64,
+    /// `cfg.wait_us` as the kernel's timespec, when waiting is on.
+    wait: Option<types::Timespec>,
     /// Not Send: the ring was created for (SINGLE_ISSUER) and belongs to one thread.
     _not_send: PhantomData<*const ()>,
 }
@@ -464,6 +468,9 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
         } else {
             0
         };
+        let wait = (cfg.wait_us > 0).then(|| {
+            types::Timespec::from(std::time::Duration::from_micros(u64::from(cfg.wait_us)))
+        });
         let d = depth as usize;
         Ok(UringQueue {
             ring,
@@ -479,6 +486,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
             enter_flags,
             buffers_seen,
             buffers_gen,
+            wait,
             _not_send: PhantomData,
         })
     }
@@ -590,6 +598,22 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         let r = unsafe { self.sub.enter::<libc::sigset_t>(to_submit, 0, flags, None) };
         if let Err(e) = r {
             enter_failed(st, name, e);
+        }
+        self.sq.sync();
+        self.cq.sync();
+    }
+
+    /// Submits what is queued and waits up to `ts` for `want` completions (fewer when the
+    /// time runs out).
+    #[cold]
+    fn enter_and_wait(&mut self, st: &mut State, name: &str, want: usize, ts: &types::Timespec) {
+        self.sq.sync();
+        st.pending_sqes = 0;
+        let args = types::SubmitArgs::new().timespec(ts);
+        match self.sub.submit_with_args(want, &args) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => {}
+            Err(e) => enter_failed(st, name, e),
         }
         self.sq.sync();
         self.cq.sync();
@@ -721,7 +745,14 @@ fn sqe_with_tag<S: squeue::EntryMarker>(mut sqe: S, tag: u16) -> S {
 impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
     /// The ring's halves for one call.
     #[inline]
-    fn io(&mut self) -> (RingIo<'_, S, C>, &Prep, &mut State) {
+    fn io(
+        &mut self,
+    ) -> (
+        RingIo<'_, S, C>,
+        &Prep,
+        &mut State,
+        Option<&types::Timespec>,
+    ) {
         let (sub, sq, cq) = self.ring.split();
         (
             RingIo {
@@ -732,6 +763,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
             },
             &self.prep,
             &mut self.st,
+            self.wait.as_ref(),
         )
     }
 }
@@ -741,7 +773,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         if self.prep.cfg.buffers.generation() != self.buffers_seen {
             self.refresh_buffers();
         }
-        let (mut io, prep, st) = self.io();
+        let (mut io, prep, st, _) = self.io();
         st.outstanding += tags.len();
         for &tag in tags {
             io.start(prep, st, rqs, tag, 0);
@@ -752,7 +784,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
-        let (mut io, prep, st) = self.io();
+        let (mut io, prep, st, wait) = self.io();
         let mut n = 0;
         if !st.failed.is_empty() {
             n += complete_failed(st, rqs, done, max);
@@ -760,9 +792,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         n += io.reap(prep, st, rqs, done, max - n);
         let in_kernel = st.outstanding - st.failed.len();
         if n == 0 && in_kernel > 0 {
-            // Nothing in the CQ: let the kernel run deferred completions (or poll), then look
-            // again. One system call per empty poll, none when the CQ had entries.
-            io.enter(st, &prep.cfg.name, true);
+            // Nothing in the CQ: let the kernel run deferred completions (or poll), or wait for
+            // a batch when configured, then look again. One system call per empty poll, none
+            // when the CQ had entries.
+            match wait {
+                Some(ts) => io.enter_and_wait(st, &prep.cfg.name, in_kernel.min(max), ts),
+                None => io.enter(st, &prep.cfg.name, true),
+            }
             n += io.reap(prep, st, rqs, done, max);
         }
         if st.pending_sqes > 0 {
