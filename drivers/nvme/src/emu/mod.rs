@@ -33,6 +33,8 @@ use crate::spec::{
 };
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;
 
 /// Emulated controller geometry.
@@ -398,7 +400,9 @@ impl Emu {
                 } else {
                     (r2 >> 8) as u16
                 },
-                status: (r2 >> 32) as u16,
+                // Mostly the expected phase (so the driver consumes the entry), sometimes
+                // the stale one (so it stalls behind it until the queue is recovered).
+                status: ((r2 >> 32) as u16 & !1) | u16::from(cq.phase ^ (r2 & 6 == 0)),
             };
             let addr = cq.base + u64::from(cq.tail) * 16;
             cq.tail += 1;
