@@ -591,40 +591,58 @@ impl State {
         }
     }
 
-    /// The (address, length) segments a command's PRPs describe.
-    fn prp_segments(&self, sqe: &Sqe, len: usize) -> Option<Vec<(u64, usize)>> {
+    /// Copies `len` bytes between the namespace at byte `start` and the memory a command's
+    /// PRPs describe (`to_host`: a read). No allocation: PRP list entries are read in place.
+    fn transfer(&mut self, sqe: &Sqe, start: usize, len: usize, to_host: bool) -> bool {
         let page = 4096u64;
         if sqe.prp1 & 3 != 0 {
-            return None;
+            return false;
         }
         let first = ((page - (sqe.prp1 & (page - 1))) as usize).min(len);
-        let mut segs = vec![(sqe.prp1, first)];
+        if !self.copy(sqe.prp1, start, first, to_host) {
+            return false;
+        }
         let mut left = len - first;
+        let mut pos = start + first;
         if left == 0 {
-            return Some(segs);
+            return true;
         }
         if left <= page as usize {
-            segs.push((sqe.prp2, left));
-            return Some(segs);
+            return sqe.prp2 & (page - 1) == 0 && self.copy(sqe.prp2, pos, left, to_host);
         }
         let n = left.div_ceil(page as usize);
-        if n > 512 || !sqe.prp2.is_multiple_of(8) {
-            return None;
+        if n > 512 || !sqe.prp2.is_multiple_of(8) || !self.dma_ok(sqe.prp2, n * 8) {
+            return false;
         }
-        let mut list = vec![0u8; n * 8];
-        if !self.read_mem(sqe.prp2, &mut list) {
-            return None;
-        }
-        for e in list.chunks(8) {
-            let a = u64::from_le_bytes(e.try_into().ok()?);
-            if a & (page - 1) != 0 {
-                return None;
-            }
+        for i in 0..n {
+            // SAFETY: the list lies in mapped memory (checked above), 8-byte aligned.
+            let a = unsafe { (sqe.prp2 as *const u64).add(i).read_volatile() };
             let l = left.min(page as usize);
-            segs.push((a, l));
+            if a & (page - 1) != 0 || !self.copy(a, pos, l, to_host) {
+                return false;
+            }
             left -= l;
+            pos += l;
         }
-        Some(segs)
+        true
+    }
+
+    /// Copies `len` bytes between namespace byte `pos` and mapped memory at `iova`.
+    fn copy(&mut self, iova: u64, pos: usize, len: usize, to_host: bool) -> bool {
+        if !self.dma_ok(iova, len) || pos + len > self.disk.len() {
+            return false;
+        }
+        let disk = self.disk[pos..pos + len].as_mut_ptr();
+        // SAFETY: `iova..+len` is memory the driver mapped for DMA (checked), the disk range is
+        // in bounds (checked); they never overlap (the disk is the emulator's own Vec).
+        unsafe {
+            if to_host {
+                std::ptr::copy_nonoverlapping(disk, iova as *mut u8, len);
+            } else {
+                std::ptr::copy_nonoverlapping(iova as *const u8, disk, len);
+            }
+        }
+        true
     }
 
     fn post(&mut self, cqid: u16, sqid: u16, cid: u16, st: Status, dw0: u32, db: &[AtomicU32]) {
@@ -899,28 +917,11 @@ impl State {
                 if len > 4096 << self.cfg.mdts {
                     return (Status::new(sct::GENERIC, 0x02, true), 0);
                 }
-                let Some(segs) = self.prp_segments(sqe, len) else {
-                    return xfer_err;
-                };
-                let mut pos = start;
-                for (a, l) in segs {
-                    let ok = if sqe.opcode() == nvm_opc::READ {
-                        let chunk = self.disk[pos..pos + l].to_vec();
-                        self.write_mem(a, &chunk)
-                    } else {
-                        let mut chunk = vec![0u8; l];
-                        let ok = self.read_mem(a, &mut chunk);
-                        if ok {
-                            self.disk[pos..pos + l].copy_from_slice(&chunk);
-                        }
-                        ok
-                    };
-                    if !ok {
-                        return xfer_err;
-                    }
-                    pos += l;
+                if self.transfer(sqe, start, len, sqe.opcode() == nvm_opc::READ) {
+                    (Status::SUCCESS, 0)
+                } else {
+                    xfer_err
                 }
-                (Status::SUCCESS, 0)
             }
             nvm_opc::DSM => {
                 let n = (sqe.cdw10 & 0xff) as usize + 1;
@@ -979,11 +980,16 @@ impl RegisterIo for Emu {
             };
             db.store(v, Ordering::Release);
             let qid = (idx / 2) as u16;
+            // With I/O processed by `step` (the emulator thread), an I/O doorbell is only
+            // recorded: `step` fetches commands and posts backlogged completions.
+            if qid != 0 && !self.inline_io.load(Ordering::Acquire) {
+                return;
+            }
             let mut s = self.lock();
             if idx % 2 == 1 {
                 // CQ head moved: room for backlogged completions.
                 s.flush_cq(qid, &self.doorbells);
-            } else if qid == 0 || self.inline_io.load(Ordering::Acquire) {
+            } else {
                 self.process_sq(&mut s, qid);
             }
             return;
