@@ -1,6 +1,8 @@
 //! Command line: flags as t/io_uring and spdk_nvme_perf users know them, validated once.
 
 use clap::{Parser, ValueEnum};
+use pmio::PrioClass;
+use pmio::sched::{SchedKind, TUNABLES};
 use serde::Serialize;
 
 /// The I/O pattern (`-w`).
@@ -92,6 +94,100 @@ pub struct Opts {
     /// Every core drives every device (spdk_nvme_perf --use-every-core).
     #[arg(long = "use-every-core")]
     pub use_every_core: bool,
+    /// I/O scheduler of every device: none or mq-deadline (one instance per device, shared
+    /// by the cores that drive it).
+    #[arg(long = "sched", default_value = "none", value_name = "NAME")]
+    pub sched: String,
+    /// mq-deadline tunable NAME=VALUE (Linux's sysfs names, times in ms); repeatable.
+    #[arg(long = "sched-opt", value_name = "NAME=VALUE")]
+    pub sched_opt: Vec<String>,
+    /// I/O priority class of the jobs: rt, be or idle. One value for every job, or one per
+    /// job (in job order: see --help's pairing of cores and devices).
+    #[arg(long = "prio", value_name = "CLASS")]
+    pub prio: Vec<String>,
+    /// Priority classes mixed per I/O by percentage, e.g. rt=10,be=90 (sums to 100).
+    #[arg(long = "prio-mix", value_name = "CLASS=PCT,...")]
+    pub prio_mix: Option<String>,
+}
+
+/// Priority classes of a job's I/Os: cumulative percentages (`cum[c]` = share of classes
+/// `0..=c`, in `PrioClass` order rt, be, idle; `cum[2]` = 100).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrioMix {
+    pub cum: [u8; 3],
+}
+
+impl PrioMix {
+    /// Every I/O in `class`.
+    pub fn single(class: PrioClass) -> PrioMix {
+        let mut cum = [0u8; 3];
+        for (c, v) in cum.iter_mut().enumerate() {
+            *v = if c >= class as usize { 100 } else { 0 };
+        }
+        PrioMix { cum }
+    }
+
+    /// The class of all I/Os, when there is only one.
+    pub fn only(&self) -> Option<PrioClass> {
+        PrioClass::ALL.into_iter().find(|&c| self.share(c) == 100)
+    }
+
+    /// Percentage of I/Os in `class`.
+    pub fn share(&self, class: PrioClass) -> u8 {
+        let i = class as usize;
+        self.cum[i] - if i == 0 { 0 } else { self.cum[i - 1] }
+    }
+
+    /// The class for a draw `r` in `0..100`.
+    #[inline]
+    pub fn pick(&self, r: u8) -> PrioClass {
+        if r < self.cum[0] {
+            PrioClass::Rt
+        } else if r < self.cum[1] {
+            PrioClass::Be
+        } else {
+            PrioClass::Idle
+        }
+    }
+
+    /// Parses `rt=10,be=90` (each class at most once, percentages summing to 100).
+    pub fn parse(s: &str) -> Result<PrioMix, String> {
+        let mut pct = [0u32; 3];
+        let mut seen = [false; 3];
+        for part in s.split(',') {
+            let (name, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("--prio-mix {s:?}: {part:?} is not CLASS=PCT"))?;
+            let c = parse_class(name.trim()).map_err(|e| format!("--prio-mix {s:?}: {e}"))?;
+            if std::mem::replace(&mut seen[c as usize], true) {
+                return Err(format!("--prio-mix {s:?}: {} given twice", c.name()));
+            }
+            pct[c as usize] = v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&p| p <= 100)
+                .ok_or_else(|| format!("--prio-mix {s:?}: {v:?} is not a percentage 0..=100"))?;
+        }
+        if pct.iter().sum::<u32>() != 100 {
+            return Err(format!("--prio-mix {s:?}: percentages must sum to 100"));
+        }
+        let mut cum = [0u8; 3];
+        let mut acc = 0;
+        for (c, v) in cum.iter_mut().enumerate() {
+            acc += pct[c];
+            *v = acc as u8;
+        }
+        Ok(PrioMix { cum })
+    }
+}
+
+/// Parses a priority class name (rt, be, idle).
+pub fn parse_class(s: &str) -> Result<PrioClass, String> {
+    PrioClass::ALL
+        .into_iter()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| format!("unknown priority class {s:?} (expected rt, be or idle)"))
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -133,6 +229,55 @@ impl Opts {
         if self.bs == 0 || self.bs > 16 << 20 {
             return Err(format!("--bs {}: must be 1 byte .. 16 MiB", self.bs));
         }
+        let kind = SchedKind::parse(&self.sched).map_err(|e| format!("--sched: {e}"))?;
+        for o in &self.sched_opt {
+            let (name, v) = o
+                .split_once('=')
+                .ok_or_else(|| format!("--sched-opt {o:?}: expected NAME=VALUE"))?;
+            if kind != SchedKind::MqDeadline {
+                return Err(format!("--sched-opt {o:?}: needs --sched mq-deadline"));
+            }
+            if !TUNABLES.contains(&name) {
+                return Err(format!(
+                    "--sched-opt {o:?}: unknown mq-deadline tunable (expected one of {})",
+                    TUNABLES.join(", ")
+                ));
+            }
+            v.parse::<u64>()
+                .map_err(|_| format!("--sched-opt {o:?}: {v:?} is not a non-negative integer"))?;
+        }
+        if !self.prio.is_empty() && self.prio_mix.is_some() {
+            return Err("--prio and --prio-mix: give one or the other".into());
+        }
+        for p in &self.prio {
+            parse_class(p).map_err(|e| format!("--prio: {e}"))?;
+        }
+        if let Some(m) = &self.prio_mix {
+            PrioMix::parse(m)?;
+        }
         Ok(())
+    }
+
+    /// The scheduler tunables as (name, value); call after `validate`.
+    pub fn sched_opts(&self) -> Vec<(&str, u64)> {
+        self.sched_opt
+            .iter()
+            .filter_map(|o| o.split_once('='))
+            .filter_map(|(n, v)| v.parse().ok().map(|v| (n, v)))
+            .collect()
+    }
+
+    /// The priority mix of job `i` (`None`: no priority flags, no per-class report); call
+    /// after `validate`.
+    pub fn prio_of(&self, i: usize) -> Option<PrioMix> {
+        if let Some(m) = &self.prio_mix {
+            return PrioMix::parse(m).ok();
+        }
+        if self.prio.is_empty() {
+            return None;
+        }
+        parse_class(&self.prio[i % self.prio.len()])
+            .ok()
+            .map(PrioMix::single)
     }
 }

@@ -28,7 +28,8 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use clap::Parser;
 use pmio::BlockDevice;
-use pmio::bdev::Registry;
+use pmio::bdev::{Registry, SchedMode};
+use pmio::sched::{DeadlineOptions, SchedKind, SharedDeadline};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, now_ns};
 
 use cli::Opts;
@@ -87,6 +88,8 @@ struct Dev {
 struct Plan {
     mask: CoreMask,
     devs: Vec<Dev>,
+    /// Per device, its mq-deadline instance (`--sched mq-deadline`).
+    scheds: Vec<Option<Arc<SharedDeadline>>>,
     /// (core, device index, region index among that device's cores, region count).
     pairs: Vec<(u32, usize, u64, u64)>,
     _registry: Registry,
@@ -198,9 +201,28 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
             )));
         }
     }
+    let mut scheds = Vec::with_capacity(devs.len());
+    for (d, dev) in devs.iter().enumerate() {
+        if SchedKind::parse(&opts.sched) != Ok(SchedKind::MqDeadline) {
+            scheds.push(None);
+            continue;
+        }
+        let i = dev.dev.info();
+        let owners = pairs.iter().filter(|p| p.1 == d).count() as u16;
+        let dopts =
+            DeadlineOptions::for_queues(opts.depth, owners, i.max_transfer_blocks, i.block_size);
+        let dd = SharedDeadline::new(dopts)
+            .map_err(|e| Usage(format!("--sched mq-deadline on {}: {e}", i.name)))?;
+        for (name, v) in opts.sched_opts() {
+            dd.set_param(name, v)
+                .map_err(|e| Usage(format!("--sched-opt {name}={v}: {e}")))?;
+        }
+        scheds.push(Some(Arc::new(dd)));
+    }
     Ok(Plan {
         mask,
         devs,
+        scheds,
         pairs,
         _registry: registry,
     })
@@ -291,6 +313,14 @@ fn phase(
                 region_start: if count > 1 { index * units } else { 0 },
                 region_units: units,
                 verify: tables[i].take(),
+                sched: match &plan.scheds[d] {
+                    Some(dd) => SchedMode::MqDeadline {
+                        dd: Arc::clone(dd),
+                        owner: index as u16,
+                    },
+                    None => SchedMode::None,
+                },
+                prio: opts.prio_of(i),
             });
         }
         let c = Arc::new(CoreCounters::default());

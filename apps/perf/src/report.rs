@@ -95,6 +95,8 @@ pub struct CoreResult {
     pub errors: u64,
     pub verify_mismatches: u64,
     pub hist: Histogram<u64>,
+    /// Per priority class (rt, be, idle): latency and I/Os, with --prio / --prio-mix.
+    pub classes: Option<Vec<(Histogram<u64>, u64)>>,
     /// Measured wall time (ns) of the timed phase on this core.
     pub elapsed_ns: u64,
     /// Reactor busy share of the timed phase, percent.
@@ -109,6 +111,29 @@ pub struct Lat {
     pub p99: u64,
     pub p999: u64,
     pub max: u64,
+}
+
+/// One priority class's share of the report.
+#[derive(Debug, Serialize)]
+pub struct ClassReport {
+    pub iops: u64,
+    pub ios: u64,
+    pub lat_ns: Lat,
+}
+
+impl Lat {
+    fn of(hist: &Histogram<u64>) -> Lat {
+        if hist.is_empty() {
+            return Lat::default();
+        }
+        Lat {
+            avg: hist.mean() as u64,
+            p50: hist.value_at_quantile(0.50),
+            p99: hist.value_at_quantile(0.99),
+            p999: hist.value_at_quantile(0.999),
+            max: hist.max(),
+        }
+    }
 }
 
 /// Per core entry of the report.
@@ -130,6 +155,9 @@ pub struct Report {
     pub verify_mismatches: u64,
     pub elapsed_s: f64,
     pub lat_ns: Lat,
+    /// Per priority class (`rt`, `be`, `idle`), with --prio / --prio-mix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub classes: Option<std::collections::BTreeMap<&'static str, ClassReport>>,
     pub cores: Vec<CoreReport>,
     /// CPU time of the whole process (user+system) per completed I/O, ns.
     pub cpu_ns_per_io: f64,
@@ -157,7 +185,15 @@ impl Report {
         let (mut ios, mut bytes, mut errors, mut mism) = (0, 0, 0, 0);
         let mut elapsed_ns = 1u64;
         let mut cores = Vec::new();
+        let mut classes: Option<Vec<(Histogram<u64>, u64)>> = None;
         for r in &results {
+            if let Some(c) = &r.classes {
+                let acc = classes.get_or_insert_with(|| (0..3).map(|_| (new_hist(), 0)).collect());
+                for (a, (h, n)) in acc.iter_mut().zip(c) {
+                    let _ = a.0.add(h);
+                    a.1 += n;
+                }
+            }
             // Each core's histogram has the same bounds, so add cannot fail.
             let _ = hist.add(&r.hist);
             ios += r.ios;
@@ -193,6 +229,23 @@ impl Report {
             verify_mismatches: mism,
             elapsed_s: (secs * 1000.0).round() / 1000.0,
             lat_ns: lat,
+            classes: classes.map(|c| {
+                pmio::PrioClass::ALL
+                    .iter()
+                    .zip(c)
+                    .filter(|(_, (_, n))| *n > 0)
+                    .map(|(p, (h, n))| {
+                        (
+                            p.name(),
+                            ClassReport {
+                                iops: (n as f64 / secs) as u64,
+                                ios: n,
+                                lat_ns: Lat::of(&h),
+                            },
+                        )
+                    })
+                    .collect()
+            }),
             cores,
             cpu_ns_per_io: if ios > 0 {
                 (cpu_ns as f64 / ios as f64 * 10.0).round() / 10.0
@@ -235,6 +288,16 @@ impl Report {
             us(self.lat_ns.p999),
             us(self.lat_ns.max)
         ));
+        for (name, c) in self.classes.iter().flatten() {
+            s.push_str(&format!(
+                "  class {name:>4}: IOPS={}, ios={}, latency (us) p50={:.2}, p99={:.2}, p99.9={:.2}\n",
+                c.iops,
+                c.ios,
+                us(c.lat_ns.p50),
+                us(c.lat_ns.p99),
+                us(c.lat_ns.p999)
+            ));
+        }
         s.push_str(&format!(
             "CPU per I/O: {:.1} ns (process user+system time / I/Os)",
             self.cpu_ns_per_io

@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 
 use hdrhistogram::Histogram;
-use pmio::bdev::{BdevQueue, BdevQueueOptions};
+use pmio::bdev::{BdevQueue, BdevQueueOptions, SchedMode};
 use pmio::dma::DmaRegion;
 use pmio::plug::Plug;
-use pmio::{BlockDevice, Io, IoBuf, Op, Request};
+use pmio::{BlockDevice, Io, IoBuf, Op, PrioClass, Request};
 use pmio_reactors::{PollerId, PollerResult, ReactorCtx, ReactorStats};
 
+use crate::cli::PrioMix;
 use crate::pattern;
 use crate::report::{CoreCounters, CoreResult, Counts, new_hist};
 
@@ -50,6 +51,10 @@ pub struct JobSpec {
     /// `--verify`: the sequence number last written per unit of the region (1 after the
     /// fill; 0 = never written). `None` without `--verify`.
     pub verify: Option<Vec<u32>>,
+    /// The device's scheduler as this job's queue sees it.
+    pub sched: SchedMode,
+    /// Priority classes of the job's I/Os (`None`: default class, no per-class report).
+    pub prio: Option<PrioMix>,
 }
 
 /// When to measure, shared by the main thread and the workers (reactor clock, ns).
@@ -74,6 +79,9 @@ struct VerifyState {
     inflight: Vec<bool>,
 }
 
+/// Latency histogram and I/O count per priority class (rt, be, idle).
+type ClassAcc = [(Histogram<u64>, u64); 3];
+
 /// Per-job state touched by completions (split from the queue so the completion callback
 /// can borrow it while the queue is polled).
 struct JobState {
@@ -88,6 +96,8 @@ struct JobState {
     region_start: u64,
     measuring: bool,
     hist: Histogram<u64>,
+    /// Per priority class (rt, be, idle): latency and I/Os, with --prio / --prio-mix.
+    classes: Option<Box<ClassAcc>>,
     /// Run-length of equal latencies not yet recorded: completions reaped in one batch
     /// share their completion time, and those submitted in one burst their submit time, so
     /// a batch usually holds one or two distinct latencies — one `record_n` each.
@@ -109,6 +119,9 @@ struct Job {
     complete_batch: usize,
     random: bool,
     read_pct: u8,
+    /// The class of every I/O (--prio), or the per-I/O mix (--prio-mix).
+    prio_fixed: Option<PrioClass>,
+    prio_mix: Option<PrioMix>,
     region_units: u64,
     cursor: u64,
     rng: u64,
@@ -156,7 +169,7 @@ impl Worker {
                 s.dev,
                 BdevQueueOptions {
                     depth: s.depth,
-                    ..Default::default()
+                    sched: s.sched,
                 },
             )
             .map_err(|e| e.to_string())?;
@@ -183,6 +196,9 @@ impl Worker {
                     region_start: s.region_start,
                     measuring: phase == Phase::Fill,
                     hist: new_hist(),
+                    classes: s
+                        .prio
+                        .map(|_| Box::new([(new_hist(), 0), (new_hist(), 0), (new_hist(), 0)])),
                     run_lat: 0,
                     run_n: 0,
                     ios: 0,
@@ -198,6 +214,8 @@ impl Worker {
                 complete_batch: s.complete_batch as usize,
                 random: s.random,
                 read_pct: s.read_pct,
+                prio_fixed: s.prio.and_then(|m| m.only()),
+                prio_mix: s.prio.filter(|m| m.only().is_none()),
                 region_units: s.region_units,
                 cursor: 0,
                 rng: seed(ctx.core(), i),
@@ -281,6 +299,12 @@ impl Worker {
         for j in &mut self.jobs {
             j.st.measuring = true;
             j.st.hist.reset();
+            if let Some(c) = &mut j.st.classes {
+                for (h, n) in c.iter_mut() {
+                    h.reset();
+                    *n = 0;
+                }
+            }
             j.st.run_n = 0;
             j.st.ios = 0;
             j.st.bytes = 0;
@@ -302,8 +326,16 @@ impl Worker {
         let mut hist = new_hist();
         let (mut ios, mut bytes, mut errors, mut mism) = (0, 0, 0, 0);
         let mut verify = Vec::with_capacity(self.jobs.len());
+        let mut classes: Option<Vec<(Histogram<u64>, u64)>> = None;
         for j in &mut self.jobs {
             let _ = hist.add(&j.st.hist);
+            if let Some(c) = &j.st.classes {
+                let acc = classes.get_or_insert_with(|| (0..3).map(|_| (new_hist(), 0)).collect());
+                for (a, (h, n)) in acc.iter_mut().zip(c.iter()) {
+                    let _ = a.0.add(h);
+                    a.1 += n;
+                }
+            }
             ios += j.st.ios;
             bytes += j.st.bytes;
             errors += j.st.errors;
@@ -323,6 +355,7 @@ impl Worker {
                 errors,
                 verify_mismatches: mism,
                 hist,
+                classes,
                 elapsed_ns: elapsed_ns.max(1),
                 busy_pct,
             },
@@ -435,6 +468,9 @@ impl Job {
             nblocks,
             ..Io::default()
         };
+        if let Some(c) = self.prio_fixed {
+            io.prio.class = c;
+        }
         plug.begin();
         if reads > 0 {
             io.op = Op::Read;
@@ -481,6 +517,9 @@ impl Job {
             }
             io.op = if is_read { Op::Read } else { Op::Write };
             io.lba = lba;
+            if let Some(m) = &self.prio_mix {
+                io.prio.class = m.pick(((next_rng(&mut self.rng) >> 32) % 100) as u8);
+            }
             // SAFETY: see above; the buffer stays valid and untouched until completion.
             io.buf = unsafe { IoBuf::from_raw_parts(ptr, bs as u32) };
             io.token = u64::from(slot);
@@ -521,6 +560,11 @@ impl JobState {
             }
             self.run_n += 1;
             self.ios += 1;
+            if let Some(c) = &mut self.classes {
+                let (h, n) = &mut c[rq.prio.class as usize];
+                h.saturating_record(lat);
+                *n += 1;
+            }
         }
         if rq.status.is_success() {
             if self.measuring {
