@@ -186,25 +186,7 @@ impl BlockDevice for MallocDevice {
         index: u16,
         depth: u32,
     ) -> Result<Box<dyn DriverQueue>, BdevError> {
-        let err = |reason: String| BdevError::QueueOpen {
-            name: self.info.name.clone(),
-            ty,
-            index,
-            reason,
-        };
-        if index >= self.info.queues.count(ty) {
-            return Err(err(format!(
-                "the device has {} {} queue(s)",
-                self.info.queues.count(ty),
-                ty.name()
-            )));
-        }
-        if depth == 0 || depth > self.info.max_queue_depth {
-            return Err(err(format!(
-                "depth {depth} outside 1..={}",
-                self.info.max_queue_depth
-            )));
-        }
+        self.info.check_queue(ty, index, depth)?;
         let cap = (depth as usize).next_power_of_two();
         Ok(Box::new(MallocQueue {
             mem: Arc::clone(&self.mem),

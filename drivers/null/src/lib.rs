@@ -130,25 +130,7 @@ impl BlockDevice for NullDevice {
         index: u16,
         depth: u32,
     ) -> Result<Box<dyn DriverQueue>, BdevError> {
-        let err = |reason: String| BdevError::QueueOpen {
-            name: self.info.name.clone(),
-            ty,
-            index,
-            reason,
-        };
-        if index >= self.info.queues.count(ty) {
-            return Err(err(format!(
-                "the device has {} {} queue(s)",
-                self.info.queues.count(ty),
-                ty.name()
-            )));
-        }
-        if depth == 0 || depth > self.info.max_queue_depth {
-            return Err(err(format!(
-                "depth {depth} outside 1..={}",
-                self.info.max_queue_depth
-            )));
-        }
+        self.info.check_queue(ty, index, depth)?;
         Ok(Box::new(NullQueue::new(depth, self.latency_ns)))
     }
 }

@@ -99,6 +99,31 @@ impl BdevInfo {
     pub fn size_bytes(&self) -> u64 {
         self.num_blocks * u64::from(self.block_size)
     }
+
+    /// The error a driver's `open_queue` returns for a queue the device does not have or a
+    /// depth outside `1..=max_queue_depth`.
+    pub fn check_queue(&self, ty: HctxType, index: u16, depth: u32) -> Result<(), BdevError> {
+        let refuse = |reason: String| BdevError::QueueOpen {
+            name: self.name.clone(),
+            ty,
+            index,
+            reason,
+        };
+        let count = self.queues.count(ty);
+        if index >= count {
+            return Err(refuse(format!(
+                "the device has {count} {} queue(s)",
+                ty.name()
+            )));
+        }
+        if depth == 0 || depth > self.max_queue_depth {
+            return Err(refuse(format!(
+                "depth {depth} outside 1..={}",
+                self.max_queue_depth
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A block device a driver provides. Shared by every reactor that opens it.
@@ -191,6 +216,30 @@ impl BdevError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_queue_refuses_missing_queues_and_bad_depths() {
+        let info = BdevInfo {
+            name: "Dev0".into(),
+            uuid: Uuid::default(),
+            product_name: "test".into(),
+            block_size: 512,
+            num_blocks: 8,
+            supported_ops: OpSet::ALL,
+            queues: HctxQueues::DEFAULT_ONLY,
+            max_queue_depth: 64,
+            max_transfer_blocks: u32::MAX,
+        };
+        assert!(info.check_queue(HctxType::Default, 0, 64).is_ok());
+        let e = info.check_queue(HctxType::Default, 1, 8).unwrap_err();
+        assert!(e.to_string().contains("has 1 default queue(s)"), "{e}");
+        let e = info.check_queue(HctxType::Poll, 0, 8).unwrap_err();
+        assert!(e.to_string().contains("has 0 poll queue(s)"), "{e}");
+        for depth in [0, 65] {
+            let e = info.check_queue(HctxType::Default, 0, depth).unwrap_err();
+            assert!(e.to_string().contains("outside 1..=64"), "{e}");
+        }
+    }
 
     #[test]
     fn uuid_round_trips() {
