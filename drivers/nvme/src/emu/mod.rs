@@ -74,6 +74,9 @@ pub enum Fault {
     Delay(Duration),
     /// Not executed and never completed (held until aborted or the controller is reset).
     Drop,
+    /// Executed, but its completion is lost: the controller forgets the command, so an Abort
+    /// does not find it (only a controller reset recovers).
+    Lose,
     /// Executed, and its completion posted twice.
     Duplicate,
     /// Not executed; completed with this status.
@@ -165,15 +168,23 @@ pub struct EmuStats {
     pub io_commands: u64,
     /// Admin commands fetched.
     pub admin_commands: u64,
-    /// Faults injected, by kind.
+    /// Commands delayed ([`Fault::Delay`]).
     pub delayed: u64,
+    /// Commands dropped ([`Fault::Drop`]).
     pub dropped: u64,
+    /// Completions lost ([`Fault::Lose`]).
+    pub lost: u64,
+    /// Completions posted twice ([`Fault::Duplicate`]).
     pub duplicated: u64,
+    /// Commands completed with an injected status ([`Fault::Status`]).
     pub status_injected: u64,
+    /// Times the controller went fatal (CSTS.CFS).
     pub fatal: u64,
+    /// Times the device vanished.
     pub vanished: u64,
-    /// Abort commands received, and how many found their command.
+    /// Abort commands received.
     pub aborts: u64,
+    /// Abort commands that found (and aborted) their command.
     pub aborts_hit: u64,
     /// Controller resets (CC.EN 1 → 0).
     pub disables: u64,
@@ -373,6 +384,13 @@ impl Emu {
         n
     }
 
+    /// Posts a completion for command `cid` of I/O queue `qid` that the controller never
+    /// received (as a confused device could), with status `st`.
+    pub fn post_bogus(&self, qid: u16, cid: u16, st: Status) {
+        let mut s = self.lock();
+        s.post(qid, qid, cid, st, 0, &self.doorbells);
+    }
+
     /// Writes `count` random completion entries (random CID, phase, status, SQ head) into I/O
     /// CQ `qid` at its tail, as a buggy or malicious device could; returns how many were
     /// written (fewer when the ring is full).
@@ -485,6 +503,10 @@ impl Emu {
                         },
                         due: None,
                     });
+                }
+                Some(Fault::Lose) => {
+                    let _ = exec(s);
+                    s.stats.lost += 1;
                 }
                 Some(Fault::Duplicate) => {
                     let (st, dw0) = exec(s);

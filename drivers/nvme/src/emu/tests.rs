@@ -636,3 +636,65 @@ fn fault_mixed_random_faults_on_the_emulator_thread() {
     assert_eq!(s.timeouts, emu.stats().dropped);
     w.verify_by_reading();
 }
+
+#[test]
+fn fault_lost_completion_is_not_found_by_abort_and_resets() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    emu.inject(FaultRule::new(Fault::Lose).nth(6));
+    let st = w.run(&writes(48, 1));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.lost, e.aborts, e.aborts_hit, e.disables), (1, 1, 0, 1));
+    // First timeout → abort (not found); second timeout → reset → resubmitted.
+    assert_eq!(
+        (s.timeouts, s.aborts, s.aborts_failed, s.resets),
+        (2, 1, 0, 1)
+    );
+    assert!(s.recovered >= 1);
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_unknown_completions_are_counted_and_ignored() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    let qid = w.q.qid();
+    w.run(&writes(8, 1));
+    // A CID beyond the queue's depth, and one that is free (tag 15 never used).
+    emu.post_bogus(qid, 1000, Status::SUCCESS);
+    emu.post_bogus(qid, 15, Status::SUCCESS);
+    let st = w.run(&writes(8, 2));
+    assert!(st.iter().all(|s| s.is_success()));
+    // The workload used tags 0..8 only: both are unknown, neither a duplicate.
+    assert_eq!(w.q.stats().unknown_completions, 2, "{:?}", w.q.stats());
+    assert_eq!(w.q.stats().duplicates, 0);
+    assert_eq!(w.q.stats().completed, 16);
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_fatal_and_drops_on_the_emulator_thread() {
+    let emu = Emu::new(EmuConfig::default());
+    let opts = NvmeOptions {
+        io_timeout: Duration::from_millis(300),
+        ..fast_opts()
+    };
+    let mut w = Workload::new(&emu, opts, 32);
+    let _thread = emu.spawn(None);
+    w.threaded = true;
+    emu.inject(FaultRule::new(Fault::Drop).nth(300));
+    let mut ios = writes(512, 1);
+    ios.extend((0..512).map(|u| (Op::Read, u, 0)));
+    let st = w.run(&ios);
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    emu.inject(FaultRule::new(Fault::Fatal).nth(1500));
+    let st = w.run(&ios);
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.fatal, e.dropped, e.aborts_hit, e.disables), (1, 1, 1, 1));
+    assert_eq!((s.timeouts, s.aborts, s.resets), (1, 1, 1));
+    w.verify_by_reading();
+}
