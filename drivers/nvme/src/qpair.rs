@@ -3,8 +3,17 @@
 //! CID = tag. Each tag owns one PRP list page, prepared at creation, so nothing is allocated
 //! per I/O. `submit` writes one SQE per request and rings the SQ doorbell once; `poll` reaps
 //! completions by phase tag, retries retryable statuses a bounded number of times, and rings
-//! the CQ head doorbell once. A completion whose CID is not outstanding is counted, logged
-//! and ignored.
+//! the CQ head doorbell once. A completion whose CID is not outstanding is counted (as a
+//! duplicate when its command already completed, else as unknown), logged and ignored.
+//!
+//! Recovery (cold paths, see also `recovery.rs`): each command is stamped with the
+//! submit batch's clock read; `poll` reads the clock once while commands are in the device
+//! and, when something may be due, aborts commands past `NvmeOptions::io_timeout`. A command
+//! still not complete after its abort, a failed abort, or CSTS.CFS (read every
+//! `health_check_interval`) resets the controller: every queue pair recreates its queues and
+//! resubmits what was outstanding, up to `recovery_retries` times per command, then fails it
+//! with `IoStatus::Timeout`. Registers reading all ones fail every request with
+//! `IoStatus::DeviceRemoved`, now and later.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -107,6 +116,8 @@ pub struct NvmeQpair {
     /// When the poller next scans for timed-out commands / reads CSTS (ns since `epoch`).
     next_scan: u64,
     next_health: u64,
+    /// The latest clock read (ns since `epoch`): the timestamp of retried commands.
+    last_now: u64,
     max_recoveries: u8,
     /// The controller's reset generation this queue pair's queues belong to.
     reset_gen: u64,
@@ -189,6 +200,7 @@ impl NvmeQpair {
                 .min(u128::from(u64::MAX / 2)) as u64,
             next_scan: u64::MAX,
             next_health: 0,
+            last_now: 0,
             max_recoveries: ctrlr.opts.recovery_retries,
             reset_gen: ctrlr.reset_gen.load(Ordering::Acquire),
             liveness: ALIVE,
@@ -383,6 +395,7 @@ impl NvmeQpair {
             self.give_up(rqs, idx);
         } else if st.is_retryable() && self.slots[idx].retries < self.max_retries {
             self.slots[idx].retries += 1;
+            self.slots[idx].ts = self.last_now;
             self.stats.retries += 1;
             if self.resubmit(&rqs[idx]) {
                 return false;
@@ -750,7 +763,8 @@ impl DriverQueue for NvmeQpair {
         }
         // One clock read per batch, only when timeouts are on.
         let now = if self.timeout_ns != 0 {
-            self.now_ns()
+            self.last_now = self.now_ns();
+            self.last_now
         } else {
             0
         };
@@ -839,6 +853,7 @@ impl DriverQueue for NvmeQpair {
         // device; the scan itself runs only when something may be due.
         if self.outstanding > self.failed.len() {
             let now = self.now_ns();
+            self.last_now = now;
             if now >= self.next_scan.min(self.next_health) {
                 self.check(rqs, now);
             }
