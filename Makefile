@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit lint fmt-check clippy loom bench perf vm-test vm-test-setup vm-test-tgt clean
+.PHONY: all build test unit lint fmt-check clippy loom bench emu-bench perf vm-test vm-test-setup vm-test-tgt clean
 
 all: build
 
@@ -23,6 +23,7 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p pmio-nvme --all-targets --features emulator -- -D warnings
 
 # Loom model checks of the lockless code, in their own target directory (a full rebuild).
 loom:
@@ -31,6 +32,11 @@ loom:
 
 bench:
 	$(CARGO) bench -p pmio
+
+# The NVMe driver against the software controller on the other core (BENCHMARKS.md, issue 7).
+emu-bench:
+	$(CARGO) run --release -p pmio-nvme --features emulator --example emu_bench -- --op flush
+	$(CARGO) run --release -p pmio-nvme --features emulator --example emu_bench -- --op read
 
 # The main job on a built-in default device: pmio-perf on a null device for 10 s.
 perf:
