@@ -13,11 +13,17 @@ use crate::spec::{Cqe, Sqe};
 /// Size of the admin data buffer (Identify data is 4 KiB).
 pub(crate) const DATA_BYTES: usize = 4096;
 
+/// Completions of other commands kept by [`AdminQueue::poll_for`].
+const STASH_MAX: usize = 64;
+
 /// The admin queue pair and its data buffer.
 pub(crate) struct AdminQueue {
     rings: Rings,
     data_off: usize,
     next_cid: u16,
+    /// Completions reaped while waiting for another command, kept for whoever polls for them
+    /// later (asynchronous Aborts); the oldest are dropped beyond `STASH_MAX`.
+    stash: Vec<Cqe>,
     // Last: the memory must outlive nothing but the rings above (plain pointers into it).
     mem: DmaMem,
 }
@@ -37,6 +43,7 @@ impl AdminQueue {
             rings,
             data_off: rings_len,
             next_cid: 0,
+            stash: Vec::new(),
             mem,
         })
     }
@@ -44,6 +51,7 @@ impl AdminQueue {
     /// Re-zeroes the rings and resets the host's indices (after a controller reset).
     pub fn reset(&mut self, dstrd: u8, page: usize) {
         self.rings = Rings::new(&self.mem, 0, 0, self.rings.entries, dstrd, page);
+        self.stash.clear();
     }
 
     /// Programs AQA/ASQ/ACQ (the controller must be disabled).
@@ -92,9 +100,12 @@ impl AdminQueue {
         Some(cid)
     }
 
-    /// Reaps completions until the one for `cid`; completions of other (stale, timed out)
-    /// commands are logged and dropped.
+    /// Reaps completions until the one for `cid`; completions of other commands (an Abort
+    /// polled later, or stale timed-out ones) are kept in a small stash, the oldest dropped.
     pub fn poll_for(&mut self, regs: &dyn RegisterIo, cid: u16) -> Option<Cqe> {
+        if let Some(i) = self.stash.iter().position(|c| c.cid == cid) {
+            return Some(self.stash.swap_remove(i));
+        }
         let mut found = None;
         let mut any = false;
         while let Some(cqe) = self.rings.pop() {
@@ -103,10 +114,15 @@ impl AdminQueue {
                 found = Some(cqe);
                 break;
             }
-            log::warn!(
-                "admin completion for command {} ignored (waiting for {cid})",
+            log::debug!(
+                "admin completion for command {} kept (waiting for {cid})",
                 cqe.cid
             );
+            if self.stash.len() == STASH_MAX {
+                let old = self.stash.remove(0);
+                log::warn!("admin completion for command {} ignored", old.cid);
+            }
+            self.stash.push(cqe);
         }
         if any {
             self.rings.ring_cq(regs);

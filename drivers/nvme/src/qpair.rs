@@ -53,9 +53,9 @@ pub struct QpairStats {
     pub duplicates: u64,
     /// Commands found past their deadline (`NvmeOptions::io_timeout`).
     pub timeouts: u64,
-    /// Abort commands sent for timed-out commands (and accepted by the controller).
+    /// Abort commands sent for timed-out commands (asynchronously: the poller never waits).
     pub aborts: u64,
-    /// Abort commands that failed or timed out (each leads to a controller reset).
+    /// Of those, Aborts that failed or timed out (each leads to a controller reset).
     pub aborts_failed: u64,
     /// Controller resets this queue pair went through (its queues recreated each time).
     pub resets: u64,
@@ -63,6 +63,17 @@ pub struct QpairStats {
     pub recovered: u64,
     /// Requests failed because the device was removed or the controller failed.
     pub failed_dead: u64,
+}
+
+/// An Abort in flight on the admin queue.
+#[derive(Clone, Copy)]
+struct PendingAbort {
+    /// The Abort's command identifier on the admin queue.
+    abort_cid: u16,
+    /// The I/O command it aborts.
+    tag: u16,
+    /// When it counts as failed (ns since `epoch`).
+    deadline: u64,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -118,6 +129,10 @@ pub struct NvmeQpair {
     next_health: u64,
     /// The latest clock read (ns since `epoch`): the timestamp of retried commands.
     last_now: u64,
+    /// Aborts submitted and not yet answered (at most one per tag).
+    aborts_pending: Vec<PendingAbort>,
+    /// Abort deadline, ns.
+    abort_ns: u64,
     max_recoveries: u8,
     /// The controller's reset generation this queue pair's queues belong to.
     reset_gen: u64,
@@ -201,6 +216,12 @@ impl NvmeQpair {
             next_scan: u64::MAX,
             next_health: 0,
             last_now: 0,
+            aborts_pending: Vec::with_capacity(depth as usize),
+            abort_ns: ctrlr
+                .opts
+                .abort_timeout
+                .as_nanos()
+                .min(u128::from(u64::MAX / 2)) as u64,
             max_recoveries: ctrlr.opts.recovery_retries,
             reset_gen: ctrlr.reset_gen.load(Ordering::Acquire),
             liveness: ALIVE,
@@ -563,6 +584,8 @@ impl NvmeQpair {
     #[cold]
     fn sync_ctrlr(&mut self, rqs: &mut [Request]) {
         self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+        // Aborts submitted before a reset never complete (the admin queue was reset too).
+        self.aborts_pending.clear();
         match self.ctrlr.liveness() {
             REMOVED => {
                 self.liveness = REMOVED;
@@ -650,6 +673,9 @@ impl NvmeQpair {
     /// timed-out commands when due (abort; a second timeout or a failed abort → reset).
     #[cold]
     fn check(&mut self, rqs: &mut [Request], now: u64) {
+        if !self.aborts_pending.is_empty() && !self.poll_aborts(rqs, now) {
+            return;
+        }
         if now >= self.next_health {
             self.next_health = now.saturating_add(self.health_ns);
             let csts = Csts(self.regs.read32(off::CSTS));
@@ -697,16 +723,14 @@ impl NvmeQpair {
                 self.ctrlr.name,
                 self.rings.qid
             );
-            match self.ctrlr.abort(self.rings.qid, idx as u16) {
-                Ok(found) => {
+            match self.ctrlr.abort_submit(self.rings.qid, idx as u16) {
+                Ok(abort_cid) => {
                     self.stats.aborts += 1;
-                    if !found {
-                        log::warn!(
-                            "{}: qpair {}: abort of command {idx}: not aborted by the controller",
-                            self.ctrlr.name,
-                            self.rings.qid
-                        );
-                    }
+                    self.aborts_pending.push(PendingAbort {
+                        abort_cid,
+                        tag: idx as u16,
+                        deadline: now.saturating_add(self.abort_ns),
+                    });
                     self.slots[idx].aborted = true;
                     self.slots[idx].ts = now;
                     next = next.min(now + self.timeout_ns);
@@ -732,6 +756,55 @@ impl NvmeQpair {
         if reset {
             self.reset_controller(rqs);
         }
+    }
+
+    /// Looks for the outcome of pending Aborts (the reactor never waits for one). Returns
+    /// false when the queue pair was reset or failed meanwhile (the caller stops).
+    #[cold]
+    fn poll_aborts(&mut self, rqs: &mut [Request], now: u64) -> bool {
+        let mut i = 0;
+        while i < self.aborts_pending.len() {
+            let p = self.aborts_pending[i];
+            let failed = match self.ctrlr.abort_poll(p.abort_cid) {
+                Ok(Some(found)) => {
+                    if !found {
+                        log::warn!(
+                            "{}: qpair {}: abort of command {}: not aborted by the controller",
+                            self.ctrlr.name,
+                            self.rings.qid,
+                            p.tag
+                        );
+                    }
+                    self.aborts_pending.swap_remove(i);
+                    continue;
+                }
+                Ok(None) if now < p.deadline => {
+                    i += 1;
+                    continue;
+                }
+                Ok(None) => NvmeError::Timeout {
+                    ctrlr: self.ctrlr.name.clone(),
+                    state: "waiting for an Abort",
+                    ms: self.abort_ns / 1_000_000,
+                },
+                Err(NvmeError::DeviceRemoved { .. }) => {
+                    self.ctrlr.mark_removed();
+                    self.sync_ctrlr(rqs);
+                    return false;
+                }
+                Err(e) => e,
+            };
+            log::error!(
+                "{}: qpair {}: abort of command {} failed: {failed}",
+                self.ctrlr.name,
+                self.rings.qid,
+                p.tag
+            );
+            self.stats.aborts_failed += 1;
+            self.reset_controller(rqs);
+            return false;
+        }
+        true
     }
 
     /// Resets the controller (unless another queue pair just did), then recreates this
@@ -854,7 +927,7 @@ impl DriverQueue for NvmeQpair {
         if self.outstanding > self.failed.len() {
             let now = self.now_ns();
             self.last_now = now;
-            if now >= self.next_scan.min(self.next_health) {
+            if now >= self.next_scan.min(self.next_health) || !self.aborts_pending.is_empty() {
                 self.check(rqs, now);
             }
         }

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::admin::AdminQueue;
+use crate::admin::{AdminQueue, check_alive};
 use crate::ctrlr::{CtrlrInner, PAGE_SIZE};
 use crate::error::NvmeError;
 use crate::regs::{Cc, Csts, off};
@@ -43,12 +43,10 @@ impl CtrlrInner {
         }
     }
 
-    /// Asks the controller to abort command `cid` of SQ `sqid` (bounded by the abort
-    /// timeout). `Ok(true)`: the controller aborted it (its completion, with status "command
-    /// abort requested", follows on the I/O queue); `Ok(false)`: it did not (not found or
-    /// already completing).
+    /// Submits an Abort of command `cid` of SQ `sqid` without waiting; returns the Abort's
+    /// own command identifier, for [`CtrlrInner::abort_poll`].
     #[cold]
-    pub(crate) fn abort(&self, sqid: u16, cid: u16) -> Result<bool, NvmeError> {
+    pub(crate) fn abort_submit(&self, sqid: u16, cid: u16) -> Result<u16, NvmeError> {
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
                 ctrlr: self.name.clone(),
@@ -56,14 +54,35 @@ impl CtrlrInner {
         }
         let mut sqe = Sqe::new(admin_opc::ABORT, 0);
         sqe.cdw10 = u32::from(cid) << 16 | u32::from(sqid);
-        let cqe = self.admin().exec(
-            &*self.regs,
-            sqe,
-            self.opts.abort_timeout,
-            &self.name,
-            "Abort",
-        )?;
-        Ok(cqe.dw0 & 1 == 0)
+        self.admin()
+            .submit(&*self.regs, sqe)
+            .ok_or_else(|| NvmeError::Timeout {
+                ctrlr: self.name.clone(),
+                state: "waiting for a free admin queue slot for an Abort",
+                ms: 0,
+            })
+    }
+
+    /// The outcome of an Abort submitted by [`CtrlrInner::abort_submit`]: `None` while it is
+    /// pending; `Some(true)` when the controller aborted the command (its completion, with
+    /// status "command abort requested", follows on the I/O queue); `Some(false)` when it did
+    /// not (not found, or already completing). Fails on an error status, a fatal controller
+    /// status or a vanished device.
+    #[cold]
+    pub(crate) fn abort_poll(&self, abort_cid: u16) -> Result<Option<bool>, NvmeError> {
+        let mut admin = self.admin();
+        match admin.poll_for(&*self.regs, abort_cid) {
+            Some(cqe) if cqe.status().is_success() => Ok(Some(cqe.dw0 & 1 == 0)),
+            Some(cqe) => Err(NvmeError::AdminCommand {
+                ctrlr: self.name.clone(),
+                what: "Abort",
+                status: cqe.status(),
+            }),
+            None => {
+                check_alive(&*self.regs, &self.name, "waiting for an Abort")?;
+                Ok(None)
+            }
+        }
     }
 
     /// Resets the controller unless another queue pair did since generation `seen_gen` was

@@ -425,7 +425,10 @@ fn fault_failed_abort_resets_the_controller() {
     assert!(st.iter().all(|s| s.is_success()), "{st:?}");
     let (s, e) = (w.q.stats(), emu.stats());
     assert_eq!((e.dropped, e.disables), (1, 1));
-    assert_eq!((s.timeouts, s.aborts_failed, s.resets), (1, 1, 1));
+    assert_eq!(
+        (s.timeouts, s.aborts, s.aborts_failed, s.resets),
+        (1, 1, 1, 1)
+    );
     assert!(s.recovered >= 1);
     assert_eq!(emu.io_queues(), (1, 1), "queues recreated");
     w.verify_by_reading();
@@ -446,7 +449,10 @@ fn fault_abort_that_times_out_resets_the_controller() {
         (2, 0, 1),
         "the Abort itself was dropped"
     );
-    assert_eq!((s.timeouts, s.aborts_failed, s.resets), (1, 1, 1));
+    assert_eq!(
+        (s.timeouts, s.aborts, s.aborts_failed, s.resets),
+        (1, 1, 1, 1)
+    );
     w.verify_by_reading();
 }
 
@@ -632,7 +638,7 @@ fn fault_mixed_random_faults_on_the_emulator_thread() {
     let s = w.q.stats();
     assert_eq!(s.completed, w.statuses.len() as u64);
     assert_eq!(s.errors, failed, "every failure reported and counted");
-    assert_eq!(s.timeouts, s.aborts + s.aborts_failed);
+    assert_eq!((s.timeouts, s.aborts_failed), (s.aborts, 0));
     assert_eq!(s.timeouts, emu.stats().dropped);
     w.verify_by_reading();
 }
@@ -697,4 +703,74 @@ fn fault_fatal_and_drops_on_the_emulator_thread() {
     assert_eq!((e.fatal, e.dropped, e.aborts_hit, e.disables), (1, 1, 1, 1));
     assert_eq!((s.timeouts, s.aborts, s.resets), (1, 1, 1));
     w.verify_by_reading();
+}
+
+#[test]
+fn fault_pending_abort_does_not_block_the_poller() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let opts = NvmeOptions {
+        io_timeout: Duration::from_millis(400),
+        abort_timeout: Duration::from_millis(300),
+        ..fast_opts()
+    };
+    let mut w = Workload::new(&emu, opts, 4);
+    // Command 0 is dropped and so is its Abort: the reset comes after the abort timeout.
+    emu.inject(FaultRule::new(Fault::Drop).nth(0));
+    emu.inject(FaultRule::new(Fault::Drop).admin().opcode(admin_opc::ABORT));
+    let read = |w: &Workload, t: usize| Io {
+        op: Op::Read,
+        lba: t as u64 * 8,
+        nblocks: 8,
+        buf: w.buf.io(t * IO_BYTES, IO_BYTES),
+        ..Io::default()
+    };
+    let io0 = read(&w, 0);
+    w.rqs[0].prepare(&io0, 0);
+    w.q.submit(&mut w.rqs, &[0]);
+    let (mut other_done, mut max_poll) = (0u32, Duration::ZERO);
+    let mut in_flight = false;
+    let mut done = Vec::new();
+    let t0 = Instant::now();
+    let elapsed = loop {
+        assert!(t0.elapsed() < Duration::from_secs(5), "hang");
+        if !in_flight {
+            let io1 = read(&w, 1);
+            w.rqs[1].prepare(&io1, 0);
+            w.q.submit(&mut w.rqs, &[1]);
+            in_flight = true;
+        }
+        emu.step();
+        done.clear();
+        let t = Instant::now();
+        w.q.poll(&mut w.rqs, &mut done, 8);
+        max_poll = max_poll.max(t.elapsed());
+        if done.contains(&1) {
+            assert_eq!(w.rqs[1].status, IoStatus::Success);
+            other_done += 1;
+            in_flight = false;
+        }
+        if done.contains(&0) {
+            break t0.elapsed();
+        }
+    };
+    assert_eq!(
+        w.rqs[0].status,
+        IoStatus::Success,
+        "resubmitted after the reset"
+    );
+    // Timeout at 400 ms, Abort given up at 700 ms, then the reset.
+    assert!(elapsed >= Duration::from_millis(700), "{elapsed:?}");
+    assert!(
+        max_poll < Duration::from_millis(200),
+        "a poll waited {max_poll:?} (the Abort timeout is 300 ms)"
+    );
+    assert!(other_done > 10, "{other_done}");
+    let s = w.q.stats();
+    assert_eq!(
+        (s.timeouts, s.aborts, s.aborts_failed, s.resets),
+        (1, 1, 1, 1)
+    );
+    // Tag 1 may have been in flight during the reset too.
+    assert!(s.recovered >= 1);
 }
