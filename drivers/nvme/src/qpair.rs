@@ -595,7 +595,12 @@ impl NvmeQpair {
                 self.liveness = FAILED;
                 self.fail_all(rqs, IoError::ControllerFailed);
             }
-            _ => self.recreate(rqs),
+            _ => {
+                // A queue pair that could not recreate its queues after an earlier reset
+                // gets another chance with this one.
+                self.liveness = ALIVE;
+                self.recreate(rqs);
+            }
         }
     }
 

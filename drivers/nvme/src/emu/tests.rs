@@ -774,3 +774,37 @@ fn fault_pending_abort_does_not_block_the_poller() {
     // Tag 1 may have been in flight during the reset too.
     assert!(s.recovered >= 1);
 }
+
+#[test]
+fn fault_failed_reset_fails_every_io_with_a_clear_error() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    w.run(&writes(16, 1));
+    // The controller goes fatal, and the reset fails (Set Features refused afterwards).
+    emu.inject(FaultRule::new(Fault::Fatal).nth(20));
+    emu.inject(
+        FaultRule::new(Fault::Status(Status::new(sct::GENERIC, 0x06, true)))
+            .admin()
+            .opcode(admin_opc::SET_FEATURES),
+    );
+    let st = w.run(&writes(32, 2));
+    let ok = st.iter().filter(|s| s.is_success()).count();
+    assert!(ok >= 4, "before the fatal status: {st:?}");
+    assert!(
+        st.iter()
+            .all(|&s| s == IoStatus::Success || s == IoStatus::Errno(libc::EIO)),
+        "{st:?}"
+    );
+    assert_eq!(w.q.last_error(), Some(crate::IoError::ControllerFailed));
+    // New I/O fails at once with the same error.
+    assert_eq!(w.run(&writes(3, 3)), vec![IoStatus::Errno(libc::EIO); 3]);
+    assert_eq!(emu.stats().disables, 1);
+    w.verify_in_emulator();
+    let Workload { q, c, buf, .. } = w;
+    drop(q);
+    drop(buf);
+    let t = Instant::now();
+    let _ = c.detach();
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
