@@ -54,6 +54,8 @@ pub(super) struct SchedPath {
     out: Vec<Dispatched>,
     /// Per opened hctx: driver tag → scheduler tag of the request it carries.
     carrier: Vec<Box<[u16]>>,
+    /// Per opened hctx: driver tags taken in a batch and not used yet (capacity 64).
+    drv_cache: Vec<Vec<u16>>,
     /// Per opened hctx: driver tags in use (so dispatch knows the room without counting bits).
     drv_busy: Vec<u32>,
     /// Completion batch given to the scheduler (capacity: the deepest hctx).
@@ -154,6 +156,7 @@ impl SchedPath {
                 .iter()
                 .map(|h| vec![0u16; h.tags.depth() as usize].into_boxed_slice())
                 .collect(),
+            drv_cache: hctx.iter().map(|_| Vec::with_capacity(64)).collect(),
             drv_busy: vec![0; hctx.len()],
             done_ids: Vec::with_capacity(deepest),
             freed: Vec::with_capacity(per_owner as usize),
@@ -252,7 +255,8 @@ impl BdevQueue {
         };
         sp.burst_ns = 0;
         if sp.npending > 0 {
-            sp.insert_pending(now);
+            sp.insert_pending(&self.hctx, now);
+            return sp.start(&mut self.hctx, &self.slot);
         }
         sp.dispatch(&mut self.hctx, &self.slot, now)
     }
@@ -352,10 +356,11 @@ impl BdevQueue {
 }
 
 impl SchedPath {
-    /// Inserts the pending burst under one lock. The scheduler refuses a request only on a
-    /// bug (ids and owner are checked at open, sectors by the device's size): then each is
-    /// retried alone, and a refused one completes with `EINVAL` at the next poll.
-    fn insert_pending(&mut self, now: u64) {
+    /// Inserts the pending burst and dispatches what the driver queues have room for, under
+    /// one lock (into `out`, started by [`SchedPath::start`]). The scheduler refuses a request
+    /// only on a bug (ids and owner are checked at open, sectors by the device's size): then
+    /// each is retried alone, and a refused one completes with `EINVAL` at the next poll.
+    fn insert_pending(&mut self, hctx: &[Hctx], now: u64) {
         self.rqs.clear();
         for &t in &self.pending[..self.npending] {
             self.rqs.push(SchedRq::from_request(
@@ -365,11 +370,16 @@ impl SchedPath {
             ));
         }
         self.npending = 0;
-        if let Err(e) = self.dd.insert_batch(&self.rqs, now) {
+        let room = self.room(hctx);
+        self.out.clear();
+        let res = self
+            .dd
+            .insert_dispatch_batch(&self.rqs, self.owner, now, room, &mut self.out);
+        if let Err(e) = res {
             log::error!("mq-deadline insert: {e}");
             for i in 0..self.rqs.len() {
                 match self.dd.insert_batch(&self.rqs[i..=i], now) {
-                    // Busy: it went in with the batch.
+                    // Busy: it went in (and maybe out) with the batch.
                     Ok(_) | Err(SchedError::Busy { .. }) => {}
                     Err(e) => {
                         log::error!("mq-deadline: {e}; failing the request with EINVAL");
@@ -380,21 +390,31 @@ impl SchedPath {
         }
     }
 
-    /// Dispatches up to the driver queues' free room (one scheduler lock), takes a driver tag
-    /// per handed-out request, and rings each driver once. Returns how many were started.
-    fn dispatch(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
-        let room: u32 = hctx
-            .iter()
+    /// Free driver tags over all hctxs.
+    #[inline]
+    fn room(&self, hctx: &[Hctx]) -> usize {
+        hctx.iter()
             .zip(&self.drv_busy)
-            .map(|(h, &b)| h.tags.depth() - b)
-            .sum();
+            .map(|(h, &b)| (h.tags.depth() - b) as usize)
+            .sum()
+    }
+
+    /// Dispatches up to the driver queues' free room (one scheduler lock) and starts it.
+    fn dispatch(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
+        let room = self.room(hctx);
         if room == 0 {
             return 0;
         }
         self.out.clear();
-        let n = self
-            .dd
-            .dispatch_batch(self.owner, now, room as usize, &mut self.out);
+        self.dd.dispatch_batch(self.owner, now, room, &mut self.out);
+        self.start(hctx, slot)
+    }
+
+    /// Starts the handed-out requests in `out`: a driver tag each (taken in batches), the
+    /// (possibly merged) I/O copied into the driver's request, one driver `submit` per hctx.
+    /// Requests no driver tag is left for go back to the scheduler. Returns how many started.
+    fn start(&mut self, hctx: &mut [Hctx], slot: &[u8]) -> usize {
+        let n = self.out.len();
         if n == 0 {
             return 0;
         }
@@ -405,7 +425,18 @@ impl SchedPath {
             let src = self.pool[local];
             let hi = slot[src.hctx.index()] as usize;
             let h = &mut hctx[hi];
-            let Some(dtag) = h.tags.get(&mut h.hint) else {
+            let cache = &mut self.drv_cache[hi];
+            let dtag = match cache.pop() {
+                Some(t) => Some(t),
+                None => match h.tags.get_batch(&mut h.hint, (n - k) as u32) {
+                    Some(b) => {
+                        cache.extend(b.iter());
+                        cache.pop()
+                    }
+                    None => h.tags.get(&mut h.hint),
+                },
+            };
+            let Some(dtag) = dtag else {
                 // This hctx is full (room was counted over all of them): give the rest back.
                 if let Err(e) = self.dd.requeue_batch(self.out[k..n].iter().map(|d| d.id)) {
                     log::error!("mq-deadline requeue: {e}");
@@ -413,33 +444,35 @@ impl SchedPath {
                 break;
             };
             let drq = &mut h.pool[dtag];
-            drq.op = src.op;
-            drq.flags = src.flags;
-            drq.prio = src.prio;
-            drq.lba = d.sector;
-            drq.nblocks = d.nblocks;
-            drq.buf = if d.nr_members > 1 && src.op.has_data() {
-                let len = u64::from(d.nblocks) * u64::from(src.buf.len() / src.nblocks.max(1));
-                // SAFETY: the scheduler merged these requests into one segment only because
-                // their buffers are contiguous (`max_segments` is 1, checked at open): the
-                // range is the members' buffers end to end, each valid until its request
-                // completes (the submitter's `IoBuf` contract), and the merged I/O completes
-                // no later than any member.
-                unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) }
-            } else {
-                src.buf
-            };
-            drq.token = src.token;
-            drq.status = IoStatus::Pending;
-            drq.submit_ns = src.submit_ns;
-            drq.complete_ns = 0;
+            // The whole request, keeping the driver pool's own tag and hctx.
+            let (tag, ty) = (drq.tag, drq.hctx);
+            *drq = src;
+            drq.tag = tag;
+            drq.hctx = ty;
+            if d.nr_members > 1 {
+                drq.lba = d.sector;
+                drq.nblocks = d.nblocks;
+                if src.op.has_data() {
+                    let len = u64::from(d.nblocks) * u64::from(src.buf.len() / src.nblocks.max(1));
+                    // SAFETY: the scheduler merged these requests into one segment only
+                    // because their buffers are contiguous (`max_segments` is 1, checked at
+                    // open): the range is the members' buffers end to end, each valid until
+                    // its request completes (the submitter's `IoBuf` contract), and the merged
+                    // I/O completes no later than any member.
+                    drq.buf = unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) };
+                }
+            }
             self.carrier[hi][usize::from(dtag)] = local;
             self.drv_busy[hi] += 1;
             h.pending[h.npending] = dtag;
             h.npending += 1;
             started += 1;
         }
-        for h in hctx.iter_mut() {
+        for (h, cache) in hctx.iter_mut().zip(&mut self.drv_cache) {
+            if !cache.is_empty() {
+                h.tags.put_batch(&mut h.put_hint, cache);
+                cache.clear();
+            }
             if h.npending > 0 {
                 h.drv
                     .submit(h.pool.as_mut_slice(), &h.pending[..h.npending]);
@@ -814,5 +847,76 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("block size"), "{e}");
+    }
+
+    /// The direct-dispatch fast path of an idle scheduler: taken only when mq-deadline would
+    /// hand the whole burst out at once, with the same counters as insert + dispatch.
+    #[test]
+    fn direct_dispatch_only_when_equivalent() {
+        use crate::sched::Deadline;
+        let rq = |id: u32, prio: PrioClass, sector: u64| SchedRq {
+            id,
+            owner: 0,
+            op: Op::Read,
+            prio,
+            flags: ReqFlags::NONE,
+            sector,
+            nblocks: 8,
+            addr: 0,
+        };
+        let mut dd = Deadline::new(DeadlineOptions::default()).unwrap();
+        let mut out = Vec::with_capacity(64);
+        let burst = [
+            rq(0, PrioClass::Be, 800),
+            rq(1, PrioClass::Be, 80),
+            rq(2, PrioClass::Be, 8000),
+        ];
+        assert!(
+            !dd.insert_dispatch_direct(&burst, 0, 1, 2, &mut out),
+            "burst larger than max"
+        );
+        assert!(dd.insert_dispatch_direct(&burst, 0, 1, 32, &mut out));
+        assert_eq!(out.iter().map(|d| d.id).collect::<Vec<_>>(), [0, 1, 2]);
+        let s = dd.stats(PrioClass::Be);
+        assert_eq!((s.inserted, s.dispatched, s.queued), (3, 3, 3));
+        // BE in flight does not hold RT back; RT in flight holds BE back.
+        out.clear();
+        assert!(dd.insert_dispatch_direct(&[rq(3, PrioClass::Rt, 16)], 0, 2, 32, &mut out));
+        out.clear();
+        assert!(!dd.insert_dispatch_direct(&[rq(4, PrioClass::Be, 24)], 0, 3, 32, &mut out));
+        // Adjacent requests (would merge) and requests still out take the full path.
+        let adjacent = [rq(5, PrioClass::Rt, 100), rq(6, PrioClass::Rt, 108)];
+        assert!(!dd.insert_dispatch_direct(&adjacent, 0, 3, 32, &mut out));
+        assert!(!dd.insert_dispatch_direct(&[rq(0, PrioClass::Rt, 500)], 0, 3, 32, &mut out));
+        // Another owner's request, a HEAD insertion: full path.
+        let mut other = rq(7, PrioClass::Rt, 900);
+        other.owner = 1;
+        assert!(!dd.insert_dispatch_direct(&[other], 0, 3, 32, &mut out));
+        let mut head = rq(7, PrioClass::Rt, 900);
+        head.flags = ReqFlags::HEAD;
+        assert!(!dd.insert_dispatch_direct(&[head], 0, 3, 32, &mut out));
+        assert!(out.is_empty(), "refusals change nothing");
+        // Complete everything: counters balance, the scheduler is idle again.
+        let mut done = Vec::new();
+        dd.complete_batch([0, 1, 2, 3].map(|id| (id, IoStatus::Success)), |m, _| {
+            done.push(m)
+        })
+        .unwrap();
+        done.sort_unstable();
+        assert_eq!(done, [0, 1, 2, 3]);
+        // Something queued: the full path (deadline and order decisions are pending).
+        dd.insert(&rq(8, PrioClass::Be, 4000), 4).unwrap();
+        assert!(!dd.insert_dispatch_direct(&[rq(9, PrioClass::Be, 64)], 0, 5, 32, &mut out));
+        dd.dispatch_batch(0, 6, 32, &mut out);
+        dd.complete_batch(out.iter().map(|d| (d.id, IoStatus::Success)), |_, _| {})
+            .unwrap();
+        for p in PrioClass::ALL {
+            let s = dd.stats(p);
+            assert_eq!(
+                (s.inserted, s.completed, s.queued),
+                (s.dispatched, s.dispatched, 0)
+            );
+        }
+        dd.teardown_check().unwrap();
     }
 }

@@ -1278,6 +1278,115 @@ impl Deadline {
     }
 
     // --------------------------------------------------------------------------------------
+    // Direct dispatch of a burst the algorithm would hand out whole.
+
+    /// Inserts and hands out a burst in one step when mq-deadline would dispatch all of it at
+    /// once anyway, returning `false` (nothing changed) otherwise. The conditions: nothing waits
+    /// in the scheduler (no queued, head or ready request, so no deadline, aging or direction
+    /// choice is pending), the burst fits `max`, every request is `owner`'s, of one class with
+    /// no higher class queued or in flight (so it would not wait), not a HEAD insertion, and
+    /// not adjacent to its predecessor in the burst (so nothing would merge: sequential streams
+    /// take the full path). Counters move as insert + dispatch would (`inserted` and
+    /// `dispatched` once each). What differs from the full path is only the order inside the
+    /// one burst: submission order instead of sector order. `out` should have room for the
+    /// burst.
+    pub fn insert_dispatch_direct(
+        &mut self,
+        rqs: &[SchedRq],
+        owner: u16,
+        now_ns: u64,
+        max: usize,
+        out: &mut Vec<Dispatched>,
+    ) -> bool {
+        if !self.fast_runs
+            || self.pending != 0
+            || self.ready_total != 0
+            || rqs.is_empty()
+            || rqs.len() > max
+        {
+            return false;
+        }
+        let prio = rqs[0].prio;
+        let p = prio as usize;
+        if (0..p).any(|h| self.queued(PrioClass::ALL[h]) != 0) {
+            return false;
+        }
+        let mut prev_dir = None;
+        let (mut prev_start, mut prev_end) = (0u64, 0u64);
+        for rq in rqs {
+            let end = rq.sector + u64::from(rq.nblocks);
+            let dir = Dir::of(rq.op);
+            let ok = rq.prio == prio
+                && rq.owner == owner
+                && !rq.flags.contains(ReqFlags::HEAD)
+                && self
+                    .slots
+                    .get(rq.id as usize)
+                    .is_some_and(|s| s.state == State::Out)
+                && !self.side.in_flight(rq.id)
+                && rq.sector <= MAX_SECTOR
+                && end <= MAX_SECTOR + 1
+                && (prev_dir != Some(dir) || (prev_end != rq.sector && end != prev_start));
+            if !ok {
+                return false;
+            }
+            prev_dir = Some(dir);
+            (prev_start, prev_end) = (rq.sector, end);
+        }
+        let meta = INFLIGHT | prio as u32;
+        let links = &self.side.links;
+        for rq in rqs {
+            let dir = Dir::of(rq.op);
+            let bytes = u64::from(rq.nblocks) * u64::from(self.opts.block_size);
+            self.slots[rq.id as usize] = Slot {
+                state: State::Out,
+                owner: rq.owner,
+                op: rq.op,
+                prio,
+                flags: rq.flags,
+                started: true,
+                sector: rq.sector,
+                nblocks: rq.nblocks,
+                nsegs: 1,
+                addr: rq.addr,
+                end_addr: if rq.addr == 0 {
+                    0
+                } else {
+                    rq.addr.wrapping_add(bytes)
+                },
+                insert_ns: now_ns,
+                deadline_ns: now_ns.saturating_add(self.fifo_expire_ns[dir as usize]),
+                fifo_prev: NIL,
+                fifo_next: NIL,
+                chain_head: rq.id,
+                chain_tail: rq.id,
+                nr_members: 1,
+            };
+            let link = &links[rq.id as usize];
+            link.next.store(NIL, Ordering::Relaxed);
+            link.head.store(rq.id, Ordering::Relaxed);
+            link.meta.store(meta, Ordering::Release);
+            out.push(Dispatched {
+                id: rq.id,
+                owner: rq.owner,
+                op: rq.op,
+                prio,
+                flags: rq.flags,
+                sector: rq.sector,
+                nblocks: rq.nblocks,
+                addr: rq.addr,
+                nsegs: 1,
+                nr_members: 1,
+            });
+            self.prios[p].latest_pos[dir as usize] = rq.sector + u64::from(rq.nblocks);
+        }
+        let n = rqs.len() as u64;
+        self.prios[p].inserted += n;
+        self.prios[p].dispatched += n;
+        true
+    }
+
+    // --------------------------------------------------------------------------------------
     // Requeue, completion, teardown.
 
     /// Gives a handed-out request back (the driver could not take it): it goes to the head of
