@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""pmio-perf on a uring bdev side by side with t/io_uring and fio's io_uring engine: 4 KiB
+random reads, QD128, batches of 32, one CPU, alternating rounds in one run, medians.
+CPU per I/O = the child's user+system time (getrusage) / I/Os, the same for every tool.
+
+usage: drivers/uring/bench_peers.py FILE buffered|direct ROUNDS SECONDS [CPU]
+  FILE: e.g. a 1 GiB file on ext4 filled from /dev/urandom (buffered rounds `cat` it into the
+  page cache first). Needs target/release/pmio-perf (cargo build --release -p pmio-perf), fio
+  (apt-get install fio) and t/io_uring built from fio's source outside the repository, at
+  $T_IO_URING (default /tmp/fio-src/fio-3.33/t/io_uring). See BENCHMARKS.md.
+"""
+import json, os, re, resource, subprocess, sys, statistics
+
+F = sys.argv[1]
+MODE = sys.argv[2]          # buffered | direct
+ROUNDS = int(sys.argv[3])
+T = int(sys.argv[4])
+CPU = sys.argv[5] if len(sys.argv) > 5 else "1"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PERF = os.path.join(ROOT, "target/release/pmio-perf")
+TIO = os.environ.get("T_IO_URING", "/tmp/fio-src/fio-3.33/t/io_uring")
+direct = MODE == "direct"
+
+def run(cmd):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return p, cpu
+
+def pmio(wait_us=0):
+    spec = f"uring:path={F},direct={1 if direct else 0}" + (f",wait_us={wait_us}" if wait_us else "")
+    cmd = [PERF, "-m", f"[{CPU}]", "-d", "128", "-s", "32", "-c", "32", "-b", "4096", "-w", "randread",
+           "-t", str(T), "--dev", spec, "--json"]
+    p, cpu = run(cmd)
+    j = json.loads(p.stdout)
+    ios = j["ios"]
+    return j["iops"], cpu / ios, " ".join(cmd)
+
+def tio():
+    cmd = ["taskset", "-c", CPU, TIO, "-d128", "-s32", "-c32", "-b4096", "-p0", "-r", str(T),
+           "-F1", "-B1", "-O1" if direct else "-O0", "-n1", F]
+    p, cpu = run(cmd)
+    mult = {"": 1, "K": 1e3, "M": 1e6}
+    vals = [float(a) * mult[b] for a, b in re.findall(r"^IOPS=([\d.]+)([KM]?),", p.stdout, re.M)]
+    iops = statistics.mean(vals)
+    # t/io_uring prints one line per second after the first; CPU time covers the whole run.
+    return iops, cpu / (iops * T), " ".join(cmd)
+
+def fio():
+    cmd = ["taskset", "-c", CPU, "fio", "--name=b", f"--filename={F}", "--rw=randread", "--bs=4k",
+           "--iodepth=128", "--iodepth_batch_submit=32", "--iodepth_batch_complete_min=32",
+           "--iodepth_batch_complete_max=32", "--time_based", f"--runtime={T}", "--norandommap",
+           "--randrepeat=0", "--ioengine=io_uring", "--fixedbufs=1", "--registerfiles=1",
+           "--sqthread_poll=0", "--hipri=0", "--output-format=json"]
+    cmd += ["--direct=1"] if direct else ["--direct=0", "--invalidate=0"]
+    p, cpu = run(cmd)
+    j = json.loads(p.stdout[p.stdout.index("{"):])
+    rd = j["jobs"][0]["read"]
+    return rd["iops"], cpu / rd["total_ios"], " ".join(cmd)
+
+tools = [("pmio-perf", pmio), ("t/io_uring", tio), ("fio", fio)]
+if direct:
+    tools.insert(1, ("pmio-perf wait_us=1000", lambda: pmio(1000)))
+res = {name: [] for name, _ in tools}
+cmds = {}
+for r in range(ROUNDS):
+    for name, f in tools:
+        if not direct:
+            subprocess.run(["cat", F], stdout=subprocess.DEVNULL)
+        iops, cpu_io, cmd = f()
+        res[name].append((iops, cpu_io))
+        cmds[name] = cmd
+        print(f"round {r} {name:24s} IOPS={iops/1e3:8.1f}K CPU/IO={cpu_io*1e9:7.0f} ns", flush=True)
+print(f"== {MODE}: medians over {ROUNDS} rounds of {T}s on CPU {CPU}")
+for name, v in res.items():
+    print(f"{name:24s} IOPS={statistics.median(x[0] for x in v)/1e3:8.1f}K "
+          f"CPU/IO={statistics.median(x[1] for x in v)*1e9:7.0f} ns")
+for name, c in cmds.items():
+    print(f"{name}: {c}")
