@@ -109,7 +109,10 @@ fn perf_sched_verify_sequential_one_core() {
 fn perf_sched_bad_flags_exit_2() {
     let cases: &[(&[&str], &str)] = &[
         (&["--sched", "bfq"], "unknown I/O scheduler \"bfq\""),
-        (&["--sched-opt", "fifo_batch=8"], "needs --sched mq-deadline"),
+        (
+            &["--sched-opt", "fifo_batch=8"],
+            "needs --sched mq-deadline",
+        ),
         (
             &["--sched", "mq-deadline", "--sched-opt", "fifo_batch"],
             "expected NAME=VALUE",
@@ -123,19 +126,32 @@ fn perf_sched_bad_flags_exit_2() {
             "not a non-negative integer",
         ),
         (
-            &["--sched", "mq-deadline", "--sched-opt", "prio_aging_expire=0"],
+            &[
+                "--sched",
+                "mq-deadline",
+                "--sched-opt",
+                "prio_aging_expire=0",
+            ],
             "prio_aging_expire",
         ),
         (
             &["--sched", "mq-deadline", "--sched-opt", "async_depth=99999"],
             "async_depth",
         ),
+        (&["--queue-depth", "0"], "--queue-depth 0"),
+        (
+            &["-d", "16", "-s", "8", "-c", "8", "--queue-depth", "32"],
+            "--queue-depth 32",
+        ),
         (&["--prio", "urgent"], "unknown priority class \"urgent\""),
         (&["--prio-mix", "rt=10,be=80"], "sum to 100"),
         (&["--prio-mix", "rt=10,rt=90"], "rt given twice"),
         (&["--prio-mix", "rt"], "is not CLASS=PCT"),
         (&["--prio-mix", "rt=x,be=100"], "not a percentage"),
-        (&["--prio", "rt", "--prio-mix", "rt=100"], "one or the other"),
+        (
+            &["--prio", "rt", "--prio-mix", "rt=100"],
+            "one or the other",
+        ),
     ];
     for (args, needle) in cases {
         let out = perf(args);
@@ -145,7 +161,11 @@ fn perf_sched_bad_flags_exit_2() {
             stderr.contains(needle),
             "{args:?}: want {needle:?} in {stderr}"
         );
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line: {stderr}"
+        );
         assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
     }
 }

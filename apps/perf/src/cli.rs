@@ -94,6 +94,11 @@ pub struct Opts {
     /// Every core drives every device (spdk_nvme_perf --use-every-core).
     #[arg(long = "use-every-core")]
     pub use_every_core: bool,
+    /// Driver queue depth per (core, device) (default: --depth). Smaller than --depth with
+    /// --sched mq-deadline, requests beyond it wait in the scheduler (its tags are
+    /// 2 × min(queue depth, 128) per core).
+    #[arg(long = "queue-depth", value_name = "N")]
+    pub queue_depth: Option<u32>,
     /// I/O scheduler of every device: none or mq-deadline (one instance per device, shared
     /// by the cores that drive it).
     #[arg(long = "sched", default_value = "none", value_name = "NAME")]
@@ -229,6 +234,14 @@ impl Opts {
         if self.bs == 0 || self.bs > 16 << 20 {
             return Err(format!("--bs {}: must be 1 byte .. 16 MiB", self.bs));
         }
+        if let Some(q) = self.queue_depth
+            && (q == 0 || q > self.depth)
+        {
+            return Err(format!(
+                "--queue-depth {q}: must be 1..=depth ({})",
+                self.depth
+            ));
+        }
         let kind = SchedKind::parse(&self.sched).map_err(|e| format!("--sched: {e}"))?;
         for o in &self.sched_opt {
             let (name, v) = o
@@ -256,6 +269,11 @@ impl Opts {
             PrioMix::parse(m)?;
         }
         Ok(())
+    }
+
+    /// The driver queue depth per job.
+    pub fn hw_depth(&self) -> u32 {
+        self.queue_depth.unwrap_or(self.depth)
     }
 
     /// The scheduler tunables as (name, value); call after `validate`.

@@ -209,8 +209,12 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
         }
         let i = dev.dev.info();
         let owners = pairs.iter().filter(|p| p.1 == d).count() as u16;
-        let dopts =
-            DeadlineOptions::for_queues(opts.depth, owners, i.max_transfer_blocks, i.block_size);
+        let dopts = DeadlineOptions::for_queues(
+            opts.hw_depth(),
+            owners,
+            i.max_transfer_blocks,
+            i.block_size,
+        );
         let dd = SharedDeadline::new(dopts)
             .map_err(|e| Usage(format!("--sched mq-deadline on {}: {e}", i.name)))?;
         for (name, v) in opts.sched_opts() {
@@ -305,6 +309,7 @@ fn phase(
             specs.push(JobSpec {
                 dev: Arc::clone(&plan.devs[d].dev),
                 depth: opts.depth,
+                queue_depth: opts.hw_depth(),
                 submit_batch: opts.submit_batch,
                 complete_batch: opts.complete_batch,
                 bs: opts.bs,

@@ -38,6 +38,8 @@ pub enum Phase {
 pub struct JobSpec {
     pub dev: Arc<dyn BlockDevice>,
     pub depth: u32,
+    /// Driver queue depth (at most `depth`).
+    pub queue_depth: u32,
     pub submit_batch: u32,
     pub complete_batch: u32,
     /// I/O size in bytes (a multiple of the device's block size).
@@ -168,7 +170,7 @@ impl Worker {
             let q = BdevQueue::open(
                 s.dev,
                 BdevQueueOptions {
-                    depth: s.depth,
+                    depth: s.queue_depth,
                     sched: s.sched,
                 },
             )

@@ -256,7 +256,7 @@ impl BdevQueue {
         sp.burst_ns = 0;
         if sp.npending > 0 {
             sp.insert_pending(&self.hctx, now);
-            return sp.start(&mut self.hctx, &self.slot);
+            return sp.start(&mut self.hctx, &self.slot, now);
         }
         sp.dispatch(&mut self.hctx, &self.slot, now)
     }
@@ -407,13 +407,14 @@ impl SchedPath {
         }
         self.out.clear();
         self.dd.dispatch_batch(self.owner, now, room, &mut self.out);
-        self.start(hctx, slot)
+        self.start(hctx, slot, now)
     }
 
     /// Starts the handed-out requests in `out`: a driver tag each (taken in batches), the
-    /// (possibly merged) I/O copied into the driver's request, one driver `submit` per hctx.
+    /// (possibly merged) I/O copied into the driver's request (started at `now`), one driver
+    /// `submit` per hctx.
     /// Requests no driver tag is left for go back to the scheduler. Returns how many started.
-    fn start(&mut self, hctx: &mut [Hctx], slot: &[u8]) -> usize {
+    fn start(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
         let n = self.out.len();
         if n == 0 {
             return 0;
@@ -449,6 +450,9 @@ impl SchedPath {
             *drq = src;
             drq.tag = tag;
             drq.hctx = ty;
+            // The driver sees the request start now (its submitter's clock stays in the
+            // scheduler request, which completion reports).
+            drq.submit_ns = now;
             if d.nr_members > 1 {
                 drq.lba = d.sector;
                 drq.nblocks = d.nblocks;
