@@ -258,6 +258,10 @@ impl BdevQueue {
             sp.insert_pending(&self.hctx, now);
             return sp.start(&mut self.hctx, &self.slot, now);
         }
+        // Nothing new: pick up what waits (requeued, or parked here by another reactor).
+        if !sp.dd.has_pending() {
+            return 0;
+        }
         sp.dispatch(&mut self.hctx, &self.slot, now)
     }
 
@@ -921,6 +925,72 @@ mod tests {
                 (s.dispatched, s.dispatched, 0)
             );
         }
+        dd.teardown_check().unwrap();
+    }
+
+    /// Requests another reactor's dispatch takes for this owner wait on this owner's ready
+    /// list and start at its next poll or flush, on its own driver queue.
+    #[test]
+    fn ready_list_requests_start_on_their_owner() {
+        let (dev, _) = ram(1024);
+        let dd = sched(2, 2);
+        let open = |owner| {
+            BdevQueue::open(
+                Arc::clone(&dev),
+                BdevQueueOptions {
+                    depth: 2,
+                    sched: SchedMode::MqDeadline {
+                        dd: Arc::clone(&dd),
+                        owner,
+                    },
+                },
+            )
+            .unwrap()
+        };
+        let (mut a, mut b) = (open(0), open(1));
+        let mut plug = Plug::default();
+        let mut bufs = vec![0u8; 8 * BS as usize];
+        let mut chunks = bufs.chunks_mut(BS as usize);
+        // B: 4 scheduler tags, 2 driver tags: two start, two (low sectors) stay queued.
+        for lba in [10u64, 20, 2, 4] {
+            let io = io(
+                Op::Read,
+                lba,
+                chunks.next().unwrap(),
+                100 + lba,
+                PrioClass::Be,
+            );
+            b.submit(&mut plug, &io).unwrap();
+        }
+        assert_eq!(b.flush(), 2);
+        // A's dispatch runs the elevator: B's queued requests (lower sectors) come first and
+        // go to B's ready list; A starts only its own.
+        for lba in [500u64, 600] {
+            let io = io(Op::Read, lba, chunks.next().unwrap(), lba, PrioClass::Be);
+            a.submit(&mut plug, &io).unwrap();
+        }
+        // B's flush took the two lowest sectors (2, 4); A's elevator continues at 10, 20:
+        // B's, parked on B's ready list (they use A's budget), so A starts nothing yet.
+        assert_eq!(a.flush(), 0);
+        assert_eq!(
+            dd.stats(PrioClass::Be).dispatched,
+            4,
+            "B's 10 and 20 left the trees"
+        );
+        let mut got_a = Vec::new();
+        while a.outstanding() > 0 {
+            a.poll(8, |rq| got_a.push(rq.token));
+        }
+        got_a.sort_unstable();
+        assert_eq!(got_a, [500, 600], "A ran only its own requests");
+        let mut got_b = Vec::new();
+        for _ in 0..10 {
+            b.poll(8, |rq| got_b.push(rq.token));
+        }
+        got_b.sort_unstable();
+        assert_eq!(got_b, [102, 104, 110, 120], "B ran its parked requests");
+        assert!(!dd.has_pending());
+        drop((a, b));
         dd.teardown_check().unwrap();
     }
 }
