@@ -8,6 +8,8 @@ usage: drivers/uring/bench_peers.py FILE buffered|direct ROUNDS SECONDS [CPU]
   page cache first). Needs target/release/pmio-perf (cargo build --release -p pmio-perf), fio
   (apt-get install fio) and t/io_uring built from fio's source outside the repository, at
   $T_IO_URING (default /tmp/fio-src/fio-3.33/t/io_uring). See BENCHMARKS.md.
+  $PMIO_PERF="LABEL=BINARY[,LABEL=BINARY...]" runs these pmio-perf builds instead (A/B of
+  driver changes in one run, e.g. before=/tmp/pmio-perf-old,after=target/release/pmio-perf).
 """
 import json, os, re, resource, subprocess, sys, statistics
 
@@ -28,9 +30,9 @@ def run(cmd):
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return p, cpu
 
-def pmio(wait_us=0):
+def pmio(wait_us=0, perf=PERF):
     spec = f"uring:path={F},direct={1 if direct else 0}" + (f",wait_us={wait_us}" if wait_us else "")
-    cmd = [PERF, "-m", f"[{CPU}]", "-d", "128", "-s", "32", "-c", "32", "-b", "4096", "-w", "randread",
+    cmd = [perf, "-m", f"[{CPU}]", "-d", "128", "-s", "32", "-c", "32", "-b", "4096", "-w", "randread",
            "-t", str(T), "--dev", spec, "--json"]
     p, cpu = run(cmd)
     j = json.loads(p.stdout)
@@ -59,9 +61,15 @@ def fio():
     rd = j["jobs"][0]["read"]
     return rd["iops"], cpu / rd["total_ios"], " ".join(cmd)
 
-tools = [("pmio-perf", pmio), ("t/io_uring", tio), ("fio", fio)]
-if direct:
-    tools.insert(1, ("pmio-perf wait_us=1000", lambda: pmio(1000)))
+builds = [("", PERF)]
+if os.environ.get("PMIO_PERF"):
+    builds = [(" " + b.split("=", 1)[0], b.split("=", 1)[1]) for b in os.environ["PMIO_PERF"].split(",")]
+tools = []
+for label, binary in builds:
+    tools.append((f"pmio-perf{label}", lambda b=binary: pmio(0, b)))
+    if direct:
+        tools.append((f"pmio-perf{label} wait_us=1000", lambda b=binary: pmio(1000, b)))
+tools += [("t/io_uring", tio), ("fio", fio)]
 res = {name: [] for name, _ in tools}
 cmds = {}
 for r in range(ROUNDS):

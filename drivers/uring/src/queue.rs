@@ -1,6 +1,13 @@
 //! One io_uring per reactor queue: ring setup with flag fallbacks, SQE preparation, batched
-//! submission (one `io_uring_enter` per `submit`), batched reaping, and short-transfer
+//! submission and reaping in one `io_uring_enter` per reactor turn, and short-transfer
 //! resubmission.
+//!
+//! `submit` only fills SQEs and records that a submission is owed; the next `poll` rings the
+//! doorbell with the same `io_uring_enter(to_submit, 0, GETEVENTS)` that runs the deferred
+//! task work (DEFER_TASKRUN) putting completions into the CQ, then reaps. A batch is
+//! therefore sent at the latest by the next `poll` of the queue, which the block layer's
+//! callers always make while anything is outstanding (`outstanding` counts owed requests).
+//! A poll with nothing owed and nothing in flight makes no system call.
 //!
 //! The tag rides in `user_data`. Per-tag progress (bytes already transferred) lives in an
 //! array sized at open, so the I/O path allocates nothing.
@@ -589,8 +596,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         if force_getevents {
             flags |= IORING_ENTER_GETEVENTS;
         }
-        st.pending_sqes = 0;
         if to_submit == 0 && flags == 0 {
+            st.pending_sqes = 0;
             return;
         }
         // SAFETY: no argument struct is passed (size 0, null pointer); the SQEs queued point at
@@ -600,6 +607,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             enter_failed(st, name, e);
         }
         self.sq.sync();
+        // What the kernel did not consume (a failed enter) is still owed.
+        st.pending_sqes = self.sq.len() as u32;
         self.cq.sync();
     }
 
@@ -608,7 +617,6 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     #[cold]
     fn enter_and_wait(&mut self, st: &mut State, name: &str, want: usize, ts: &types::Timespec) {
         self.sq.sync();
-        st.pending_sqes = 0;
         let args = types::SubmitArgs::new().timespec(ts);
         match self.sub.submit_with_args(want, &args) {
             Ok(_) => {}
@@ -616,6 +624,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             Err(e) => enter_failed(st, name, e),
         }
         self.sq.sync();
+        st.pending_sqes = self.sq.len() as u32;
         self.cq.sync();
     }
 
@@ -778,9 +787,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         for &tag in tags {
             io.start(prep, st, rqs, tag, 0);
         }
-        if st.pending_sqes > 0 {
-            io.enter(st, &prep.cfg.name, false);
-        }
+        // No system call here: the SQ tail is published when `io` drops, and the next `poll`
+        // submits what is owed together with reaping (see the module documentation).
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
@@ -789,21 +797,22 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         if !st.failed.is_empty() {
             n += complete_failed(st, rqs, done, max);
         }
-        n += io.reap(prep, st, rqs, done, max - n);
         let in_kernel = st.outstanding - st.failed.len();
-        if n == 0 && in_kernel > 0 {
-            // Nothing in the CQ: let the kernel run deferred completions (or poll), or wait for
-            // a batch when configured, then look again. One system call per empty poll, none
-            // when the CQ had entries.
+        let cq_empty = io.cq.is_empty();
+        if st.pending_sqes > 0 || (in_kernel > 0 && cq_empty) {
+            // One system call per turn: submit what is owed and let the kernel run deferred
+            // completions (or poll), or, when configured and nothing is ready, wait for a
+            // batch. None when nothing is owed and the CQ already has entries.
             match wait {
-                Some(ts) => io.enter_and_wait(st, &prep.cfg.name, in_kernel.min(max), ts),
-                None => io.enter(st, &prep.cfg.name, true),
+                Some(ts) if n == 0 && cq_empty => {
+                    io.enter_and_wait(st, &prep.cfg.name, in_kernel.min(max), ts)
+                }
+                _ => io.enter(st, &prep.cfg.name, true),
             }
-            n += io.reap(prep, st, rqs, done, max);
         }
-        if st.pending_sqes > 0 {
-            io.enter(st, &prep.cfg.name, false);
-        }
+        n += io.reap(prep, st, rqs, done, max - n);
+        // Short transfers `reap` resubmitted are owed and go with the next poll's enter
+        // (`outstanding` still counts them, so the caller polls again).
         n
     }
 

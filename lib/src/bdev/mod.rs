@@ -160,13 +160,16 @@ pub trait BlockDevice: Send + Sync + 'static {
 /// The block layer never has more than `depth` (as opened) requests outstanding, so `submit`
 /// always accepts what it is given. Requests are indexed by tag in `rqs`.
 pub trait DriverQueue {
-    /// Starts the requests `tags` (indices into `rqs`). One doorbell / one system call per
-    /// call. A request the driver cannot start is completed with an error status at the next
-    /// `poll`, never dropped.
+    /// Starts the requests `tags` (indices into `rqs`). At most one doorbell / one system
+    /// call per call; a driver may instead defer the doorbell to the next `poll` (io_uring
+    /// submits and reaps in one system call that way), so a caller must keep calling `poll`
+    /// while `outstanding` is non-zero. A request the driver cannot start is completed with
+    /// an error status at the next `poll`, never dropped.
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]);
 
-    /// Reaps up to `max` completions: sets each request's `status` and pushes its tag onto
-    /// `done` (which has capacity for `max` more). Returns how many were reaped.
+    /// Rings any doorbell `submit` deferred, then reaps up to `max` completions: sets each
+    /// request's `status` and pushes its tag onto `done` (which has capacity for `max`
+    /// more). Returns how many were reaped.
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize;
 
     /// Requests started and not yet reaped.
