@@ -3,11 +3,7 @@
 
 mod perf_util;
 
-use perf_util::{cpus, json, perf};
-
-fn two_cores() -> &'static str {
-    if cpus() >= 2 { "0x3" } else { "0x1" }
-}
+use perf_util::{json, perf, two_cores, two_cores_count, verify_clean};
 
 #[test]
 fn perf_verify_randrw_two_reactors_has_no_mismatch() {
@@ -33,19 +29,8 @@ fn perf_verify_randrw_two_reactors_has_no_mismatch() {
         "--verify",
         "--json",
     ]);
-    let j = json(&out);
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(j["verify_mismatches"], 0);
-    assert_eq!(j["errors"], 0);
-    assert!(j["ios"].as_u64().unwrap() > 100, "{j}");
-    assert_eq!(
-        j["cores"].as_array().unwrap().len(),
-        two_cores().len() - 2 + (cpus() >= 2) as usize
-    );
+    let j = verify_clean(&out, "malloc randrw");
+    assert_eq!(j["cores"].as_array().unwrap().len(), two_cores_count());
 }
 
 #[test]
@@ -70,14 +55,7 @@ fn perf_verify_randread_after_fill_has_no_mismatch() {
         "--verify",
         "--json",
     ]);
-    let j = json(&out);
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(j["verify_mismatches"], 0);
-    assert!(j["ios"].as_u64().unwrap() > 100, "{j}");
+    verify_clean(&out, "malloc randread after fill");
 }
 
 #[test]

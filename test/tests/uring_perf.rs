@@ -5,11 +5,7 @@ mod perf_util;
 
 use std::path::Path;
 
-use perf_util::{cpus, json, perf};
-
-fn two_cores() -> &'static str {
-    if cpus() >= 2 { "0x3" } else { "0x1" }
-}
+use perf_util::{perf, two_cores, verify_clean};
 
 /// A temporary file of `len` bytes of real data on /var/tmp (ext4 here; O_DIRECT capable).
 fn data_file(len: usize) -> tempfile::NamedTempFile {
@@ -50,15 +46,7 @@ fn verify_run(spec: &str, rw: &str) {
         "--verify",
         "--json",
     ]);
-    let j = json(&out);
-    assert!(
-        out.status.success(),
-        "{spec} {rw}: stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(j["verify_mismatches"], 0, "{spec} {rw}: {j}");
-    assert_eq!(j["errors"], 0, "{spec} {rw}: {j}");
-    assert!(j["ios"].as_u64().unwrap() > 100, "{spec} {rw}: {j}");
+    verify_clean(&out, &format!("{spec} {rw}"));
 }
 
 #[test]

@@ -55,3 +55,28 @@ pub fn json(out: &Output) -> serde_json::Value {
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
+
+/// `-m` for a two-reactor run: cores 0 and 1, or core 0 alone on a one-CPU machine.
+pub fn two_cores() -> &'static str {
+    if cpus() >= 2 { "0x3" } else { "0x1" }
+}
+
+/// Reactors a `two_cores()` run starts.
+pub fn two_cores_count() -> usize {
+    cpus().min(2)
+}
+
+/// Checks a `--verify --json` run: exit 0, no mismatch, no error, more than 100 I/Os.
+/// Returns the report for further checks; `what` names the run in failure messages.
+pub fn verify_clean(out: &Output, what: &str) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{what}: stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = json(out);
+    assert_eq!(j["verify_mismatches"], 0, "{what}: {j}");
+    assert_eq!(j["errors"], 0, "{what}: {j}");
+    assert!(j["ios"].as_u64().unwrap() > 100, "{what}: {j}");
+    j
+}
