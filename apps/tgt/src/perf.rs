@@ -1,20 +1,23 @@
 //! `perform_tests`: a bdevperf-style workload run inside the daemon, on its reactors.
 //!
-//! Each named bdev gets one job, placed round-robin on the reactors. A job is a poller: it opens
+//! Each named bdev gets one job, placed round-robin on the reactors (with `every_core`, as
+//! bdevperf's `-C`, one job on every reactor for each bdev). A job is a poller: it opens
 //! a [`BdevQueue`] on its reactor, keeps `depth` I/Os of `size` bytes in flight for `seconds`,
 //! records every latency in a histogram, then drains, reports on a channel and unregisters
 //! itself. The RPC thread only sends the start messages and waits for the reports; no reactor
 //! ever waits for it.
 //!
-//! When the bdev's scheduler is mq-deadline (`bdev_set_scheduler`), every I/O goes through the
-//! device's shared [`SharedDeadline`](pmio::sched::SharedDeadline): inserted in bursts,
-//! dispatched in batches as driver tags free up, completed (with merged members) through it;
-//! latency then counts from insertion.
+//! When the bdev's scheduler is mq-deadline (`bdev_set_scheduler`), the job opens its queue in
+//! the block layer's [`SchedMode::MqDeadline`] mode on the device's shared
+//! [`SharedDeadline`](pmio::sched::SharedDeadline), as owner = its reactor's index: requests
+//! take that reactor's scheduler tags, are inserted at flush, dispatched as driver tags free up
+//! and completed (with merged members) through it; latency then counts from insertion. The job
+//! depth must fit the reactor's scheduler tags (`nr_requests`).
 //!
 //! Parameters (all optional): `bdevs` (names; default every bdev), `rw` (`read`, `write`,
 //! `randread` (default), `randwrite`, `rw`, `randrw`), `rwmixread` (read % of `rw`/`randrw`,
 //! default 50), `depth` (default 32), `size` (bytes, a multiple of the block size, default 4096),
-//! `seconds` (default 5). Result, per job in bdevperf's shape:
+//! `seconds` (default 5), `every_core` (bool, default false). Result, per job in bdevperf's shape:
 //! `{"results": [{"job", "core_mask", "workload", "status" ("finished" | "aborted" by shutdown),
 //! "queue_depth", "io_size", "runtime", "iops", "mibps", "io_failed", "io_timeout",
 //! "avg_latency_us", "min_latency_us", "max_latency_us", "latency_percentiles_us": {"p50", "p90",
@@ -27,11 +30,11 @@ use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use pmio::bdev::{BdevQueue, BdevQueueOptions};
+use pmio::bdev::{BdevQueue, BdevQueueOptions, SchedMode};
 use pmio::dma::DmaRegion;
 use pmio::plug::Plug;
-use pmio::sched::{Dispatched, SchedQueue, SchedRq, Scheduler};
-use pmio::{BlockDevice, Io, IoBuf, IoStatus, Op, PrioClass, ReqFlags};
+use pmio::sched::Scheduler;
+use pmio::{BlockDevice, Io, IoBuf, Op};
 use pmio_reactors::{PollerId, PollerResult, ReactorCtx};
 use serde_json::{Value, json};
 
@@ -105,6 +108,8 @@ struct JobSpec {
     load: Workload,
     seconds: f64,
     sched: Scheduler,
+    /// The reactor (index in the core mask) the job runs on: its mq-deadline owner.
+    reactor: usize,
     /// I/O buffers, at least `depth * size` bytes (allocated off the reactors).
     bufs: DmaRegion,
 }
@@ -137,6 +142,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     let size: u64 = p.opt("size")?.unwrap_or(4096);
     let seconds: f64 = p.opt("seconds")?.unwrap_or(5.0);
     let mix: Option<u32> = p.opt("rwmixread")?;
+    let every_core: bool = p.opt("every_core")?.unwrap_or(false);
     p.finish()?;
     let inval = |m: String| RpcError::errno_detail(-libc::EINVAL, m);
     let load = Workload::parse(&rw, mix).map_err(inval)?;
@@ -177,6 +183,10 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     if devs.is_empty() {
         return Err(RpcError::errno_detail(-libc::ENODEV, "no bdevs to test"));
     }
+    let cores = t.reactors().cores().to_vec();
+    if cores.is_empty() {
+        return Err(RpcError::errno_detail(-libc::ESHUTDOWN, "no reactors"));
+    }
     let mut specs = Vec::with_capacity(devs.len());
     for dev in devs {
         let i = dev.info();
@@ -216,39 +226,72 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             ));
         }
         let sched = crate::sched::scheduler_of(t, name);
-        if let Some(nr) = sched.nr_requests()
-            && depth > nr
-        {
-            return Err(inval(format!(
-                "depth {depth} exceeds bdev {name}'s mq-deadline nr_requests ({nr})"
-            )));
+        if let Scheduler::MqDeadline(dd) = &sched {
+            let tags = crate::sched::per_owner_tags(dd);
+            if depth > tags {
+                return Err(inval(format!(
+                    "depth {depth} exceeds the {tags} mq-deadline scheduler tags of each reactor \
+                     on bdev {name} (raise them with bdev_set_scheduler nr_requests)"
+                )));
+            }
         }
-        // Allocating (and populating) buffers may take milliseconds: here, not on a reactor.
-        let bufs = t
-            .take_buffer(name, (u64::from(depth) * size) as usize)
-            .map_err(|e| RpcError::errno_detail(e.errno(), format_args!("I/O buffers: {e}")))?;
-        specs.push(JobSpec {
-            dev,
-            depth,
-            size,
-            load,
-            seconds,
-            sched,
-            bufs,
-        });
+        // One job per bdev, placed round-robin; with every_core, one on each reactor.
+        let reactors: Vec<usize> = if every_core {
+            (0..cores.len()).collect()
+        } else {
+            vec![specs.len() % cores.len()]
+        };
+        for reactor in reactors {
+            // Allocating (and populating) buffers may take milliseconds: here, not on a reactor.
+            let bufs = t
+                .take_buffer(name, (u64::from(depth) * size) as usize)
+                .map_err(|e| RpcError::errno_detail(e.errno(), format_args!("I/O buffers: {e}")))?;
+            specs.push(JobSpec {
+                dev: dev.clone(),
+                depth,
+                size,
+                load,
+                seconds,
+                sched: sched.clone(),
+                reactor,
+                bufs,
+            });
+        }
     }
-    let names: Vec<String> = specs.iter().map(|s| s.dev.info().name.clone()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for s in &specs {
+        let n = &s.dev.info().name;
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
     let _claim = rpc.target.try_claim(&names).map_err(|n| {
         RpcError::errno_detail(
             -libc::EBUSY,
             format_args!("bdev {n} is already running perform_tests"),
         )
     })?;
-    let cores = t.reactors().cores().to_vec();
+    // A scheduler switch between the lookup above and the claim: refuse rather than run on a
+    // retired instance (the switch holds the same claim, so none can happen from here on).
+    for s in &specs {
+        let name = &s.dev.info().name;
+        let same = match (&s.sched, crate::sched::scheduler_of(t, name)) {
+            (Scheduler::None, Scheduler::None) => true,
+            (Scheduler::MqDeadline(a), Scheduler::MqDeadline(b)) => Arc::ptr_eq(a, &b),
+            _ => false,
+        };
+        if !same {
+            return Err(RpcError::errno_detail(
+                -libc::EBUSY,
+                format_args!("bdev {name}'s scheduler changed while perform_tests started"),
+            ));
+        }
+    }
+    let jobs = specs.len();
     let (tx, rx) = mpsc::channel::<JobReport>();
     let mut started = 0;
-    for (i, spec) in specs.into_iter().enumerate() {
-        let core = cores[i % cores.len()];
+    for spec in specs {
+        let core = cores[spec.reactor];
         let tx = tx.clone();
         let target = rpc.target.clone();
         let name = spec.dev.info().name.clone();
@@ -277,13 +320,13 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             }
         }
     }
-    if reports.len() < names.len() {
+    if reports.len() < jobs {
         return Err(RpcError::errno_detail(
             -libc::ESHUTDOWN,
             "reactors are stopping; perform_tests not run",
         ));
     }
-    reports.sort_by_key(|r| names.iter().position(|n| *n == r.name));
+    reports.sort_by_key(|r| (names.iter().position(|n| *n == r.name), r.core));
     for r in &mut reports {
         if let Some(b) = r.bufs.take() {
             t.give_back_buffer(&r.name, b);
@@ -378,16 +421,6 @@ impl JobReport {
     }
 }
 
-/// Scheduler state of a job on an mq-deadline bdev.
-struct SchedPath {
-    q: SchedQueue,
-    /// Insertion time per slot (= scheduler tag).
-    insert_ns: Vec<u64>,
-    rqs: Vec<SchedRq>,
-    out: Vec<Dispatched>,
-    done: Vec<(u32, IoStatus)>,
-}
-
 /// One job on its reactor.
 struct Job {
     name: String,
@@ -401,13 +434,11 @@ struct Job {
     base: *mut u8,
     size: u64,
     nblocks: u32,
-    depth: u32,
     load: Workload,
     units: u64,
     cursor: u64,
     rng: u64,
     free: Vec<u16>,
-    sched: Option<SchedPath>,
     target: Arc<Target>,
     start_ns: u64,
     end_ns: u64,
@@ -432,11 +463,19 @@ impl Job {
     ) -> Result<(), String> {
         let info = spec.dev.info().clone();
         let mut plug = Plug::default();
+        let sched = match &spec.sched {
+            Scheduler::None => SchedMode::None,
+            Scheduler::MqDeadline(dd) => SchedMode::MqDeadline {
+                dd: Arc::clone(dd),
+                owner: u16::try_from(spec.reactor)
+                    .map_err(|_| format!("reactor {} has no mq-deadline owner", spec.reactor))?,
+            },
+        };
         let q = BdevQueue::open(
             spec.dev,
             BdevQueueOptions {
                 depth: spec.depth,
-                ..Default::default()
+                sched,
             },
         )
         .map_err(|e| e.to_string())?;
@@ -448,16 +487,6 @@ impl Job {
         // cache until the bdev is gone (`Target::forget_bdev_state`), after its last I/O.
         unsafe { q.device().register_memory(&[(bufs.as_ptr(), bufs.len())]) };
         let nblocks = (spec.size / u64::from(info.block_size)) as u32;
-        let sched = match &spec.sched {
-            Scheduler::None => None,
-            s @ Scheduler::MqDeadline(_) => Some(SchedPath {
-                q: s.queue(0),
-                insert_ns: vec![0; spec.depth as usize],
-                rqs: Vec::with_capacity(BURST),
-                out: Vec::with_capacity(spec.depth as usize),
-                done: Vec::with_capacity(REAP),
-            }),
-        };
         let poller = Rc::new(Cell::new(None));
         let now = ctx.now_ns();
         let duration_ns = (spec.seconds * 1e9) as u64;
@@ -471,13 +500,11 @@ impl Job {
             bufs: Some(bufs),
             size: spec.size,
             nblocks,
-            depth: spec.depth,
             load: spec.load,
             units: info.num_blocks / u64::from(nblocks),
             cursor: 0,
             rng: (now ^ (u64::from(ctx.core()) << 32)) | 1,
             free: (0..spec.depth as u16).rev().collect(),
-            sched,
             target,
             start_ns: now,
             end_ns: now + duration_ns,
@@ -503,9 +530,9 @@ impl Job {
             self.stopping = true;
             self.aborted = now < self.end_ns;
         }
-        let mut did = self.reap(now) > 0;
+        let mut did = self.reap() > 0;
         if !self.stopping && self.error.is_none() {
-            match self.refill(now) {
+            match self.refill() {
                 Ok(n) => did |= n > 0,
                 Err(e) => {
                     self.error = Some(e);
@@ -513,17 +540,13 @@ impl Job {
                 }
             }
         }
-        if self.stopping && self.q.outstanding() == 0 && self.sched_idle() {
+        if self.stopping && self.q.outstanding() == 0 {
             self.finish(ctx, now);
             return PollerResult::Idle;
         }
         // Waiting for a device is not idleness: keep an interrupt-mode reactor awake.
         ctx.stay_awake();
         did.into()
-    }
-
-    fn sched_idle(&self) -> bool {
-        self.free.len() == self.depth as usize
     }
 
     #[inline]
@@ -568,10 +591,7 @@ impl Job {
     }
 
     /// Submits new I/O while slots are free. Returns how many were submitted or queued.
-    fn refill(&mut self, now: u64) -> Result<usize, String> {
-        if self.sched.is_some() {
-            return self.refill_sched(now);
-        }
+    fn refill(&mut self) -> Result<usize, String> {
         let mut total = 0;
         // The burst's plan lives on the stack: (op, lba, slot).
         let mut plan = [(Op::Read, 0u64, 0u16); BURST];
@@ -632,115 +652,13 @@ impl Job {
         Ok(total)
     }
 
-    /// Inserts new I/O into the scheduler, then dispatches what fits in the driver queue.
-    fn refill_sched(&mut self, now: u64) -> Result<usize, String> {
-        let mut total = 0;
-        while !self.free.is_empty() {
-            let n = self.free.len().min(BURST);
-            let mut rqs = std::mem::take(&mut self.sched.as_mut().expect("sched path").rqs);
-            rqs.clear();
-            for _ in 0..n {
-                let Some(slot) = self.free.pop() else { break };
-                let (op, lba) = self.plan();
-                rqs.push(SchedRq {
-                    id: u32::from(slot),
-                    owner: 0,
-                    op,
-                    prio: PrioClass::Be,
-                    flags: ReqFlags::NONE,
-                    sector: lba,
-                    nblocks: self.nblocks,
-                    addr: self.slot_buf(slot) as u64,
-                });
-            }
-            let s = self.sched.as_mut().expect("sched path");
-            for r in &rqs {
-                s.insert_ns[r.id as usize] = now;
-            }
-            let inserted = s.q.insert_batch(&rqs, now);
-            total += rqs.len();
-            s.rqs = rqs;
-            inserted.map_err(|e| format!("mq-deadline insert: {e}"))?;
-        }
-        self.dispatch(now)?;
-        Ok(total)
-    }
-
-    /// Moves dispatched requests from the scheduler to the driver, as many as it has room for.
-    fn dispatch(&mut self, now: u64) -> Result<usize, String> {
-        let Some(s) = self.sched.as_mut() else {
-            return Ok(0);
-        };
-        let room = self.depth.saturating_sub(self.q.outstanding()) as usize;
-        if room == 0 || !s.q.has_work() {
-            return Ok(0);
-        }
-        s.out.clear();
-        let n = s.q.dispatch_batch(now, room, &mut s.out);
-        if n == 0 {
-            return Ok(0);
-        }
-        let block_size = u64::from(self.q.block_size());
-        let mut io = Io::default();
-        let reads = s.out.iter().filter(|d| d.op == Op::Read).count() as u32;
-        self.plug.begin();
-        io.nblocks = self.nblocks;
-        if reads > 0 {
-            io.op = Op::Read;
-            self.q.expect_n(&mut self.plug, &io, reads);
-        }
-        if n as u32 > reads {
-            io.op = Op::Write;
-            self.q.expect_n(&mut self.plug, &io, n as u32 - reads);
-        }
-        let mut sent = 0;
-        let mut result = Ok(());
-        for d in &s.out {
-            io.op = d.op;
-            io.lba = d.sector;
-            io.nblocks = d.nblocks;
-            io.token = u64::from(d.id);
-            let len = u64::from(d.nblocks) * block_size;
-            // SAFETY: with max_segments = 1 (the default) a dispatched request, merged or not,
-            // is one contiguous run of slot buffers inside `bufs`, starting at `addr`, each
-            // owned by one of its members until completion.
-            io.buf = unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) };
-            match self.q.submit(&mut self.plug, &io) {
-                Ok(_) => sent += 1,
-                Err(e) => {
-                    if !e.is_busy() {
-                        result = Err(format!("submit: {e}"));
-                    }
-                    break;
-                }
-            }
-        }
-        self.plug.finish();
-        self.q.flush();
-        if sent < s.out.len() {
-            s.q.requeue_batch(&s.out[sent..])
-                .map_err(|e| format!("mq-deadline requeue: {e}"))?;
-        }
-        result.map(|()| sent)
-    }
-
     /// Reaps completions. Returns how many requests completed.
-    fn reap(&mut self, now: u64) -> usize {
+    fn reap(&mut self) -> usize {
         if self.q.outstanding() == 0 {
-            if self.sched.is_some() && !self.stopping {
-                return 0;
-            }
-            // Requests still in the scheduler (stopping): push them out so they complete.
-            if self.sched.as_ref().is_some_and(|s| s.q.has_work())
-                && let Err(e) = self.dispatch(now)
-            {
-                self.error.get_or_insert(e);
-            }
             return 0;
         }
         let Job {
             q,
-            sched,
             free,
             hist,
             ios,
@@ -749,48 +667,17 @@ impl Job {
             size,
             ..
         } = self;
-        let mut record = |slot: u16, lat: u64, status: IoStatus| {
-            hist.saturating_record(lat.max(1));
+        // With mq-deadline, `submit_ns` is the insertion time: latency counts from there.
+        q.poll(REAP, |rq| {
+            hist.saturating_record(rq.complete_ns.saturating_sub(rq.submit_ns).max(1));
             *ios += 1;
-            if status.is_success() {
+            if rq.status.is_success() {
                 *bytes += *size;
             } else {
                 *errors += 1;
             }
-            free.push(slot);
-        };
-        let (n, err) = match sched {
-            None => {
-                let n = q.poll(REAP, |rq| {
-                    record(
-                        rq.token as u16,
-                        rq.complete_ns.saturating_sub(rq.submit_ns),
-                        rq.status,
-                    )
-                });
-                (n, None)
-            }
-            Some(s) => {
-                s.done.clear();
-                let done = &mut s.done;
-                let n = q.poll(REAP, |rq| done.push((rq.token as u32, rq.status)));
-                let insert_ns = &s.insert_ns;
-                let r = s.q.complete_batch(s.done.drain(..), |id, st| {
-                    record(id as u16, now.saturating_sub(insert_ns[id as usize]), st)
-                });
-                (n, r.err().map(|e| format!("mq-deadline complete: {e}")))
-            }
-        };
-        if let Some(e) = err {
-            self.error.get_or_insert(e);
-            self.stopping = true;
-        }
-        if n > 0
-            && let Err(e) = self.dispatch(now)
-        {
-            self.error.get_or_insert(e);
-        }
-        n
+            free.push(rq.token as u16);
+        })
     }
 
     #[cold]

@@ -3,18 +3,25 @@
 //! A bdev's scheduler is `none` (requests go straight to the driver) or `mq-deadline` (one
 //! [`SharedDeadline`](pmio::sched::SharedDeadline) per bdev, shared by every reactor that runs
 //! I/O on it, with Linux's tunables under their sysfs names and per-priority counters). The
-//! daemon's I/O source, `perform_tests`, routes through it.
+//! daemon's I/O source, `perform_tests`, opens its queues in the block layer's mq-deadline mode
+//! ([`SchedMode::MqDeadline`](pmio::bdev::SchedMode)): reactor `i` (its index in the core mask)
+//! is the scheduler's owner `i`, with scheduler tags of its own, as Linux's per-hctx
+//! `sched_tags`.
 //!
 //! `bdev_set_scheduler {"name", "scheduler": "none" | "mq-deadline", tunables…}` with the
 //! tunables under Linux's `queue/iosched/` names (`read_expire`, `write_expire` in ms,
 //! `writes_starved`, `front_merges` 0/1, `fifo_batch`, `prio_aging_expire` in ms,
-//! `async_depth`) plus `nr_requests`; setting mq-deadline again retunes it in place (counters
-//! kept). `bdev_get_scheduler {"name"?}` answers, per bdev, `{"name", "scheduler", "tunables",
-//! "counters": {"rt" | "be" | "idle": {"inserted", "merged", "dispatched", "completed",
-//! "queued"}}}` (O(1) counters owned by the scheduler).
+//! `async_depth`) plus `nr_requests` (scheduler tags per reactor, default
+//! `2 × min(queue depth, 128)`). Setting mq-deadline again retunes it in place (counters kept);
+//! a new `nr_requests` builds a new instance with the same tunables (counters restart). A bdev
+//! running perform_tests refuses any change (EBUSY), and a scheduler is replaced only after its
+//! `teardown_check` (nothing queued or in flight). `bdev_get_scheduler {"name"?}` answers, per
+//! bdev, `{"name", "scheduler", "tunables", "counters": {"rt" | "be" | "idle": {"inserted",
+//! "merged", "dispatched", "completed", "queued"}}}` (O(1) counters owned by the scheduler).
 
-use pmio::PrioClass;
-use pmio::sched::{DeadlineOptions, SchedKind, Scheduler, TUNABLES};
+use pmio::sched::deadline::MAX_NR_REQUESTS;
+use pmio::sched::{DeadlineOptions, SchedKind, Scheduler, SharedDeadline, TUNABLES};
+use pmio::{BdevInfo, PrioClass};
 use serde_json::{Map, Value, json};
 
 use crate::jsonrpc::RpcError;
@@ -47,6 +54,75 @@ fn sched_error(e: impl std::fmt::Display) -> RpcError {
     RpcError::errno_detail(-libc::EINVAL, e)
 }
 
+/// Owners of a bdev's mq-deadline: one per reactor (reactor index `i` is owner `i`).
+fn reactor_owners(t: &Target) -> Result<u16, RpcError> {
+    let n = t.reactors().cores().len().max(1);
+    u16::try_from(n)
+        .map_err(|_| sched_error(format_args!("{n} reactors: too many for mq-deadline")))
+}
+
+fn owners_of(dd: &SharedDeadline) -> u16 {
+    dd.with_locked(|d| d.options().owners)
+}
+
+/// The tunables of `dd` that were set rather than derived: `async_depth` at its default (all
+/// scheduler tags) is left out, so a rebuilt instance with other tags gets its own default.
+fn set_tunables(dd: &SharedDeadline) -> Vec<(&'static str, u64)> {
+    let total = u64::from(dd.nr_requests());
+    dd.params()
+        .into_iter()
+        .filter(|&(k, v)| !(k == "async_depth" && v == total))
+        .collect()
+}
+
+/// Scheduler tags of each owner (reactor): Linux's per-hctx `nr_requests`.
+pub fn per_owner_tags(dd: &SharedDeadline) -> u32 {
+    dd.with_locked(|d| d.options().per_owner())
+}
+
+/// A new mq-deadline for `info` with one owner per reactor, `per_owner` scheduler tags each
+/// (default `2 × min(queue depth, 128)`) and the tunables `params` applied.
+fn new_deadline(
+    info: &BdevInfo,
+    owners: u16,
+    per_owner: Option<u32>,
+    params: &[(&str, u64)],
+) -> Result<Scheduler, RpcError> {
+    let mut opts = DeadlineOptions::for_queues(
+        info.max_queue_depth,
+        owners,
+        info.max_transfer_blocks,
+        info.block_size,
+    );
+    if let Some(nr) = per_owner {
+        opts.nr_requests = nr
+            .checked_mul(u32::from(owners))
+            .filter(|&total| total <= MAX_NR_REQUESTS)
+            .ok_or_else(|| {
+                sched_error(format_args!(
+                    "nr_requests {nr} per reactor x {owners} reactors exceeds {MAX_NR_REQUESTS} scheduler tags"
+                ))
+            })?;
+    }
+    let s = Scheduler::new(SchedKind::MqDeadline, opts).map_err(sched_error)?;
+    if let Scheduler::MqDeadline(dd) = &s {
+        for (k, v) in params {
+            dd.set_param(k, *v).map_err(sched_error)?;
+        }
+    }
+    Ok(s)
+}
+
+/// Checks the scheduler being replaced holds no request (`teardown_check`): EBUSY if it does.
+fn retire(name: &str, old: &Scheduler) -> Result<(), RpcError> {
+    old.teardown_check().map_err(|e| {
+        RpcError::errno_detail(
+            -libc::EBUSY,
+            format_args!("bdev {name}: its mq-deadline still holds requests: {e}"),
+        )
+    })
+}
+
 fn bdev_set_scheduler(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let name: String = p.req("name")?;
@@ -68,37 +144,45 @@ fn bdev_set_scheduler(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Valu
     if kind == SchedKind::None && (!tunables.is_empty() || nr_requests.is_some()) {
         return Err(sched_error("scheduler none has no tunables"));
     }
-    if t.is_claimed(&name) {
-        return Err(RpcError::errno_detail(
+    // Held while switching: a perform_tests job cannot start on the bdev meanwhile.
+    let _claim = t.try_claim(std::slice::from_ref(&name)).map_err(|_| {
+        RpcError::errno_detail(
             -libc::EBUSY,
             format_args!("bdev {name} is running perform_tests; change its scheduler after"),
-        ));
-    }
+        )
+    })?;
+    let owners = reactor_owners(t)?;
     let current = scheduler_of(t, &name);
     let sched = match (kind, current) {
-        // Same scheduler: retune in place (counters kept), as writing Linux's iosched files.
-        (SchedKind::MqDeadline, Scheduler::MqDeadline(dd)) if nr_requests.is_none() => {
+        // Same scheduler, same tags: retune in place (counters kept), as writing Linux's
+        // iosched files.
+        (SchedKind::MqDeadline, Scheduler::MqDeadline(dd))
+            if owners_of(&dd) == owners
+                && nr_requests.is_none_or(|nr| nr == per_owner_tags(&dd)) =>
+        {
             for (k, v) in &tunables {
                 dd.set_param(k, *v).map_err(sched_error)?;
             }
             Scheduler::MqDeadline(dd)
         }
-        (SchedKind::MqDeadline, _) => {
-            let i = dev.info();
-            let mut opts =
-                DeadlineOptions::for_device(i.max_queue_depth, i.max_transfer_blocks, i.block_size);
-            if let Some(nr) = nr_requests {
-                opts.nr_requests = nr;
+        (SchedKind::MqDeadline, current) => {
+            // A new instance (first set, or other tags): the old one's settings carry over.
+            let mut keep: Vec<(&str, u64)> = Vec::new();
+            let mut per_owner = None;
+            if let Scheduler::MqDeadline(old) = &current {
+                keep = set_tunables(old);
+                per_owner = Some(per_owner_tags(old));
             }
-            let s = Scheduler::new(SchedKind::MqDeadline, opts).map_err(sched_error)?;
-            if let Scheduler::MqDeadline(dd) = &s {
-                for (k, v) in &tunables {
-                    dd.set_param(k, *v).map_err(sched_error)?;
-                }
-            }
+            keep.extend(tunables.iter().map(|&(k, v)| (k, v)));
+            let per_owner = nr_requests.or(per_owner);
+            let s = new_deadline(dev.info(), owners, per_owner, &keep)?;
+            retire(&name, &current)?;
             s
         }
-        (SchedKind::None, _) => Scheduler::None,
+        (SchedKind::None, current) => {
+            retire(&name, &current)?;
+            Scheduler::None
+        }
     };
     log::info!("bdev {name}: scheduler {}", sched.name());
     t.set_scheduler(&name, sched);
@@ -114,7 +198,7 @@ fn sched_json(name: &str, s: &Scheduler) -> Value {
             for (k, v) in dd.params() {
                 tun.insert(k.to_string(), json!(v));
             }
-            tun.insert("nr_requests".into(), json!(dd.nr_requests()));
+            tun.insert("nr_requests".into(), json!(per_owner_tags(dd)));
             let mut counters = Map::new();
             for prio in PrioClass::ALL {
                 let st = dd.stats(prio);
@@ -175,10 +259,10 @@ pub fn config(rpc: &Rpc) -> Vec<Value> {
             let mut params = Map::new();
             params.insert("name".into(), json!(name));
             params.insert("scheduler".into(), json!("mq-deadline"));
-            for (k, v) in dd.params() {
+            for (k, v) in set_tunables(&dd) {
                 params.insert(k.to_string(), json!(v));
             }
-            params.insert("nr_requests".into(), json!(dd.nr_requests()));
+            params.insert("nr_requests".into(), json!(per_owner_tags(&dd)));
             out.push(json!({"method": "bdev_set_scheduler", "params": params}));
         }
     }

@@ -278,7 +278,10 @@ impl Target {
     /// Drops per-bdev state (statistics, scheduler) of a removed bdev.
     pub fn forget_bdev_state(&self, name: &str) {
         lock(&self.iostat).remove(name);
-        lock(&self.scheds).remove(name);
+        let sched = lock(&self.scheds).remove(name);
+        if let Some(Err(e)) = sched.map(|s| s.teardown_check()) {
+            log::warn!("bdev {name} removed while its scheduler held requests: {e}");
+        }
         lock(&self.bufs).remove(name);
     }
 
