@@ -341,3 +341,117 @@ fn tgt_wait_for_rpc_defers_the_start_config() {
     assert_eq!(names(&d.rpc_json(&["bdev_get_bdevs"])), ["N1"]);
     assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
 }
+
+/// One mq-deadline bdev driven by two reactors at once (`-m 0x3`, perform_tests `every_core`):
+/// each reactor is its own scheduler owner, both jobs finish without errors, and afterwards
+/// the scheduler holds nothing (every inserted request completed, none queued). A job deeper
+/// than a reactor's scheduler tags is refused with a clear error; switching back to none works.
+#[test]
+fn tgt_mq_deadline_two_reactors_one_bdev() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let d = Daemon::start(&sock, &["-m", "0x3"]);
+    assert_eq!(
+        d.rpc_ok(&["bdev_null_create", "Null0", "64", "512"]),
+        "Null0\n"
+    );
+    assert_eq!(
+        d.rpc_ok(&["bdev_set_scheduler", "Null0", "mq-deadline"]),
+        ""
+    );
+    // Linux's per-hctx default: 2 × min(queue depth, 128) tags per reactor.
+    let s = d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"]);
+    assert_eq!(s[0]["tunables"]["nr_requests"], 256, "{s}");
+
+    let perf = |depth: u32| -> Value {
+        let req = format!(
+            r#"{{"jsonrpc":"2.0","method":"perform_tests","id":1,"params":{{"bdevs":["Null0"],"rw":"randrw","depth":{depth},"seconds":0.5,"every_core":true}}}}"#
+        );
+        let out = d.raw(req.as_bytes());
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let r = perf(32);
+    let results = r["result"]["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(results.len(), 2, "{r}");
+    assert_eq!(r["result"]["core_count"], 2, "{r}");
+    let masks: Vec<&str> = results
+        .iter()
+        .map(|j| j["core_mask"].as_str().unwrap())
+        .collect();
+    assert_eq!(masks, ["0x1", "0x2"], "{r}");
+    for j in results {
+        assert_eq!(j["job"], "Null0", "{j}");
+        assert_eq!(j["status"], "finished", "{j}");
+        assert_eq!(j["scheduler"], "mq-deadline", "{j}");
+        assert_eq!(j["io_failed"], 0, "{j}");
+        assert!(j["iops"].as_f64().unwrap() > 0.0, "{j}");
+    }
+    let s = d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"]);
+    let c = &s[0]["counters"];
+    for prio in ["rt", "be", "idle"] {
+        assert_eq!(c[prio]["inserted"], c[prio]["completed"], "{prio}: {s}");
+        assert_eq!(c[prio]["queued"], 0, "{prio}: {s}");
+    }
+    let done = c["be"]["completed"].as_u64().unwrap();
+    assert!(done > 0, "{s}");
+    // Reads and writes of both jobs went through the scheduler.
+    let io = d.rpc_json(&["bdev_get_iostat", "-b", "Null0"]);
+    let b = &io["bdevs"][0];
+    assert!(b["num_read_ops"].as_u64().unwrap() > 0, "{io}");
+    assert!(b["num_write_ops"].as_u64().unwrap() > 0, "{io}");
+
+    // Fewer tags per reactor than the job depth: refused, saying why.
+    assert_eq!(
+        d.rpc_ok(&[
+            "bdev_set_scheduler",
+            "Null0",
+            "mq-deadline",
+            "--nr-requests",
+            "16",
+            "--fifo-batch",
+            "4"
+        ]),
+        ""
+    );
+    let s = d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"]);
+    assert_eq!(s[0]["tunables"]["nr_requests"], 16, "{s}");
+    assert_eq!(s[0]["tunables"]["fifo_batch"], 4, "{s}");
+    let r = perf(32);
+    assert_eq!(r["error"]["code"], -22, "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("scheduler tags") && msg.contains("16"),
+        "{msg}"
+    );
+    // A depth that fits runs, on both reactors, through the rebuilt scheduler.
+    let r = perf(16);
+    let results = r["result"]["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(results.len(), 2, "{r}");
+    for j in results {
+        assert_eq!(j["io_failed"], 0, "{j}");
+        assert!(j["iops"].as_f64().unwrap() > 0.0, "{j}");
+    }
+    let s = d.rpc_json(&["bdev_get_scheduler", "-b", "Null0"]);
+    let be = &s[0]["counters"]["be"];
+    assert_eq!(be["inserted"], be["completed"], "{s}");
+    assert_eq!(be["queued"], 0, "{s}");
+    // Retuning keeps the rebuilt instance's tags (a new nr_requests kept fifo_batch too).
+    assert_eq!(s[0]["tunables"]["fifo_batch"], 4, "{s}");
+
+    // Back to none; jobs on both reactors run straight to the driver.
+    assert_eq!(d.rpc_ok(&["bdev_set_scheduler", "Null0", "none"]), "");
+    let r = perf(32);
+    let results = r["result"]["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(results.len(), 2, "{r}");
+    for j in results {
+        assert_eq!(j["scheduler"], "none", "{j}");
+        assert_eq!(j["io_failed"], 0, "{j}");
+    }
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+}
