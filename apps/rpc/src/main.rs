@@ -305,6 +305,9 @@ enum Method {
         /// Read percentage for rw/randrw.
         #[arg(short = 'M', long)]
         rwmixread: Option<u32>,
+        /// One job per reactor on each bdev (bdevperf's -C).
+        #[arg(short = 'C', long)]
+        every_core: bool,
     },
     /// Stop the daemon.
     #[command(name = "spdk_kill_instance", rename_all = "kebab-case")]
@@ -558,6 +561,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             size,
             seconds,
             rwmixread,
+            every_core,
         } => (
             "perform_tests",
             Some(obj(vec![
@@ -567,6 +571,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
                 ("size", some(*size)),
                 ("seconds", some(*seconds)),
                 ("rwmixread", opt(*rwmixread)),
+                ("every_core", every_core.then_some(json!(true))),
             ])),
             Print::Dict,
         ),
