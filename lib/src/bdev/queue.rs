@@ -189,6 +189,10 @@ pub struct BdevQueue {
     burst_ns: u64,
     /// Submitted (pending or started) and not yet reaped.
     inflight: u32,
+    /// The hctx `poll` visits first: rotated per call so a busy queue cannot keep `max`
+    /// completions coming and leave another queue (and a doorbell its driver defers to poll,
+    /// see `DriverQueue::submit`) waiting.
+    poll_first: usize,
     stats: QueueStats,
     cell: Arc<QueueStatsCell>,
     _not_send: PhantomData<*const ()>,
@@ -270,6 +274,7 @@ impl BdevQueue {
             sp,
             burst_ns: 0,
             inflight: 0,
+            poll_first: 0,
             stats: QueueStats::default(),
             cell: Arc::new(QueueStatsCell::new()),
             _not_send: PhantomData,
@@ -476,10 +481,16 @@ impl BdevQueue {
             return self.poll_sched(max, f);
         }
         let mut total = 0;
-        for h in &mut self.hctx {
+        let nh = self.hctx.len();
+        let first = self.poll_first;
+        if nh > 1 {
+            self.poll_first = (first + 1) % nh;
+        }
+        for i in 0..nh {
             if total >= max {
                 break;
             }
+            let h = &mut self.hctx[(first + i) % nh];
             h.done.clear();
             let n = h.drv.poll(h.pool.as_mut_slice(), &mut h.done, max - total);
             if n == 0 {
@@ -707,6 +718,45 @@ mod tests {
         assert_eq!(seen, want, "every I/O completed exactly once");
         assert_eq!(q.busy_tags(HctxType::Default), 0);
         assert!(log.lock().started.is_empty());
+    }
+
+    fn write(lba: u64, buf: &mut [u8]) -> Io {
+        Io {
+            op: Op::Write,
+            ..read(lba, buf)
+        }
+    }
+
+    /// A queue that always has `max` completions ready must not keep `poll` from visiting the
+    /// device's other queue.
+    #[test]
+    fn poll_visits_every_hctx_while_one_stays_busy() {
+        let queues = HctxQueues {
+            default: 1,
+            read: 1,
+            poll: 0,
+        };
+        let (d, _log) = dev(queues, None);
+        let opts = BdevQueueOptions {
+            depth: 16,
+            ..Default::default()
+        };
+        let mut q = BdevQueue::open(d, opts).unwrap();
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 512];
+        for i in 0..16 {
+            q.submit(&mut plug, &read(i, &mut buf)).unwrap();
+        }
+        let mut reads_reaped = 0;
+        for _ in 0..4 {
+            // Keep the default (write) queue full: it alone could answer every poll.
+            while q.busy_tags(HctxType::Default) < 16 {
+                q.submit(&mut plug, &write(500, &mut buf)).unwrap();
+            }
+            q.flush();
+            q.poll(16, |rq| reads_reaped += usize::from(rq.op == Op::Read));
+        }
+        assert_eq!(reads_reaped, 16, "the read queue was never polled");
     }
 
     #[test]

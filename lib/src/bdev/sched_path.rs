@@ -289,10 +289,17 @@ impl BdevQueue {
             members += sp.failed.len();
             sp.failed.clear();
         }
-        for (hi, h) in self.hctx.iter_mut().enumerate() {
+        let nh = self.hctx.len();
+        let first = self.poll_first;
+        if nh > 1 {
+            self.poll_first = (first + 1) % nh;
+        }
+        for i in 0..nh {
             if reaped >= max {
                 break;
             }
+            let hi = (first + i) % nh;
+            let h = &mut self.hctx[hi];
             h.done.clear();
             let n = h.drv.poll(h.pool.as_mut_slice(), &mut h.done, max - reaped);
             if n == 0 {
