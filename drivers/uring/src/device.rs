@@ -319,26 +319,14 @@ impl BlockDevice for UringBdev {
         index: u16,
         depth: u32,
     ) -> Result<Box<dyn DriverQueue>, BdevError> {
-        let refuse = |reason: String| BdevError::QueueOpen {
-            name: self.info.name.clone(),
-            ty,
-            index,
-            reason,
-        };
-        let count = self.info.queues.count(ty);
-        if index >= count {
-            return Err(refuse(format!(
-                "the device has {count} {} queue(s) per reactor",
-                ty.name()
-            )));
-        }
-        if depth == 0 || depth > MAX_QUEUE_DEPTH {
-            return Err(refuse(format!(
-                "depth {depth} is outside 1..={MAX_QUEUE_DEPTH}"
-            )));
-        }
+        self.info.check_queue(ty, index, depth)?;
         self.open_ring_queue(ty == HctxType::Poll && self.iopoll, depth)
-            .map_err(|e| refuse(e.to_string()))
+            .map_err(|e| BdevError::QueueOpen {
+                name: self.info.name.clone(),
+                ty,
+                index,
+                reason: e.to_string(),
+            })
     }
 
     /// Registers the regions as fixed buffers ([`UringBdev::register_buffers`]).
