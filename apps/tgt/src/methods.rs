@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use pmio::BlockDevice;
 use pmio_malloc::{MallocDevice, MallocOptions};
 use pmio_null::{NullDevice, NullOptions};
 use serde_json::{Value, json};
@@ -454,23 +455,11 @@ fn bdev_null_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value,
         ..NullOptions::default()
     })
     .map_err(|e| bdev_error(&e))?;
-    let uuid = pmio::BlockDevice::info(&*dev).uuid.to_string();
-    let create = json!({
-        "method": "bdev_null_create",
-        "params": {"name": name, "num_blocks": num_blocks, "block_size": block_size, "uuid": uuid}
-    });
-    rpc.target.add_bdev(dev, BdevKind::Null, Some(create))?;
-    log::info!("created null bdev {name}: {num_blocks} blocks of {block_size} bytes");
-    Ok(Value::String(name))
+    add_ram_bdev(rpc, dev, BdevKind::Null, "bdev_null_create")
 }
 
 fn bdev_null_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    p.finish()?;
-    rpc.target.delete_bdev(&name, "null")?;
-    log::info!("deleted null bdev {name}");
-    Ok(Value::Bool(true))
+    delete_module_bdev(rpc, params, "null")
 }
 
 fn bdev_malloc_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
@@ -510,23 +499,44 @@ fn bdev_malloc_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Valu
         ..MallocOptions::default()
     })
     .map_err(|e| bdev_error(&e))?;
-    let uuid = pmio::BlockDevice::info(&*dev).uuid.to_string();
+    add_ram_bdev(rpc, dev, BdevKind::Malloc, "bdev_malloc_create")
+}
+
+/// Registers a null or malloc bdev with the create call `save_config` replays (its size, block
+/// size and UUID), and answers with its name.
+fn add_ram_bdev(
+    rpc: &Rpc,
+    dev: Arc<dyn BlockDevice>,
+    kind: BdevKind,
+    method: &str,
+) -> Result<Value, RpcError> {
+    let info = dev.info();
+    let (name, num_blocks, block_size) = (info.name.clone(), info.num_blocks, info.block_size);
     let create = json!({
-        "method": "bdev_malloc_create",
-        "params": {"name": name, "num_blocks": num_blocks, "block_size": block_size, "uuid": uuid}
+        "method": method,
+        "params": {"name": name, "num_blocks": num_blocks, "block_size": block_size, "uuid": info.uuid.to_string()}
     });
-    rpc.target.add_bdev(dev, BdevKind::Malloc, Some(create))?;
-    log::info!("created malloc bdev {name}: {num_blocks} blocks of {block_size} bytes");
+    rpc.target.add_bdev(dev, kind, Some(create))?;
+    log::info!("{method}: {name}, {num_blocks} blocks of {block_size} bytes");
     Ok(Value::String(name))
 }
 
-fn bdev_malloc_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+/// `bdev_*_delete {name}` for a bdev of `module`.
+pub(crate) fn delete_module_bdev(
+    rpc: &Rpc,
+    params: Option<&Value>,
+    module: &str,
+) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let name: String = p.req("name")?;
     p.finish()?;
-    rpc.target.delete_bdev(&name, "malloc")?;
-    log::info!("deleted malloc bdev {name}");
+    rpc.target.delete_bdev(&name, module)?;
+    log::info!("deleted {module} bdev {name}");
     Ok(Value::Bool(true))
+}
+
+fn bdev_malloc_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    delete_module_bdev(rpc, params, "malloc")
 }
 
 fn bdev_get_bdevs(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {

@@ -113,10 +113,5 @@ fn bdev_uring_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value
 }
 
 fn bdev_uring_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    p.finish()?;
-    rpc.target.delete_bdev(&name, "uring")?;
-    log::info!("deleted uring bdev {name}");
-    Ok(Value::Bool(true))
+    crate::methods::delete_module_bdev(rpc, params, "uring")
 }
