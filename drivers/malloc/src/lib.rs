@@ -113,61 +113,37 @@ impl std::fmt::Debug for MallocDevice {
     }
 }
 
-fn invalid(name: &str, reason: impl Into<String>) -> BdevError {
-    BdevError::InvalidConfig {
-        name: name.to_string(),
-        reason: reason.into(),
-    }
-}
-
 impl MallocDevice {
     /// Validates `opts` and allocates the (zeroed, lazily committed) memory.
     pub fn new(opts: MallocOptions) -> Result<Arc<MallocDevice>, BdevError> {
-        let n = &opts.name;
-        if !(512..=65536).contains(&opts.block_size) || !opts.block_size.is_power_of_two() {
-            return Err(invalid(
-                n,
-                format!(
-                    "block size {} is not a power of two from 512 to 65536",
-                    opts.block_size
-                ),
-            ));
-        }
-        if opts.num_blocks == 0 {
-            return Err(invalid(n, "size must be at least one block"));
-        }
-        if opts.max_queue_depth == 0 || opts.max_queue_depth > 65535 {
-            return Err(invalid(n, "max queue depth must be 1..=65535"));
-        }
-        if opts.queues.default == 0 {
-            return Err(invalid(n, "a device needs at least one default queue"));
-        }
+        let info = BdevInfo {
+            name: opts.name.clone(),
+            uuid: opts.uuid.unwrap_or_else(Uuid::new_v4),
+            product_name: "Malloc disk".into(),
+            block_size: opts.block_size,
+            num_blocks: opts.num_blocks,
+            supported_ops: OpSet::ALL,
+            queues: opts.queues,
+            max_queue_depth: opts.max_queue_depth,
+            max_transfer_blocks: u32::MAX,
+        };
+        info.validate()?;
         if let Some(l) = opts.corrupt_lba
             && l >= opts.num_blocks
         {
-            return Err(invalid(n, format!("corrupt_lba {l} is beyond the device")));
+            return Err(info.invalid(format!("corrupt_lba {l} is beyond the device")));
         }
-        let bytes = opts
-            .num_blocks
-            .checked_mul(u64::from(opts.block_size))
-            .ok_or_else(|| invalid(n, "size overflows 64 bits"))?;
+        let bytes = info.size_bytes();
         let mem = Memory::new(bytes)
-            .map_err(|e| invalid(n, format!("cannot allocate {bytes} bytes: {e}")))?;
+            .map_err(|e| info.invalid(format!("cannot allocate {bytes} bytes: {e}")))?;
         if opts.corrupt_lba.is_some() {
-            log::warn!("bdev {n}: test-only corruption of one block is enabled");
+            log::warn!(
+                "bdev {}: test-only corruption of one block is enabled",
+                info.name
+            );
         }
         Ok(Arc::new(MallocDevice {
-            info: BdevInfo {
-                name: opts.name.clone(),
-                uuid: opts.uuid.unwrap_or_else(Uuid::new_v4),
-                product_name: "Malloc disk".into(),
-                block_size: opts.block_size,
-                num_blocks: opts.num_blocks,
-                supported_ops: OpSet::ALL,
-                queues: opts.queues,
-                max_queue_depth: opts.max_queue_depth,
-                max_transfer_blocks: u32::MAX,
-            },
+            info,
             mem: Arc::new(mem),
             corrupt_lba: opts.corrupt_lba,
             corrupt_state: Arc::new(AtomicU8::new(CORRUPT_ARMED)),

@@ -61,54 +61,23 @@ pub struct NullDevice {
     latency_ns: u64,
 }
 
-fn invalid(name: &str, reason: impl Into<String>) -> BdevError {
-    BdevError::InvalidConfig {
-        name: name.to_string(),
-        reason: reason.into(),
-    }
-}
-
 impl NullDevice {
     /// Validates `opts` and creates the device.
     pub fn new(opts: NullOptions) -> Result<Arc<NullDevice>, BdevError> {
-        let n = &opts.name;
-        if !(512..=65536).contains(&opts.block_size) || !opts.block_size.is_power_of_two() {
-            return Err(invalid(
-                n,
-                format!(
-                    "block size {} is not a power of two from 512 to 65536",
-                    opts.block_size
-                ),
-            ));
-        }
-        if opts.num_blocks == 0 {
-            return Err(invalid(n, "size must be at least one block"));
-        }
-        if opts
-            .num_blocks
-            .checked_mul(u64::from(opts.block_size))
-            .is_none()
-        {
-            return Err(invalid(n, "size overflows 64 bits"));
-        }
-        if opts.max_queue_depth == 0 || opts.max_queue_depth > 65535 {
-            return Err(invalid(n, "max queue depth must be 1..=65535"));
-        }
-        if opts.queues.default == 0 {
-            return Err(invalid(n, "a device needs at least one default queue"));
-        }
+        let info = BdevInfo {
+            name: opts.name.clone(),
+            uuid: opts.uuid.unwrap_or_else(Uuid::new_v4),
+            product_name: "Null disk".into(),
+            block_size: opts.block_size,
+            num_blocks: opts.num_blocks,
+            supported_ops: OpSet::ALL,
+            queues: opts.queues,
+            max_queue_depth: opts.max_queue_depth,
+            max_transfer_blocks: u32::MAX,
+        };
+        info.validate()?;
         Ok(Arc::new(NullDevice {
-            info: BdevInfo {
-                name: opts.name.clone(),
-                uuid: opts.uuid.unwrap_or_else(Uuid::new_v4),
-                product_name: "Null disk".into(),
-                block_size: opts.block_size,
-                num_blocks: opts.num_blocks,
-                supported_ops: OpSet::ALL,
-                queues: opts.queues,
-                max_queue_depth: opts.max_queue_depth,
-                max_transfer_blocks: u32::MAX,
-            },
+            info,
             latency_ns: opts.latency_ns,
         }))
     }

@@ -100,6 +100,39 @@ impl BdevInfo {
         self.num_blocks * u64::from(self.block_size)
     }
 
+    /// Checks the geometry and queue facts every driver must get right: a power-of-two block
+    /// size from 512 to 65536, at least one block, a size that fits 64 bits, a queue depth of
+    /// 1..=65535 and at least one default queue. Drivers call it once, at create time.
+    pub fn validate(&self) -> Result<(), BdevError> {
+        let bs = self.block_size;
+        if !(512..=65536).contains(&bs) || !bs.is_power_of_two() {
+            return Err(self.invalid(format!(
+                "block size {bs} is not a power of two from 512 to 65536"
+            )));
+        }
+        if self.num_blocks == 0 {
+            return Err(self.invalid("size must be at least one block"));
+        }
+        if self.num_blocks.checked_mul(u64::from(bs)).is_none() {
+            return Err(self.invalid("size overflows 64 bits"));
+        }
+        if self.max_queue_depth == 0 || self.max_queue_depth > 65535 {
+            return Err(self.invalid("max queue depth must be 1..=65535"));
+        }
+        if self.queues.default == 0 {
+            return Err(self.invalid("a device needs at least one default queue"));
+        }
+        Ok(())
+    }
+
+    /// An [`BdevError::InvalidConfig`] naming this device.
+    pub fn invalid(&self, reason: impl Into<String>) -> BdevError {
+        BdevError::InvalidConfig {
+            name: self.name.clone(),
+            reason: reason.into(),
+        }
+    }
+
     /// The error a driver's `open_queue` returns for a queue the device does not have or a
     /// depth outside `1..=max_queue_depth`.
     pub fn check_queue(&self, ty: HctxType, index: u16, depth: u32) -> Result<(), BdevError> {
@@ -219,6 +252,44 @@ impl BdevError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn info() -> BdevInfo {
+        BdevInfo {
+            name: "Dev0".into(),
+            uuid: Uuid::default(),
+            product_name: "test".into(),
+            block_size: 512,
+            num_blocks: 8,
+            supported_ops: OpSet::ALL,
+            queues: HctxQueues::DEFAULT_ONLY,
+            max_queue_depth: 64,
+            max_transfer_blocks: u32::MAX,
+        }
+    }
+
+    #[test]
+    fn validate_names_each_bad_fact() {
+        assert!(info().validate().is_ok());
+        type Spoil = fn(&mut BdevInfo);
+        let cases: [(Spoil, &str); 6] = [
+            (
+                |i| i.block_size = 1000,
+                "block size 1000 is not a power of two",
+            ),
+            (|i| i.block_size = 256, "block size 256"),
+            (|i| i.num_blocks = 0, "at least one block"),
+            (|i| i.num_blocks = u64::MAX, "overflows 64 bits"),
+            (|i| i.max_queue_depth = 0, "max queue depth"),
+            (|i| i.queues.default = 0, "at least one default queue"),
+        ];
+        for (spoil, want) in cases {
+            let mut i = info();
+            spoil(&mut i);
+            let e = i.validate().unwrap_err();
+            assert!(e.to_string().contains(want), "{e} lacks {want:?}");
+            assert!(e.to_string().starts_with("bdev Dev0: "), "{e}");
+        }
+    }
 
     #[test]
     fn check_queue_refuses_missing_queues_and_bad_depths() {
