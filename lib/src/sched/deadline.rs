@@ -440,6 +440,16 @@ struct Slot {
 }
 
 impl Slot {
+    /// Merge bookkeeping shared by back and front merges: sizes add up, the merged request
+    /// keeps the earlier insertion time and deadline (as Linux's `dd_merged_requests`).
+    fn take_sizes_and_times(&mut self, other: &Slot, segs: u32) {
+        self.nblocks += other.nblocks;
+        self.nsegs = segs;
+        self.nr_members += other.nr_members;
+        self.insert_ns = self.insert_ns.min(other.insert_ns);
+        self.deadline_ns = self.deadline_ns.min(other.deadline_ns);
+    }
+
     const EMPTY: Slot = Slot {
         state: State::Out,
         owner: 0,
@@ -872,12 +882,8 @@ impl Deadline {
             .next
             .store(ns.chain_head, Ordering::Relaxed);
         qs.chain_tail = ns.chain_tail;
-        qs.nblocks += ns.nblocks;
-        qs.nsegs = segs;
         qs.end_addr = ns.end_addr;
-        qs.nr_members += ns.nr_members;
-        qs.insert_ns = qs.insert_ns.min(ns.insert_ns);
-        qs.deadline_ns = qs.deadline_ns.min(ns.deadline_ns);
+        qs.take_sizes_and_times(&ns, segs);
         self.make_member(n);
     }
 
@@ -891,12 +897,8 @@ impl Deadline {
             .store(qs.chain_head, Ordering::Relaxed);
         qs.chain_head = ns.chain_head;
         qs.sector = ns.sector;
-        qs.nblocks += ns.nblocks;
-        qs.nsegs = segs;
         qs.addr = ns.addr;
-        qs.nr_members += ns.nr_members;
-        qs.insert_ns = qs.insert_ns.min(ns.insert_ns);
-        qs.deadline_ns = qs.deadline_ns.min(ns.deadline_ns);
+        qs.take_sizes_and_times(&ns, segs);
         self.make_member(n);
     }
 
