@@ -1,7 +1,6 @@
 //! The io_uring driver at the DriverQueue level, on temporary files, loop devices and file
 //! systems without O_DIRECT: data round trips, short reads, errors, no hangs.
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -447,8 +446,26 @@ fn uring_no_direct_io_file_system_is_a_clear_error() {
         round_trip(o, false);
     };
     let r = std::panic::catch_unwind(result);
-    let _ = Command::new("umount").arg(mnt).status();
+    unmount(mnt);
     r.unwrap();
+}
+
+/// Unmounts a test's file system. A closed ring lets go of its registered file only when the
+/// kernel's deferred ring teardown has run, so "target is busy" is retried for a while, then
+/// the mount is detached lazily rather than left behind.
+fn unmount(mnt: &Path) {
+    for _ in 0..200 {
+        let done = Command::new("umount")
+            .arg(mnt)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if done {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = Command::new("umount").arg("-l").arg(mnt).status();
 }
 
 #[test]
@@ -608,7 +625,6 @@ fn uring_loop_block_device() {
     });
     let _ = Command::new("losetup").arg("-d").arg(&dev).status();
     r.unwrap();
-    let _ = OpenOptions::new();
 }
 
 /// Registered buffers of every io_uring in this process, from /proc/self/fdinfo
@@ -623,6 +639,25 @@ fn ring_fdinfo() -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether some io_uring of this process lists a registered buffer starting at `addr`.
+/// The kernel prints a ring's `UserBufs:` only when a trylock of the ring's lock succeeds,
+/// and a test running beside this one may hold that lock for a moment (reading the same
+/// fdinfo, for one), so a missing section is retried for a while before it counts.
+fn ring_lists_buffer(addr: *const u8) -> Result<(), Vec<String>> {
+    let want = format!("{:x}", addr as usize);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let infos = ring_fdinfo();
+        if infos.iter().any(|s| s.contains(&want)) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(infos);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// Buffers registered after a queue is open are picked up at its next submit: the ring's
@@ -667,12 +702,12 @@ fn uring_buffers_registered_after_open() {
     run(q.as_mut(), &mut r);
     assert!(r.iter().all(|r| r.status == IoStatus::Success));
     assert!(wbuf.slice() == rbuf.slice());
-    let want = format!("{:x}", wbuf.ptr as usize);
-    let infos = ring_fdinfo();
-    assert!(
-        infos.iter().any(|s| s.contains(&want)),
-        "no ring lists the registered buffer at {want}: {infos:#?}"
-    );
+    if let Err(infos) = ring_lists_buffer(wbuf.ptr) {
+        panic!(
+            "no ring lists the registered buffer at {:p}: {infos:#?}",
+            wbuf.ptr
+        );
+    }
     drop(q);
 }
 
@@ -703,10 +738,8 @@ fn uring_dma_region_as_fixed_buffers() {
     run(q.as_mut(), &mut r);
     assert!(r.iter().all(|r| r.status == IoStatus::Success));
     assert!(mem[..32 * 4096] == mem[32 * 4096..64 * 4096]);
-    let want = format!("{:x}", region.as_ptr() as usize);
-    assert!(
-        ring_fdinfo().iter().any(|s| s.contains(&want)),
-        "the DMA region is registered with the ring"
-    );
+    if let Err(infos) = ring_lists_buffer(region.as_ptr()) {
+        panic!("the DMA region is not registered with any ring: {infos:#?}");
+    }
     drop(q);
 }
