@@ -234,11 +234,14 @@ impl BdevQueue {
         }
         let mut hctx = Vec::with_capacity(HCTX_MAX_TYPES);
         let mut slot = [NO_SLOT; HCTX_MAX_TYPES];
+        // With a scheduler the driver may be opened deeper than `depth` (a command id per
+        // scheduler tag); `depth` stays the limit on requests in flight.
+        let drv_depth = SchedPath::driver_depth(&opts.sched, info, opts.depth);
         for ty in HctxType::ALL {
             if info.queues.count(ty) == 0 {
                 continue;
             }
-            let drv = dev.open_queue(ty, 0, opts.depth)?;
+            let drv = dev.open_queue(ty, 0, drv_depth)?;
             let tags = Tags::new(TagsOptions {
                 depth: opts.depth,
                 ..TagsOptions::default()
@@ -259,7 +262,7 @@ impl BdevQueue {
                 done: Vec::with_capacity(opts.depth as usize),
             });
         }
-        let sp = SchedPath::for_mode(&opts.sched, info, &hctx)?;
+        let sp = SchedPath::for_mode(&opts.sched, info, &hctx, drv_depth)?;
         Ok(BdevQueue {
             name,
             key: DevKey(NEXT_KEY.fetch_add(1, Ordering::Relaxed)),
@@ -534,7 +537,14 @@ impl BdevQueue {
 
     /// Driver tags in use on `ty`'s hctx (0 when the device has none of that type).
     pub fn busy_tags(&self, ty: HctxType) -> u32 {
-        self.hctx_of(ty).map_or(0, |h| h.tags.busy())
+        let Some(h) = self.hctx_of(ty) else {
+            return 0;
+        };
+        match &self.sp {
+            // The scheduler path counts its driver requests itself.
+            Some(sp) => sp.driver_busy(usize::from(self.slot[ty.index()])),
+            None => h.tags.busy(),
+        }
     }
 }
 

@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use super::super::stats::now_ns;
 use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError};
-use crate::hctx::HctxType;
+use crate::hctx::{HCTX_MAX_TYPES, HctxType};
 use crate::plug::Plug;
-use crate::request::{Io, IoBuf, IoStatus, ReqFlags, Request};
+use crate::request::{Io, IoBuf, IoStatus, PrioClass, ReqFlags, Request};
 use crate::sbitmap::AllocHint;
 use crate::sched::{Dispatched, SchedError, SchedRq, SharedDeadline};
 use crate::tags::{RequestPool, Tags, TagsOptions};
@@ -64,7 +64,40 @@ pub(super) struct SchedPath {
     freed: Vec<u16>,
     /// Requests the scheduler refused (a bug), failed at the next poll (capacity `per_owner`).
     failed: Vec<u16>,
+    /// Whether the driver queues run requests where they live, in this scheduler pool (each
+    /// opened with a command id per scheduler tag; see [`SchedPath::driver_depth`]); else
+    /// each started request is copied into a driver request under a driver tag.
+    shared: bool,
+    /// Shared pool, per scheduler tag: how it was started. `VIA_COUNTED` (handed out by
+    /// `insert_dispatch_counted`, completed by count), `VIA_SCHED` (through the scheduler:
+    /// completed through it; its submit time is in `saved_ns`), `VIA_MERGED` (also carries
+    /// merged members: its own extent is in `saved_ext`).
+    via: Box<[u8]>,
+    /// Shared pool, per scheduler tag started through the scheduler: the submitter's clock
+    /// (the driver sees the dispatch time in `submit_ns`, as with a driver request).
+    saved_ns: Box<[u64]>,
+    /// Shared pool, per merged carrier: its own `lba`, `nblocks` and buffer.
+    saved_ext: Box<[(u64, u32, IoBuf)]>,
+    /// The pending burst, as `submit` saw it (to hand it out whole without a look at each
+    /// request): classes present (bit per class), whether any is HEAD or adjacent to its
+    /// predecessor in the same direction, the predecessor's direction (2: none) and extent,
+    /// the end of the last request per direction, and requests per hctx type.
+    burst_classes: u8,
+    burst_irregular: bool,
+    prev_dir: u8,
+    prev_start: u64,
+    prev_end: u64,
+    burst_end: [u64; 2],
+    burst_hctx: [u32; HCTX_MAX_TYPES],
 }
+
+/// `via` values (shared pool).
+const VIA_COUNTED: u8 = 0;
+const VIA_SCHED: u8 = 1;
+const VIA_MERGED: u8 = 2;
+
+/// "No request in this direction" in `burst_end`.
+const NO_END: u64 = u64::MAX;
 
 impl std::fmt::Debug for SchedPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,6 +116,7 @@ impl SchedPath {
         owner: u16,
         info: &super::super::BdevInfo,
         hctx: &[Hctx],
+        drv_depth: u32,
     ) -> Result<SchedPath, BdevError> {
         let invalid = |reason: String| BdevError::InvalidConfig {
             name: info.name.clone(),
@@ -161,7 +195,42 @@ impl SchedPath {
             done_ids: Vec::with_capacity(deepest),
             freed: Vec::with_capacity(per_owner as usize),
             failed: Vec::with_capacity(per_owner as usize),
+            shared: drv_depth >= per_owner,
+            via: vec![VIA_COUNTED; per_owner as usize].into_boxed_slice(),
+            saved_ns: vec![0; per_owner as usize].into_boxed_slice(),
+            saved_ext: vec![(0, 0, IoBuf::EMPTY); per_owner as usize].into_boxed_slice(),
+            burst_classes: 0,
+            burst_irregular: false,
+            prev_dir: 2,
+            prev_start: 0,
+            prev_end: 0,
+            burst_end: [NO_END; 2],
+            burst_hctx: [0; HCTX_MAX_TYPES],
         })
+    }
+
+    /// How deep `BdevQueue::open` opens the driver queues for `sched` and a queue `depth`
+    /// deep: with mq-deadline, deep enough for a command id per scheduler tag
+    /// (`max(depth, per_owner)`) when the device allows it, so the driver runs requests in
+    /// the scheduler pool (no copy, no second tag set: the hctx's depth is enforced by a
+    /// counter); else `depth` (requests are copied into driver requests under driver tags).
+    pub(super) fn driver_depth(
+        sched: &SchedMode,
+        info: &super::super::BdevInfo,
+        depth: u32,
+    ) -> u32 {
+        match sched {
+            SchedMode::None => depth,
+            SchedMode::MqDeadline { dd, .. } => {
+                let per_owner = dd.with_locked(|d| d.options().per_owner());
+                let want = depth.max(per_owner);
+                if want <= info.max_queue_depth.min(65535) {
+                    want
+                } else {
+                    depth
+                }
+            }
+        }
     }
 
     /// The scheduler tags (plugs bind to them instead of the driver tags).
@@ -184,13 +253,29 @@ impl SchedPath {
         sched: &SchedMode,
         info: &super::super::BdevInfo,
         hctx: &[Hctx],
+        drv_depth: u32,
     ) -> Result<Option<Box<SchedPath>>, BdevError> {
         Ok(match sched {
             SchedMode::None => None,
             SchedMode::MqDeadline { dd, owner } => {
-                Some(Box::new(SchedPath::new(dd, *owner, info, hctx)?))
+                Some(Box::new(SchedPath::new(dd, *owner, info, hctx, drv_depth)?))
             }
         })
+    }
+
+    /// Driver requests in flight on hctx `hi`.
+    pub(super) fn driver_busy(&self, hi: usize) -> u32 {
+        self.drv_busy[hi]
+    }
+
+    /// Forgets the burst tracked by `submit` (at flush).
+    #[inline]
+    fn reset_burst(&mut self) {
+        self.burst_classes = 0;
+        self.burst_irregular = false;
+        self.prev_dir = 2;
+        self.burst_end = [NO_END; 2];
+        self.burst_hctx = [0; HCTX_MAX_TYPES];
     }
 }
 
@@ -239,6 +324,17 @@ impl BdevQueue {
         sp.pending[sp.npending] = tag;
         sp.npending += 1;
         self.inflight += 1;
+        // What flush needs to know to hand the burst out whole (see `flush_direct`).
+        let dir = u8::from(!io.op.is_read());
+        let end = io.lba.wrapping_add(u64::from(io.nblocks));
+        sp.burst_classes |= 1 << (io.prio.class as u8);
+        sp.burst_irregular |= flags.contains(ReqFlags::HEAD)
+            || (sp.prev_dir == dir && (sp.prev_end == io.lba || end == sp.prev_start));
+        sp.prev_dir = dir;
+        sp.prev_start = io.lba;
+        sp.prev_end = end;
+        sp.burst_end[usize::from(dir)] = end;
+        sp.burst_hctx[ty.index()] += 1;
         Ok(tag)
     }
 
@@ -255,6 +351,12 @@ impl BdevQueue {
         };
         sp.burst_ns = 0;
         if sp.npending > 0 {
+            if sp.shared
+                && let Some(n) = sp.flush_direct(&mut self.hctx, &self.slot)
+            {
+                return n;
+            }
+            sp.reset_burst();
             sp.insert_pending(&self.hctx, now);
             return sp.start(&mut self.hctx, &self.slot, now);
         }
@@ -266,8 +368,170 @@ impl BdevQueue {
     }
 
     /// `poll` with a scheduler: reap driver completions, complete them through the scheduler
-    /// (every merged member once), then dispatch more if the scheduler has work.
-    pub(super) fn poll_sched<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+    /// (every merged member once; requests handed out by count, by count), then dispatch
+    /// more if the scheduler has work.
+    pub(super) fn poll_sched<F: FnMut(&Request)>(&mut self, max: usize, f: F) -> usize {
+        match self.sp.as_deref() {
+            Some(sp) if sp.shared => self.poll_shared(max, f),
+            Some(_) => self.poll_copy(max, f),
+            None => 0,
+        }
+    }
+
+    /// Completes the requests the scheduler refused (a bug) with `EINVAL`; returns how many.
+    #[cold]
+    fn fail_refused<F: FnMut(&Request)>(&mut self, f: &mut F) -> usize {
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return 0;
+        };
+        let now = now_ns();
+        for &local in &sp.failed {
+            let rq = &mut sp.pool[local];
+            rq.status = IoStatus::Errno(libc::EINVAL);
+            rq.complete_ns = now;
+            let lat = now.saturating_sub(rq.submit_ns);
+            self.stats.op_mut(rq.op).record(0, lat, false);
+            f(rq);
+        }
+        sp.tags.put_batch(&mut sp.put_hint, &sp.failed);
+        let n = sp.failed.len();
+        sp.failed.clear();
+        n
+    }
+
+    /// `poll` when the drivers run requests in the scheduler pool: the driver hands back
+    /// scheduler tags. Requests handed out by count complete with one counter add per class
+    /// per batch and free their tags straight from the driver's done list; the others (the
+    /// scheduler chose them, maybe merged) get their own extent and clock back and complete
+    /// through the scheduler, every member once.
+    fn poll_shared<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        let mut members = 0;
+        if self.sp.as_deref().is_some_and(|sp| !sp.failed.is_empty()) {
+            members += self.fail_refused(&mut f);
+        }
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return 0;
+        };
+        let block_size = u64::from(self.block_size);
+        let mut reaped = 0;
+        let mut now = 0;
+        let nh = self.hctx.len();
+        let first = self.poll_first;
+        if nh > 1 {
+            self.poll_first = (first + 1) % nh;
+        }
+        for i in 0..nh {
+            if reaped >= max {
+                break;
+            }
+            let hi = (first + i) % nh;
+            let h = &mut self.hctx[hi];
+            h.done.clear();
+            let n = h
+                .drv
+                .poll(sp.pool.as_mut_slice(), &mut h.done, max - reaped);
+            if n == 0 {
+                continue;
+            }
+            now = now_ns();
+            sp.drv_busy[hi] -= n as u32;
+            let mut counted = [0u64; 3];
+            let mut walk = false;
+            for &tag in &h.done {
+                if sp.via[usize::from(tag)] != VIA_COUNTED {
+                    walk = true;
+                    continue;
+                }
+                let rq = &mut sp.pool[tag];
+                rq.complete_ns = now;
+                let lat = now.saturating_sub(rq.submit_ns);
+                let bytes = if rq.op.has_data() {
+                    u64::from(rq.nblocks) * block_size
+                } else {
+                    0
+                };
+                self.stats
+                    .op_mut(rq.op)
+                    .record(bytes, lat, rq.status.is_success());
+                counted[rq.prio.class as usize] += 1;
+                f(rq);
+            }
+            if counted != [0; 3] {
+                sp.dd.complete_counted(counted);
+            }
+            if !walk {
+                sp.tags.put_batch(&mut sp.put_hint, &h.done);
+                members += n;
+                reaped += n;
+                continue;
+            }
+            // Some came through the scheduler: restore them, complete them (and their
+            // merged members) through it, and free every tag of the batch at once.
+            sp.freed.clear();
+            sp.done_ids.clear();
+            for &tag in &h.done {
+                let t = usize::from(tag);
+                match sp.via[t] {
+                    VIA_COUNTED => sp.freed.push(tag),
+                    via => {
+                        let rq = &mut sp.pool[tag];
+                        rq.submit_ns = sp.saved_ns[t];
+                        if via == VIA_MERGED {
+                            (rq.lba, rq.nblocks, rq.buf) = sp.saved_ext[t];
+                        }
+                        sp.via[t] = VIA_COUNTED;
+                        sp.done_ids.push((sp.base + u32::from(tag), rq.status));
+                    }
+                }
+            }
+            let (base, pool, freed, stats) =
+                (sp.base, &mut sp.pool, &mut sp.freed, &mut self.stats);
+            let res = sp
+                .dd
+                .complete_batch(sp.done_ids.iter().copied(), |id, status| {
+                    let Some(local) = id.checked_sub(base).and_then(|l| u16::try_from(l).ok())
+                    else {
+                        log::error!("mq-deadline: completed request {id} of another owner");
+                        return;
+                    };
+                    let rq = &mut pool[local];
+                    rq.status = status;
+                    rq.complete_ns = now;
+                    let lat = now.saturating_sub(rq.submit_ns);
+                    let bytes = if rq.op.has_data() {
+                        u64::from(rq.nblocks) * block_size
+                    } else {
+                        0
+                    };
+                    stats.op_mut(rq.op).record(bytes, lat, status.is_success());
+                    f(rq);
+                    freed.push(local);
+                });
+            if let Err(e) = res {
+                log::error!("mq-deadline completion: {e}");
+            }
+            sp.tags.put_batch(&mut sp.put_hint, &sp.freed);
+            // Counted requests were reported in the first pass; `freed` holds them too.
+            members += sp.freed.len();
+            reaped += n;
+        }
+        if members > 0 {
+            self.inflight -= members as u32;
+            self.cell.publish(&self.stats);
+        }
+        // Driver room was freed, or another reactor may have parked requests for us.
+        if sp.dd.has_pending() {
+            if now == 0 {
+                now = now_ns();
+            }
+            sp.dispatch(&mut self.hctx, &self.slot, now);
+        }
+        members
+    }
+
+    /// `poll` when started requests are copies in the driver pools: map each driver tag back
+    /// to its scheduler request, free the driver tags, complete through the scheduler.
+    fn poll_copy<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
         let Some(sp) = self.sp.as_deref_mut() else {
             return 0;
         };
@@ -421,11 +685,127 @@ impl SchedPath {
         self.start(hctx, slot, now)
     }
 
+    /// Hands the pending burst to the drivers whole, in the scheduler pool, when it is regular
+    /// (one class, no HEAD, nothing adjacent to its predecessor in its direction), every hctx
+    /// has room for its share, and the scheduler counts it inserted and dispatched at once
+    /// ([`SharedDeadline::insert_dispatch_counted`]: nothing waits there, no higher class is
+    /// queued or in flight). This is what insert + dispatch would hand out, in submission
+    /// order. Returns how many started, or `None` when nothing changed.
+    #[inline]
+    fn flush_direct(&mut self, hctx: &mut [Hctx], slot: &[u8]) -> Option<usize> {
+        let n = self.npending;
+        if self.burst_irregular || self.burst_classes.count_ones() != 1 {
+            return None;
+        }
+        for ty in HctxType::ALL {
+            let want = self.burst_hctx[ty.index()];
+            if want != 0 {
+                let hi = usize::from(slot[ty.index()]);
+                if hctx[hi].tags.depth() - self.drv_busy[hi] < want {
+                    return None;
+                }
+            }
+        }
+        let prio = PrioClass::ALL[self.burst_classes.trailing_zeros() as usize];
+        let latest = self.burst_end.map(|e| (e != NO_END).then_some(e));
+        if !self.dd.insert_dispatch_counted(prio, n as u32, latest) {
+            return None;
+        }
+        self.npending = 0;
+        if let [h] = hctx {
+            self.drv_busy[0] += n as u32;
+            h.drv.submit(self.pool.as_mut_slice(), &self.pending[..n]);
+        } else {
+            for &tag in &self.pending[..n] {
+                let h = &mut hctx[usize::from(slot[self.pool[tag].hctx.index()])];
+                // The room check above bounds each hctx's share by its depth.
+                h.pending[h.npending] = tag;
+                h.npending += 1;
+            }
+            for (hi, h) in hctx.iter_mut().enumerate() {
+                if h.npending > 0 {
+                    self.drv_busy[hi] += h.npending as u32;
+                    h.drv
+                        .submit(self.pool.as_mut_slice(), &h.pending[..h.npending]);
+                    h.npending = 0;
+                }
+            }
+        }
+        self.reset_burst();
+        Some(n)
+    }
+
+    /// Starts the handed-out requests in `out` (see `start_shared` and `start_copy`).
+    #[inline]
+    fn start(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
+        if self.shared {
+            self.start_shared(hctx, slot, now)
+        } else {
+            self.start_copy(hctx, slot, now)
+        }
+    }
+
+    /// Starts the handed-out requests in `out` where they are, in the scheduler pool: room on
+    /// the request's hctx (a counter against its depth: the driver tag), the merged I/O
+    /// written into the carrier (its own extent saved), the dispatch time as the driver's
+    /// `submit_ns` (the submitter's saved), one driver `submit` per hctx. Requests no room is
+    /// left for go back to the scheduler. Returns how many started.
+    fn start_shared(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
+        let n = self.out.len();
+        let mut started = 0;
+        for k in 0..n {
+            let d = self.out[k];
+            let local = (d.id - self.base) as u16;
+            let t = usize::from(local);
+            let rq = &mut self.pool[local];
+            let hi = usize::from(slot[rq.hctx.index()]);
+            let h = &mut hctx[hi];
+            if self.drv_busy[hi] >= h.tags.depth() {
+                // This hctx is full (room was counted over all of them): give the rest back.
+                if let Err(e) = self.dd.requeue_batch(self.out[k..n].iter().map(|d| d.id)) {
+                    log::error!("mq-deadline requeue: {e}");
+                }
+                break;
+            }
+            self.saved_ns[t] = rq.submit_ns;
+            rq.submit_ns = now;
+            self.via[t] = if d.nr_members > 1 {
+                self.saved_ext[t] = (rq.lba, rq.nblocks, rq.buf);
+                let len = u64::from(d.nblocks) * u64::from(rq.buf.len() / rq.nblocks.max(1));
+                rq.lba = d.sector;
+                rq.nblocks = d.nblocks;
+                if rq.op.has_data() {
+                    // SAFETY: as in `start_copy`: the scheduler merged these requests into one
+                    // segment only because their buffers are contiguous (`max_segments` is 1,
+                    // checked at open), each valid until its request completes (the
+                    // submitter's `IoBuf` contract), and the merged I/O completes no later
+                    // than any member. The carrier's own buffer is restored at completion.
+                    rq.buf = unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) };
+                }
+                VIA_MERGED
+            } else {
+                VIA_SCHED
+            };
+            self.drv_busy[hi] += 1;
+            h.pending[h.npending] = local;
+            h.npending += 1;
+            started += 1;
+        }
+        for h in hctx.iter_mut() {
+            if h.npending > 0 {
+                h.drv
+                    .submit(self.pool.as_mut_slice(), &h.pending[..h.npending]);
+                h.npending = 0;
+            }
+        }
+        started
+    }
+
     /// Starts the handed-out requests in `out`: a driver tag each (taken in batches), the
     /// (possibly merged) I/O copied into the driver's request (started at `now`), one driver
     /// `submit` per hctx.
     /// Requests no driver tag is left for go back to the scheduler. Returns how many started.
-    fn start(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
+    fn start_copy(&mut self, hctx: &mut [Hctx], slot: &[u8], now: u64) -> usize {
         let n = self.out.len();
         if n == 0 {
             return 0;
@@ -582,6 +962,12 @@ mod tests {
     }
 
     fn ram(blocks: u64) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>) {
+        ram_max(blocks, 256)
+    }
+
+    /// A RAM disk whose queues may be opened at most `max_depth` deep (below the scheduler
+    /// tags per owner, the scheduler path copies requests into driver requests).
+    fn ram_max(blocks: u64, max_depth: u32) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>) {
         let max_inflight = Arc::new(AtomicU64::new(0));
         let d = Ram {
             info: BdevInfo {
@@ -592,7 +978,7 @@ mod tests {
                 num_blocks: blocks,
                 supported_ops: OpSet::READ_WRITE.with(Op::Flush),
                 queues: HctxQueues::DEFAULT_ONLY,
-                max_queue_depth: 256,
+                max_queue_depth: max_depth,
                 max_transfer_blocks: 256,
             },
             data: Arc::new(Mutex::new(vec![0; (blocks * u64::from(BS)) as usize])),
@@ -626,7 +1012,14 @@ mod tests {
     /// queue) all come back.
     #[test]
     fn merged_writes_complete_each_member_once_and_data_is_right() {
-        let (dev, max_inflight) = ram(1024);
+        // Shared pool (the driver opened with a command id per scheduler tag), then copies
+        // (the device cannot be opened that deep).
+        merged_writes_case(256);
+        merged_writes_case(8);
+    }
+
+    fn merged_writes_case(max_depth: u32) {
+        let (dev, max_inflight) = ram_max(1024, max_depth);
         let dd = sched(1, 8);
         let mut q = BdevQueue::open(
             dev,
@@ -639,6 +1032,7 @@ mod tests {
             },
         )
         .unwrap();
+        assert_eq!(q.sp.as_ref().unwrap().shared, max_depth >= 16);
         let mut plug = Plug::default();
         q.register_plug(&mut plug);
         // 16 scheduler tags over 8 driver tags.
@@ -696,6 +1090,84 @@ mod tests {
         assert_eq!(rbuf, wbuf);
         assert_eq!(q.stats().op(Op::Write).ops, 16);
         assert_eq!(q.stats().op(Op::Read).bytes, 16 * u64::from(BS));
+        drop(q);
+        dd.teardown_check().unwrap();
+    }
+
+    /// The scheduler-pool path: a regular burst (one class, nothing adjacent, no HEAD) on an
+    /// idle scheduler is handed out by count; irregular bursts and bursts behind busy
+    /// classes go through the scheduler; both kinds complete in the same driver batches,
+    /// each request once, with its own extent and clock, and the counters balance.
+    #[test]
+    fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
+        let (dev, max_inflight) = ram(4096);
+        let dd = sched(1, 16);
+        let mut q = BdevQueue::open(
+            dev,
+            BdevQueueOptions {
+                depth: 16,
+                sched: SchedMode::MqDeadline {
+                    dd: Arc::clone(&dd),
+                    owner: 0,
+                },
+            },
+        )
+        .unwrap();
+        let via = |q: &BdevQueue| {
+            let sp = q.sp.as_ref().unwrap();
+            assert!(
+                sp.shared,
+                "the RAM disk takes a command id per scheduler tag"
+            );
+            sp.via.iter().filter(|&&v| v != VIA_COUNTED).count()
+        };
+        let mut plug = Plug::default();
+        let mut bufs = vec![0u8; 32 * 2 * BS as usize];
+        let mut chunks = bufs.chunks_mut(2 * BS as usize);
+        let mut lba_of = std::collections::HashMap::new();
+        let mut submit = |q: &mut BdevQueue, op, lba: u64, prio, token: u64| {
+            lba_of.insert(token, lba);
+            let io = io(op, lba, chunks.next().unwrap(), token, prio);
+            q.submit(&mut plug, &io).unwrap();
+        };
+        // Regular BE burst: counted, no request through the scheduler.
+        for (t, lba) in [(0u64, 400u64), (1, 100), (2, 900), (3, 40)] {
+            submit(&mut q, Op::Read, lba, PrioClass::Be, t);
+        }
+        assert_eq!(q.flush(), 4);
+        assert_eq!(via(&q), 0);
+        assert_eq!(dd.stats(PrioClass::Be).dispatched, 4);
+        // Mixed classes and a back-mergeable pair (contiguous buffers): the full path. RT
+        // goes out (the two 2-block writes at 600 and 602 merge into one 4-block request);
+        // IDLE waits behind the BE requests in flight.
+        submit(&mut q, Op::Read, 2000, PrioClass::Idle, 10);
+        submit(&mut q, Op::Write, 600, PrioClass::Rt, 11);
+        submit(&mut q, Op::Write, 602, PrioClass::Rt, 12);
+        assert_eq!(q.flush(), 1, "one merged RT write starts, IDLE waits");
+        assert_eq!(via(&q), 1);
+        assert_eq!(dd.stats(PrioClass::Rt).merged, 1);
+        assert_eq!(q.busy_tags(HctxType::Default), 5);
+        let mut seen = std::collections::HashMap::<u64, u32>::new();
+        while q.outstanding() > 0 {
+            q.poll(3, |rq| {
+                assert!(rq.status.is_success());
+                assert_eq!(rq.lba, lba_of[&rq.token], "own extent reported");
+                assert_eq!(rq.nblocks, 2);
+                assert!(rq.submit_ns <= rq.complete_ns);
+                *seen.entry(rq.token).or_default() += 1;
+            });
+        }
+        let mut tokens: Vec<u64> = seen.keys().copied().collect();
+        tokens.sort_unstable();
+        assert_eq!(tokens, [0, 1, 2, 3, 10, 11, 12]);
+        assert!(seen.values().all(|&c| c == 1), "{seen:?}");
+        assert_eq!(via(&q), 0, "every scheduled request restored");
+        assert_eq!(q.stats().op(Op::Read).bytes, 5 * 2 * u64::from(BS));
+        assert!(max_inflight.load(Ordering::Relaxed) <= 16);
+        assert_eq!(
+            (q.sched_busy_tags(), q.busy_tags(HctxType::Default)),
+            (0, 0)
+        );
         drop(q);
         dd.teardown_check().unwrap();
     }

@@ -316,6 +316,17 @@ impl CompletionSide {
         }
     }
 
+    /// Completes `counts[class]` requests of each class that were handed out without
+    /// per-request state (`Deadline::insert_dispatch_counted`).
+    #[inline]
+    pub(crate) fn complete_counted(&self, counts: [u64; NR_PRIO]) {
+        for (c, n) in self.completed.iter().zip(counts) {
+            if n != 0 {
+                c.0.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Completes handed-out carriers: `f(member, status)` once per member, then one atomic
     /// add per class for the whole batch. Ids that are not in flight are rejected (logged)
     /// and the rest still complete.
@@ -1388,8 +1399,52 @@ impl Deadline {
         true
     }
 
+    /// The counted form of [`Deadline::insert_dispatch_direct`] for a caller that vouches for
+    /// every per-request condition itself (the block layer's scheduler path, which checks
+    /// them as it builds the burst): `n` requests, all of class `prio`, all the caller's own
+    /// and none in the scheduler or in flight (it owns their scheduler tags), none a HEAD
+    /// insertion, each inside the sector range and not adjacent to its predecessor in the
+    /// burst (so nothing would merge). `latest_pos[dir]` is the end of the burst's last
+    /// request in that direction (`None`: none in that direction).
+    ///
+    /// Under the same scheduler-wide conditions as `insert_dispatch_direct` (nothing waits in
+    /// the scheduler, no higher class queued or in flight; the caller has driver room for all
+    /// `n`), the burst is counted as inserted and dispatched (once each, as insert + dispatch
+    /// would) and `true` is returned; otherwise nothing changes. No per-request state is kept:
+    /// these requests are not merge candidates (they left the scheduler at once), cannot be
+    /// requeued, and complete through [`Deadline::complete_counted`], not `complete_batch`.
+    pub fn insert_dispatch_counted(
+        &mut self,
+        prio: PrioClass,
+        n: u32,
+        latest_pos: [Option<u64>; 2],
+    ) -> bool {
+        if !self.fast_runs || self.pending != 0 || self.ready_total != 0 || n == 0 {
+            return false;
+        }
+        let p = prio as usize;
+        if (0..p).any(|h| self.queued(PrioClass::ALL[h]) != 0) {
+            return false;
+        }
+        let pp = &mut self.prios[p];
+        for (pos, latest) in pp.latest_pos.iter_mut().zip(latest_pos) {
+            if let Some(l) = latest {
+                *pos = l;
+            }
+        }
+        pp.inserted += u64::from(n);
+        pp.dispatched += u64::from(n);
+        true
+    }
+
     // --------------------------------------------------------------------------------------
     // Requeue, completion, teardown.
+
+    /// Completes requests handed out by [`Deadline::insert_dispatch_counted`]:
+    /// `counts[class]` of each class. Lock-free (one atomic add per class with a count).
+    pub fn complete_counted(&self, counts: [u64; 3]) {
+        self.side.complete_counted(counts);
+    }
 
     /// Gives a handed-out request back (the driver could not take it): it goes to the head of
     /// the dispatch list and is not counted again.

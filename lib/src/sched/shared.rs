@@ -165,6 +165,31 @@ impl SharedDeadline {
         result.map(|()| (sum, n))
     }
 
+    /// [`Deadline::insert_dispatch_counted`] under one lock acquisition: a burst of `n`
+    /// requests of class `prio` the caller has vetted, counted as inserted and dispatched
+    /// when the scheduler is idle enough to hand it out whole; `false` (nothing changed)
+    /// otherwise. Complete them with [`SharedDeadline::complete_counted`].
+    #[inline]
+    pub fn insert_dispatch_counted(
+        &self,
+        prio: PrioClass,
+        n: u32,
+        latest_pos: [Option<u64>; 2],
+    ) -> bool {
+        // Nothing is published: a counted burst leaves the scheduler's pending state as it was
+        // (it is taken only when nothing waits).
+        self.inner
+            .lock()
+            .insert_dispatch_counted(prio, n, latest_pos)
+    }
+
+    /// Completes requests handed out by [`SharedDeadline::insert_dispatch_counted`]:
+    /// `counts[class]` per class (`PrioClass as usize`). Lock-free.
+    #[inline]
+    pub fn complete_counted(&self, counts: [u64; 3]) {
+        self.side.complete_counted(counts);
+    }
+
     /// Gives handed-out requests back (the driver could not take them), under one lock
     /// acquisition; they are dispatched again first, in the order given.
     pub fn requeue_batch<I>(&self, ids: I) -> Result<(), SchedError>

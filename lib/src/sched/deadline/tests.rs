@@ -606,6 +606,45 @@ fn bad_ids_and_owners_rejected() {
         .unwrap();
 }
 
+/// A counted burst is taken only when mq-deadline would hand it out whole at once: nothing
+/// waiting, no higher class queued or in flight; the counters move as insert + dispatch.
+#[test]
+fn counted_burst_only_when_nothing_waits_or_outranks_it() {
+    let mut dd = Deadline::new(opts()).unwrap();
+    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 0, [None; 2]));
+    assert!(dd.insert_dispatch_counted(PrioClass::Be, 3, [Some(808), None]));
+    let s = dd.stats(PrioClass::Be);
+    assert_eq!((s.inserted, s.dispatched, s.queued), (3, 3, 3));
+    // BE in flight does not hold RT back; RT in flight holds BE and IDLE back.
+    assert!(dd.insert_dispatch_counted(PrioClass::Rt, 1, [None, Some(16)]));
+    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 1, [None; 2]));
+    assert!(!dd.insert_dispatch_counted(PrioClass::Idle, 1, [None; 2]));
+    dd.complete_counted([1, 0, 0]);
+    assert_eq!(dd.queued(PrioClass::Rt), 0);
+    assert!(dd.insert_dispatch_counted(PrioClass::Be, 2, [None; 2]));
+    // Something queued: the full path decides (deadlines, order, merges).
+    dd.insert(&read(9, 4000), 5).unwrap();
+    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 1, [None; 2]));
+    // The burst's end is where the elevator continues (`latest_pos`): 4000 ≥ 808.
+    let d = one(&mut dd, 6).unwrap();
+    assert_eq!(d.id, 9);
+    dd.complete_batch([(9, IoStatus::Success)], |_, _| {})
+        .unwrap();
+    assert!(
+        dd.teardown_check().is_err(),
+        "counted requests still in flight"
+    );
+    dd.complete_counted([0, 5, 0]);
+    for p in PrioClass::ALL {
+        let s = dd.stats(p);
+        assert_eq!(
+            (s.inserted, s.completed, s.queued),
+            (s.dispatched, s.dispatched, 0)
+        );
+    }
+    dd.teardown_check().unwrap();
+}
+
 #[test]
 fn other_owners_requests_go_to_their_ready_list() {
     let mut dd = Deadline::new(opts()).unwrap();
@@ -655,6 +694,11 @@ mod props {
         Tick {
             ms: u16,
         },
+        /// A burst of `n` requests of class `prio` handed out by count.
+        Counted {
+            prio: u8,
+            n: u8,
+        },
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -667,6 +711,7 @@ mod props {
             2 => (1u8..6, any::<bool>()).prop_map(|(n, fail)| Step::Complete { n, fail }),
             1 => (1u8..3).prop_map(|n| Step::Requeue { n }),
             1 => (1u16..3000).prop_map(|ms| Step::Tick { ms }),
+            1 => (0u8..3, 1u8..5).prop_map(|(prio, n)| Step::Counted { prio, n }),
         ]
     }
 
@@ -685,6 +730,8 @@ mod props {
         prio: Vec<usize>,
         /// Carriers handed out and not completed.
         flight: Vec<Dispatched>,
+        /// Requests handed out by count and not completed.
+        counted: Vec<u32>,
     }
 
     fn check(dd: &Deadline, m: &Model) -> Result<(), TestCaseError> {
@@ -734,6 +781,19 @@ mod props {
         n: usize,
         fail: bool,
     ) -> Result<(), TestCaseError> {
+        // Requests handed out by count complete by count, with the carriers.
+        let k = n.min(m.counted.len());
+        let mut counts = [0u64; 3];
+        for id in m.counted.drain(..k) {
+            let i = id as usize;
+            prop_assert_eq!(m.handed[i], 1);
+            m.done[i] += 1;
+            prop_assert_eq!(m.done[i], m.lives[i]);
+            counts[m.prio[i]] += 1;
+            m.completed[m.prio[i]] += 1;
+            m.handed[i] = 0;
+        }
+        dd.complete_counted(counts);
         let n = n.min(m.flight.len());
         let batch: Vec<Dispatched> = m.flight.drain(..n).collect();
         let status = if fail {
@@ -827,16 +887,45 @@ mod props {
                         }
                     }
                     Step::Tick { ms } => now += u64::from(ms) * MS,
+                    Step::Counted { prio, n } => {
+                        let ids: Vec<u32> = (0..NR)
+                            .filter(|&i| !m.in_sched[i as usize] && m.handed[i as usize] == 0)
+                            .take(usize::from(n))
+                            .collect();
+                        if ids.is_empty() {
+                            continue;
+                        }
+                        let p = prio as usize;
+                        // Taken only when nothing waits and no higher class is busy.
+                        let idle = !m.in_sched.iter().any(|&q| q)
+                            && (0..p).all(|h| m.inserted[h] == m.completed[h]);
+                        let taken = dd.insert_dispatch_counted(
+                            PrioClass::ALL[p],
+                            ids.len() as u32,
+                            [Some(u64::from(n) * 4), None],
+                        );
+                        prop_assert_eq!(taken, idle);
+                        if taken {
+                            for id in ids {
+                                let i = id as usize;
+                                m.inserted[p] += 1;
+                                m.lives[i] += 1;
+                                m.prio[i] = p;
+                                m.handed[i] = 1;
+                                m.counted.push(id);
+                            }
+                        }
+                    }
                 }
                 check(&dd, &m)?;
             }
             // Drain: everything inserted is dispatched and completed exactly once.
             let mut rounds = 0;
-            while m.in_sched.iter().any(|&q| q) || !m.flight.is_empty() {
+            while m.in_sched.iter().any(|&q| q) || !m.flight.is_empty() || !m.counted.is_empty() {
                 now += 100 * MS;
                 take(&mut dd, &mut m, 0, now, 8)?;
                 take(&mut dd, &mut m, 1, now, 8)?;
-                let n = m.flight.len();
+                let n = m.flight.len().max(m.counted.len());
                 complete(&mut dd, &mut m, n, false)?;
                 check(&dd, &m)?;
                 rounds += 1;
@@ -908,6 +997,8 @@ mod props {
                         }
                     }
                     Step::Tick { ms } => now += u64::from(ms) * MS,
+                    // Counted bursts skip the trees altogether (the slow twin refuses them).
+                    Step::Counted { .. } => {}
                 }
             }
             for p in PrioClass::ALL {
