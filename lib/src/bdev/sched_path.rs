@@ -7,17 +7,33 @@
 //! - `submit` prepares the request in the scheduler pool and appends it to a pending list.
 //!   Synchronous reads (and flush/FUA) take their tag through the plug (batch allocation);
 //!   everything else gets the scheduler's `limit_depth` shallow depth and a single
-//!   `get_shallow` (no batching, as Linux's `dd_limit_depth`).
-//! - `flush` inserts the whole burst under one scheduler lock, then dispatches.
+//!   `get_shallow` (no batching, as Linux's `dd_limit_depth`). It also notes what flush
+//!   needs to know about the burst as a whole: its classes, whether any request is a HEAD
+//!   insertion or adjacent to its predecessor (could merge), requests per hctx.
+//! - `flush` of a regular burst (one class, no HEAD, nothing adjacent) with room on the
+//!   driver queues asks the scheduler, under one lock, to count it inserted and dispatched
+//!   at once ([`SharedDeadline::insert_dispatch_counted`]: only when nothing waits there and
+//!   no higher class is queued or in flight, i.e. when insert + dispatch would hand the
+//!   whole burst out anyway) and rings the drivers with it. Otherwise the burst is inserted
+//!   (merges, sort trees, FIFOs) and dispatched under one lock.
 //! - dispatch (at flush, and at poll when the scheduler has work and the driver has room):
-//!   one `dispatch_batch` lock for as many requests as the driver queues have free tags; each
-//!   handed-out request takes a **driver tag** there, its (possibly merged) I/O is copied into
-//!   the driver's request, and the driver is rung once per hctx. Requests another reactor's
-//!   dispatch parked on this owner's ready list come out first.
-//! - `poll` reaps driver completions in batches, frees the driver tags, completes the carriers
-//!   through the scheduler without its lock (each merged member exactly once, with the
-//!   carrier's status), stamps, counts and reports every member, and frees their scheduler
-//!   tags with one `put_batch`.
+//!   one `dispatch_batch` lock for as many requests as the driver queues have room for; each
+//!   handed-out request takes a **driver tag** there (see below), and the driver is rung
+//!   once per hctx. Requests another reactor's dispatch parked on this owner's ready list
+//!   come out first.
+//! - `poll` reaps driver completions in batches; requests handed out by count complete with
+//!   one counter add per class per batch; the others complete through the scheduler without
+//!   its lock (each merged member exactly once, with the carrier's status). Every member is
+//!   stamped, counted and reported, and the scheduler tags go back with one `put_batch`.
+//!
+//! **Driver tags.** When the device allows it, the driver queues are opened with a command id
+//! per scheduler tag ([`SchedPath::driver_depth`]) and run requests where they live, in the
+//! scheduler pool, as Linux's driver tag maps to the scheduler's request (`tags->rqs[tag] =
+//! rq`) instead of copying it: the driver tag is then a counted slot of the hctx's `depth`
+//! (the queue is owned by one reactor), the driver sees the dispatch time in `submit_ns` and
+//! a merged carrier's merged extent, and both are restored before completion reports them.
+//! A device that cannot be opened that deep gets the blk-mq layout: a second tag set and
+//! request pool per hctx, each started request copied into a driver request, a carrier map.
 //!
 //! Everything is allocated at open; no per-I/O allocation, lock or clock read.
 
