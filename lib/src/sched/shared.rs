@@ -30,12 +30,28 @@ pub struct InsertSummary {
 }
 
 /// An mq-deadline scheduler shared by several reactors (`Send + Sync`).
+///
+/// What every submit and poll reads without the lock (the completion side, the shallow
+/// depth, the pending hint) sits on cache lines of its own, away from the lock and the
+/// scheduler state every locked batch writes.
 #[derive(Debug)]
 pub struct SharedDeadline {
-    inner: Mutex<Deadline>,
+    hot: Line<ReadMostly>,
+    inner: Line<Mutex<Deadline>>,
+}
+
+/// Aligns its content to a cache line, so it shares no line with its neighbours.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Line<T>(T);
+
+/// The lock-free side of a [`SharedDeadline`]: read by every reactor, rarely written.
+#[derive(Debug)]
+struct ReadMostly {
     side: Arc<CompletionSide>,
     async_depth: AtomicU32,
-    /// Lock-free "anything to dispatch?" hint, refreshed after every locked batch.
+    /// Lock-free "anything to dispatch?" hint, refreshed after every locked batch (stored
+    /// only when it changes).
     pending: AtomicU32,
     nr_requests: u32,
 }
@@ -48,31 +64,33 @@ impl SharedDeadline {
         let async_depth = dd.options().effective_async_depth();
         let nr_requests = dd.nr_requests();
         Ok(SharedDeadline {
-            inner: Mutex::new(dd),
-            side,
-            async_depth: AtomicU32::new(async_depth),
-            pending: AtomicU32::new(0),
-            nr_requests,
+            hot: Line(ReadMostly {
+                side,
+                async_depth: AtomicU32::new(async_depth),
+                pending: AtomicU32::new(0),
+                nr_requests,
+            }),
+            inner: Line(Mutex::new(dd)),
         })
     }
 
     /// Scheduler tags: ids are `0..nr_requests`.
     pub fn nr_requests(&self) -> u32 {
-        self.nr_requests
+        self.hot.0.nr_requests
     }
 
     /// Shallow depth for the tag layer (`None` for synchronous reads, flush and FUA: no limit,
     /// batched allocation allowed). Lock-free.
     #[inline]
     pub fn limit_depth(&self, op: Op, flags: ReqFlags) -> Option<u32> {
-        limit_depth_for(op, flags, self.async_depth.load(Ordering::Relaxed))
+        limit_depth_for(op, flags, self.hot.0.async_depth.load(Ordering::Relaxed))
     }
 
     /// Lock-free hint: whether requests wait in the scheduler. A reactor may skip
     /// `dispatch_batch` when this is false and its own ready list is known empty.
     #[inline]
     pub fn has_pending(&self) -> bool {
-        self.pending.load(Ordering::Relaxed) != 0
+        self.hot.0.pending.load(Ordering::Relaxed) != 0
     }
 
     fn publish(&self, dd: &Deadline) {
@@ -81,14 +99,17 @@ impl SharedDeadline {
         } else {
             0
         };
-        self.pending.store(hint, Ordering::Relaxed);
+        // Every reactor reads this line per poll: leave it alone when nothing changed.
+        if self.hot.0.pending.load(Ordering::Relaxed) != hint {
+            self.hot.0.pending.store(hint, Ordering::Relaxed);
+        }
     }
 
     /// Inserts a burst under one lock acquisition. Stops at the first invalid request and
     /// returns its error; the requests before it are inserted.
     pub fn insert_batch(&self, rqs: &[SchedRq], now_ns: u64) -> Result<InsertSummary, SchedError> {
         let mut sum = InsertSummary::default();
-        let mut dd = self.inner.lock();
+        let mut dd = self.inner.0.lock();
         let mut result = Ok(());
         for rq in rqs {
             match dd.insert(rq, now_ns) {
@@ -118,7 +139,7 @@ impl SharedDeadline {
         if max == 0 {
             return 0;
         }
-        let mut dd = self.inner.lock();
+        let mut dd = self.inner.0.lock();
         let n = dd.dispatch_batch(owner, now_ns, max, out);
         self.publish(&dd);
         n
@@ -135,7 +156,7 @@ impl SharedDeadline {
         out: &mut Vec<Dispatched>,
     ) -> Result<(InsertSummary, usize), SchedError> {
         let mut sum = InsertSummary::default();
-        let mut dd = self.inner.lock();
+        let mut dd = self.inner.0.lock();
         // The common flush: an idle scheduler and room for the whole burst.
         let before = out.len();
         if dd.insert_dispatch_direct(rqs, owner, now_ns, max, out) {
@@ -179,6 +200,7 @@ impl SharedDeadline {
         // Nothing is published: a counted burst leaves the scheduler's pending state as it was
         // (it is taken only when nothing waits).
         self.inner
+            .0
             .lock()
             .insert_dispatch_counted(prio, n, latest_pos)
     }
@@ -187,7 +209,7 @@ impl SharedDeadline {
     /// `counts[class]` per class (`PrioClass as usize`). Lock-free.
     #[inline]
     pub fn complete_counted(&self, counts: [u64; 3]) {
-        self.side.complete_counted(counts);
+        self.hot.0.side.complete_counted(counts);
     }
 
     /// Gives handed-out requests back (the driver could not take them), under one lock
@@ -197,7 +219,7 @@ impl SharedDeadline {
         I: IntoIterator<Item = u32>,
         I::IntoIter: DoubleEndedIterator,
     {
-        let mut dd = self.inner.lock();
+        let mut dd = self.inner.0.lock();
         let mut result = Ok(());
         // The dispatch list is LIFO for head insertions: push in reverse to keep the order.
         for id in ids.into_iter().rev() {
@@ -220,42 +242,44 @@ impl SharedDeadline {
         I: IntoIterator<Item = (u32, IoStatus)>,
         F: FnMut(u32, IoStatus),
     {
-        self.side.complete_batch(done, f)
+        self.hot.0.side.complete_batch(done, f)
     }
 
     /// Members of a handed-out request in sector order (the request itself included).
     /// Lock-free; valid from dispatch until completion.
     pub fn members(&self, id: u32) -> Members<'_> {
-        self.side.members(id)
+        self.hot.0.side.members(id)
     }
 
     /// Counters of one class (takes the lock).
     pub fn stats(&self, prio: PrioClass) -> PrioStats {
-        self.inner.lock().stats(prio)
+        self.inner.0.lock().stats(prio)
     }
 
     /// Requests of one class inserted and not completed (takes the lock). O(1).
     pub fn queued(&self, prio: PrioClass) -> u64 {
-        self.inner.lock().queued(prio)
+        self.inner.0.lock().queued(prio)
     }
 
     /// Sets a tunable by name (Linux sysfs names; times in ms).
     pub fn set_param(&self, name: &str, value: u64) -> Result<(), SchedError> {
-        let mut dd = self.inner.lock();
+        let mut dd = self.inner.0.lock();
         dd.set_param(name, value)?;
-        self.async_depth
+        self.hot
+            .0
+            .async_depth
             .store(dd.options().effective_async_depth(), Ordering::Relaxed);
         Ok(())
     }
 
     /// Reads a tunable by name.
     pub fn get_param(&self, name: &str) -> Result<u64, SchedError> {
-        self.inner.lock().get_param(name)
+        self.inner.0.lock().get_param(name)
     }
 
     /// All tunables as (name, value), for `bdev_get_*`-style RPC output.
     pub fn params(&self) -> Vec<(&'static str, u64)> {
-        let dd = self.inner.lock();
+        let dd = self.inner.0.lock();
         super::deadline::TUNABLES
             .iter()
             .filter_map(|&n| dd.get_param(n).ok().map(|v| (n, v)))
@@ -264,12 +288,12 @@ impl SharedDeadline {
 
     /// Checks that nothing is queued or in flight; call before dropping the device.
     pub fn teardown_check(&self) -> Result<(), SchedError> {
-        self.inner.lock().teardown_check()
+        self.inner.0.lock().teardown_check()
     }
 
     /// Runs `f` on the scheduler under its lock (tests, diagnostics).
     pub fn with_locked<R>(&self, f: impl FnOnce(&mut Deadline) -> R) -> R {
-        f(&mut self.inner.lock())
+        f(&mut self.inner.0.lock())
     }
 }
 
