@@ -117,6 +117,8 @@ struct Entry {
     cache: Vec<u16>,
     /// The tags the cache came from; bound at the first take.
     tags: Option<Arc<Tags>>,
+    /// The address of `tags` (0 while unbound), for the take fast path's check.
+    tags_addr: usize,
     /// Hint used to free leftovers into `tags`.
     put_hint: Option<AllocHint>,
 }
@@ -129,6 +131,7 @@ impl Entry {
             pending: 0,
             cache: Vec::with_capacity(max_cached as usize),
             tags: None,
+            tags_addr: 0,
             put_hint: None,
         }
     }
@@ -150,6 +153,7 @@ impl Entry {
     fn bind(&mut self, tags: &Arc<Tags>, stats: &mut PlugStats) {
         self.free_cache(stats);
         self.tags = Some(Arc::clone(tags));
+        self.tags_addr = Arc::as_ptr(tags) as usize;
         self.put_hint = Some(tags.new_hint());
     }
 }
@@ -159,6 +163,9 @@ impl Entry {
 /// Not `Sync`: one plug per submitter. Dropping a plug frees whatever it still caches.
 pub struct Plug {
     entries: Vec<Entry>,
+    /// The entry the last take used: checked first, as a burst's takes usually go to one
+    /// (device, type).
+    last: usize,
     max_cached: u32,
     /// Nesting depth of `begin`; the burst ends when it returns to 0.
     depth: u32,
@@ -186,6 +193,7 @@ impl Plug {
     pub fn new(opts: PlugOptions) -> Plug {
         Plug {
             entries: Vec::new(),
+            last: 0,
             max_cached: opts.max_cached.max(1),
             depth: 0,
             stats: PlugStats::default(),
@@ -214,6 +222,7 @@ impl Plug {
                 true
             }
         });
+        self.last = 0;
     }
 
     /// Opens a burst. Nested `begin`s are counted; only the outermost `finish` ends the burst.
@@ -254,7 +263,31 @@ impl Plug {
         tags: &Arc<Tags>,
         hint: &mut AllocHint,
     ) -> Option<u16> {
+        // Fast path: the last entry used is this one, bound to these tags, with a tag cached.
+        if let Some(e) = self.entries.get_mut(self.last)
+            && e.dev == dev
+            && e.ty == ty
+            && e.tags_addr == Arc::as_ptr(tags) as usize
+            && let Some(tag) = e.cache.pop()
+        {
+            self.stats.cache_hits += 1;
+            return Some(tag);
+        }
+        self.take_slow(dev, ty, tags, hint)
+    }
+
+    /// `take` when the fast path does not apply: finds (or creates) and binds the entry,
+    /// fills its cache or falls back to a single `get`.
+    #[inline(never)]
+    fn take_slow(
+        &mut self,
+        dev: DevKey,
+        ty: HctxType,
+        tags: &Arc<Tags>,
+        hint: &mut AllocHint,
+    ) -> Option<u16> {
         let i = self.entry(dev, ty);
+        self.last = i;
         let stats = &mut self.stats;
         let e = &mut self.entries[i];
         if !e.tags.as_ref().is_some_and(|t| Arc::ptr_eq(t, tags)) {
@@ -785,6 +818,28 @@ mod tests {
         assert_eq!(Arc::strong_count(&tags), 1);
         tags.put_batch(&mut hint, &[a, b]);
         assert_eq!(tags.busy(), 0);
+    }
+
+    #[test]
+    fn take_from_other_tags_rebinds_instead_of_using_the_cache() {
+        let a = Arc::new(Tags::new(TagsOptions::default()).unwrap());
+        let b = Arc::new(Tags::new(TagsOptions::default()).unwrap());
+        let (mut ha, mut hb) = (a.new_hint(), b.new_hint());
+        let mut plug = Plug::default();
+        let dev = DevKey(5);
+        plug.begin();
+        plug.expect(dev, HctxType::Default, 8);
+        let t = plug.take(dev, HctxType::Default, &a, &mut ha).unwrap();
+        assert_eq!(plug.cached(dev, HctxType::Default), 7);
+        // The device's queue was reopened with new tags: the fast path must not hand out
+        // a tag cached from the old ones.
+        let u = plug.take(dev, HctxType::Default, &b, &mut hb).unwrap();
+        assert_eq!(a.busy(), 1, "the old cache went back to its tags");
+        assert_eq!(b.busy(), 1);
+        plug.finish();
+        a.put(&mut ha, t);
+        b.put(&mut hb, u);
+        assert_eq!(a.busy() + b.busy(), 0);
     }
 
     #[test]

@@ -105,8 +105,9 @@ struct JobState {
     /// a batch usually holds one or two distinct latencies — one `record_n` each.
     run_lat: u64,
     run_n: u64,
+    /// I/Os completed while measuring (counted per completion batch).
     ios: u64,
-    bytes: u64,
+    /// I/Os that failed (since measuring began); bytes moved = (ios - errors) × bs.
     errors: u64,
     mismatches: u64,
     printed: u64,
@@ -204,7 +205,6 @@ impl Worker {
                     run_lat: 0,
                     run_n: 0,
                     ios: 0,
-                    bytes: 0,
                     errors: 0,
                     mismatches: 0,
                     printed: 0,
@@ -309,7 +309,6 @@ impl Worker {
             }
             j.st.run_n = 0;
             j.st.ios = 0;
-            j.st.bytes = 0;
             j.st.errors = 0;
         }
     }
@@ -339,7 +338,7 @@ impl Worker {
                 }
             }
             ios += j.st.ios;
-            bytes += j.st.bytes;
+            bytes += j.st.ios.saturating_sub(j.st.errors) * j.st.bs;
             errors += j.st.errors;
             mism += j.st.mismatches;
             verify.push(j.st.verify.take().map(|v| v.seqs));
@@ -391,6 +390,9 @@ impl Job {
         let st = &mut self.st;
         let n = self.q.poll(self.complete_batch, |rq| st.complete(rq));
         st.flush_hist();
+        if st.measuring {
+            st.ios += n as u64;
+        }
         if n > 0 {
             counts.reap_calls += 1;
             counts.reaped += n as u64;
@@ -445,6 +447,69 @@ impl Job {
         }
     }
 
+    /// `submit_burst` for the common timed case: one op for the whole burst, no `--verify`
+    /// bookkeeping, no per-I/O priority draw. Same I/O stream as the general path, handed to
+    /// the queue in one `submit_with` (the per-burst checks done once).
+    #[inline]
+    fn submit_burst_plain(&mut self, want: u32, plug: &mut Plug) -> Result<usize, String> {
+        let st = &mut self.st;
+        let nblocks = st.nblocks;
+        let bs = st.bs as usize;
+        let base = st.bufs.as_ptr();
+        let region_start = st.region_start;
+        let mut io = Io {
+            op: if self.read_pct == 100 {
+                Op::Read
+            } else {
+                Op::Write
+            },
+            nblocks,
+            ..Io::default()
+        };
+        if let Some(c) = self.prio_fixed {
+            io.prio.class = c;
+        }
+        let (random, units) = (self.random, self.region_units);
+        let (rng, cursor) = (&mut self.rng, &mut self.cursor);
+        let mut filled = 0u32;
+        let mut last_slot = 0u16;
+        plug.begin();
+        self.q.expect_n(plug, &io, want);
+        let (n, err) = self.q.submit_with(plug, &io, want, || {
+            let unit = if random {
+                let r = next_rng(rng);
+                ((u128::from(r) * u128::from(units)) >> 64) as u64
+            } else {
+                let u = *cursor % units;
+                *cursor += 1;
+                u
+            };
+            let slot = st.pop_slot();
+            filled += 1;
+            last_slot = slot;
+            // SAFETY: as in `submit_burst`: slot < depth, so its `bs` bytes lie inside `bufs`,
+            // and a slot serves one I/O at a time (free stack).
+            let ptr = unsafe { base.add(usize::from(slot) * bs) };
+            // SAFETY: the buffer stays valid and untouched until completion (as above).
+            let buf = unsafe { IoBuf::from_raw_parts(ptr, bs as u32) };
+            (
+                (region_start + unit) * u64::from(nblocks),
+                buf,
+                u64::from(slot),
+            )
+        });
+        plug.finish();
+        self.q.flush();
+        if filled > n {
+            // The I/O refused took a slot that nothing was queued for.
+            st.push_slot(last_slot);
+        }
+        match err {
+            Some(e) if !e.is_busy() => Err(format!("submit: {e}")),
+            _ => Ok(n as usize),
+        }
+    }
+
     /// The unit the next I/O addresses.
     #[inline]
     fn next_unit(&mut self, phase: Phase) -> u64 {
@@ -461,6 +526,13 @@ impl Job {
     /// Submits one burst of `want` I/Os under one plug and flushes it (one doorbell).
     #[inline]
     fn submit_burst(&mut self, phase: Phase, want: u32, plug: &mut Plug) -> Result<usize, String> {
+        if phase == Phase::Run
+            && self.st.verify.is_none()
+            && self.prio_mix.is_none()
+            && matches!(self.read_pct, 0 | 100)
+        {
+            return self.submit_burst_plain(want, plug);
+        }
         let (reads, writes) = self.plan_ops(phase, want);
         let uniform_read = writes == 0;
         let nblocks = self.st.nblocks;
@@ -550,10 +622,11 @@ impl Job {
 }
 
 impl JobState {
-    /// One completion.
-    #[inline]
+    /// One completion: its latency (exact, per I/O: one histogram record per run of equal
+    /// latencies), its class, errors, verification, and its buffer slot back. I/O and byte
+    /// counts are kept per completion batch (`Job::reap`, `Worker::finish`).
+    #[inline(always)]
     fn complete(&mut self, rq: &Request) {
-        let slot = rq.token as u16;
         if self.measuring {
             let lat = rq.complete_ns.saturating_sub(rq.submit_ns).max(1);
             if lat != self.run_lat {
@@ -561,38 +634,47 @@ impl JobState {
                 self.run_lat = lat;
             }
             self.run_n += 1;
-            self.ios += 1;
             if let Some(c) = &mut self.classes {
                 let (h, n) = &mut c[rq.prio.class as usize];
                 h.saturating_record(lat);
                 *n += 1;
             }
         }
-        if rq.status.is_success() {
-            if self.measuring {
-                self.bytes += self.bs;
-            }
-        } else {
-            self.errors += 1;
-            if self.printed < MAX_PRINTED_MISMATCHES {
-                self.printed += 1;
-                eprintln!(
-                    "pmio-perf: {} {} LBA {} failed: {:?}",
-                    self.name,
-                    rq.op.name(),
-                    rq.lba,
-                    rq.status
-                );
-            }
+        if !rq.status.is_success() {
+            self.failed(rq);
         }
+        if self.verify.is_some() {
+            self.verify_done(rq);
+        }
+        self.push_slot(rq.token as u16);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failed(&mut self, rq: &Request) {
+        self.errors += 1;
+        if self.printed < MAX_PRINTED_MISMATCHES {
+            self.printed += 1;
+            eprintln!(
+                "pmio-perf: {} {} LBA {} failed: {:?}",
+                self.name,
+                rq.op.name(),
+                rq.lba,
+                rq.status
+            );
+        }
+    }
+
+    /// `--verify`: the unit is free again; a successful read is checked.
+    #[inline(never)]
+    fn verify_done(&mut self, rq: &Request) {
+        let unit = rq.lba / u64::from(self.nblocks) - self.region_start;
         if let Some(v) = &mut self.verify {
-            let unit = rq.lba / u64::from(self.nblocks) - self.region_start;
             v.inflight[unit as usize] = false;
-            if rq.op == Op::Read && rq.status.is_success() {
-                self.check(rq, unit);
-            }
         }
-        self.push_slot(slot);
+        if rq.op == Op::Read && rq.status.is_success() {
+            self.check(rq, unit);
+        }
     }
 
     /// Takes a free buffer slot. The caller asks for at most as many slots as are free

@@ -34,6 +34,10 @@ pub(crate) const MAX_RW_BYTES: u32 = 0x7fff_f000;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 /// Largest region one registered buffer may cover (a kernel limit).
 const MAX_REG_BUF: usize = 1 << 30;
+/// With the task-run flag and no wait, a poll that finds nothing to do makes no system call;
+/// every this many such polls in a row it enters with GETEVENTS anyway (a safety net should a
+/// kernel not flag some task work; counted as `idle` enters).
+const IDLE_ENTER_EVERY: u32 = 1024;
 
 /// What the queue's file descriptor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +122,10 @@ pub struct RingFlags {
     pub submit_all: bool,
     /// No SQ index array (SQEs are consumed in ring order; Linux 6.6+).
     pub no_sqarray: bool,
+    /// The kernel sets `IORING_SQ_TASKRUN` in the SQ flags while completions wait for task
+    /// work (set with COOP_TASKRUN or DEFER_TASKRUN): a poll enters the kernel for them only
+    /// when the flag says so.
+    pub taskrun_flag: bool,
     pub iopoll: bool,
 }
 
@@ -152,6 +160,12 @@ pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
         if coop {
             b.setup_coop_taskrun();
         }
+        // TASKRUN_FLAG (5.19) needs COOP_TASKRUN or DEFER_TASKRUN (6.1), and every kernel
+        // with either knows it.
+        let taskrun_flag = coop || dt;
+        if taskrun_flag {
+            b.setup_taskrun_flag();
+        }
         if all {
             b.setup_submit_all();
         }
@@ -169,6 +183,7 @@ pub(crate) fn build_ring<S: squeue::EntryMarker, C: cqueue::EntryMarker>(
                     coop_taskrun: coop,
                     submit_all: all,
                     no_sqarray: nosqa,
+                    taskrun_flag,
                     iopoll,
                 };
                 log::debug!("uring bdev {name}: ring of {entries} entries, setup flags {flags:?}");
@@ -213,6 +228,38 @@ impl Sqe for squeue::Entry {
 impl Sqe for squeue::Entry128 {
     fn from_cmd80(e: squeue::Entry128) -> Option<Self> {
         Some(e)
+    }
+}
+
+/// The kernel's 64-byte `struct io_uring_sqe` as a read or write uses it, field by field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawSqe {
+    opcode: u8,
+    flags: u8,
+    ioprio: u16,
+    fd: i32,
+    off: u64,
+    addr: u64,
+    len: u32,
+    rw_flags: u32,
+    user_data: u64,
+    buf_index: u16,
+    personality: u16,
+    file_index: u32,
+    addr3: u64,
+    pad: u64,
+}
+
+impl RawSqe {
+    /// As the io-uring crate's entry.
+    #[inline(always)]
+    fn into_entry(self) -> squeue::Entry {
+        // SAFETY: `squeue::Entry` is a `#[repr(C)]` wrapper of the kernel's 64-byte
+        // `io_uring_sqe` (io-uring 0.7; `transmute` checks the size), which `RawSqe` spells out
+        // field by field in the kernel's ABI layout (checked against the crate's builder in
+        // `raw_sqe_matches_the_builder`). An SQE is plain data: every bit pattern is a value.
+        unsafe { std::mem::transmute::<RawSqe, squeue::Entry>(self) }
     }
 }
 
@@ -319,6 +366,46 @@ impl Prep {
         Ok(e)
     }
 
+    /// The SQE of a file read or write (`None` for other ops), written field by field: the
+    /// per-I/O path of pmio-perf and every data transfer, without the builder's general path.
+    #[inline(always)]
+    fn rw_sqe(&self, rq: &Request, bytes: u32, done: u32, tag: u16) -> Option<RawSqe> {
+        let write = match rq.op {
+            Op::Read => false,
+            Op::Write => true,
+            _ => return None,
+        };
+        let ptr = rq.buf.as_ptr().wrapping_add(done as usize);
+        let len = bytes - done;
+        let (opcode, buf_index) = match (self.fixed_index(ptr as usize, len as usize), write) {
+            (Some(i), false) => (opcode::ReadFixed::CODE, i),
+            (Some(i), true) => (opcode::WriteFixed::CODE, i),
+            (None, false) => (opcode::Read::CODE, 0),
+            (None, true) => (opcode::Write::CODE, 0),
+        };
+        let rw_flags = if write && rq.flags.contains(ReqFlags::FUA) {
+            libc::RWF_DSYNC as u32
+        } else {
+            0
+        };
+        Some(RawSqe {
+            opcode,
+            flags: squeue::Flags::FIXED_FILE.bits(),
+            ioprio: ioprio(rq),
+            fd: 0,
+            off: (rq.lba << self.cfg.block_shift) + u64::from(done),
+            addr: ptr as u64,
+            len,
+            rw_flags,
+            user_data: u64::from(tag),
+            buf_index,
+            personality: 0,
+            file_index: 0,
+            addr3: 0,
+            pad: 0,
+        })
+    }
+
     #[inline(always)]
     fn file_sqe(&self, rq: &Request, bytes: u32, done: u32) -> squeue::Entry {
         let fd = types::Fixed(0);
@@ -414,7 +501,8 @@ impl Prep {
 
 /// Per-queue mutable state, all preallocated at open.
 struct State {
-    /// Bytes transferred so far, per tag (short transfers resume from here).
+    /// Bytes transferred so far, per tag (short transfers resume from here). 0 except while
+    /// a remainder is in flight, so a first submission need not write it.
     progress: Vec<u32>,
     /// One DSM range per tag (NVMe discard), alive while the command is.
     dsm: Vec<DsmRange>,
@@ -426,9 +514,48 @@ struct State {
     pending_sqes: u32,
     /// Whether an enter failure has been logged (once per queue).
     enter_error_logged: bool,
+    /// Polls in a row that found nothing to submit, nothing in the CQ and no task work
+    /// flagged (pure polling); every `IDLE_ENTER_EVERY`th enters the kernel anyway.
+    idle_polls: u32,
+    /// System calls made, by reason (logged at debug level when the queue is dropped).
+    enters: EnterCounts,
+}
+
+/// Why a queue entered the kernel, counted per queue.
+#[derive(Clone, Copy, Debug, Default)]
+struct EnterCounts {
+    /// To submit SQEs (with GETEVENTS when task work was flagged too).
+    submit: u64,
+    /// Only to run flagged task work (completions waiting to be posted).
+    task_work: u64,
+    /// To wait for completions (`wait_us`).
+    wait: u64,
+    /// The pure-polling safety net (`IDLE_ENTER_EVERY`).
+    idle: u64,
 }
 
 impl State {
+    /// `file_step` with this tag's progress; a completed request's progress goes back to 0.
+    #[cold]
+    #[inline(never)]
+    fn file_step_slow(&mut self, op: Op, t: usize, res: i32, total: u32, align: u32) -> Step {
+        let done = self.progress.get(t).copied().unwrap_or(0);
+        let step = file_step(op, res, done, total, align);
+        if done != 0 && matches!(step, Step::Complete(_)) {
+            self.progress[t] = 0;
+        }
+        step
+    }
+
+    /// The DSM range of tag `t` (NVMe discard), growing the per-tag arrays if needed.
+    #[inline]
+    fn dsm_of(&mut self, t: usize) -> &mut DsmRange {
+        if t >= self.dsm.len() {
+            self.grow(t);
+        }
+        &mut self.dsm[t]
+    }
+
     /// Grows the per-tag arrays for a tag beyond the opened depth (reserved tags). Cold: at
     /// most a few times per queue.
     #[cold]
@@ -445,6 +572,8 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     prep: Prep,
     st: State,
     enter_flags: u32,
+    /// The ring reports pending task work in its SQ flags (`RingFlags::taskrun_flag`).
+    taskrun_flag: bool,
     /// Generation of the buffer set last seen, and of this thread's registered regions.
     buffers_seen: u64,
     buffers_gen: u64,
@@ -468,9 +597,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
             })?;
         let (regions, buffers_gen, buffers_seen) = cfg.buffers.snapshot();
         let bufs = register_regions(&ring, &cfg.name, &regions, false);
-        // GETEVENTS on every enter: runs deferred task work (DEFER_TASKRUN) and polls (IOPOLL),
-        // so completions are flushed to the CQ by the same system call that submits.
-        let enter_flags = if flags.defer_taskrun || flags.iopoll {
+        // GETEVENTS runs deferred task work (DEFER_TASKRUN) and polls (IOPOLL), so completions
+        // are flushed to the CQ by the same system call that submits. IOPOLL needs it on every
+        // enter; with the task-run flag a ring asks for it only while the kernel flags work
+        // (buffered reads of cached pages complete inside the submitting call and need none);
+        // DEFER_TASKRUN without the flag (no such kernel is known) asks every time.
+        let taskrun_flag = flags.taskrun_flag && !flags.iopoll;
+        let enter_flags = if flags.iopoll || (flags.defer_taskrun && !taskrun_flag) {
             IORING_ENTER_GETEVENTS
         } else {
             0
@@ -489,13 +622,31 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 outstanding: 0,
                 pending_sqes: 0,
                 enter_error_logged: false,
+                idle_polls: 0,
+                enters: EnterCounts::default(),
             },
             enter_flags,
+            taskrun_flag,
             buffers_seen,
             buffers_gen,
             wait,
             _not_send: PhantomData,
         })
+    }
+}
+
+impl<S: Sqe, C: cqueue::EntryMarker> Drop for UringQueue<S, C> {
+    fn drop(&mut self) {
+        let e = self.st.enters;
+        log::debug!(
+            "uring bdev {}: io_uring_enter calls: {} to submit, {} for task work, {} to wait, \
+             {} idle",
+            self.prep.cfg.name,
+            e.submit,
+            e.task_work,
+            e.wait,
+            e.idle
+        );
     }
 }
 
@@ -600,6 +751,11 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             st.pending_sqes = 0;
             return;
         }
+        if to_submit > 0 {
+            st.enters.submit += 1;
+        } else {
+            st.enters.task_work += 1;
+        }
         // SAFETY: no argument struct is passed (size 0, null pointer); the SQEs queued point at
         // buffers their submitters keep valid until completion (IoBuf's contract).
         let r = unsafe { self.sub.enter::<libc::sigset_t>(to_submit, 0, flags, None) };
@@ -617,6 +773,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     #[cold]
     fn enter_and_wait(&mut self, st: &mut State, name: &str, want: usize, ts: &types::Timespec) {
         self.sq.sync();
+        st.enters.wait += 1;
         let args = types::SubmitArgs::new().timespec(ts);
         match self.sub.submit_with_args(want, &args) {
             Ok(_) => {}
@@ -644,30 +801,36 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         ok
     }
 
-    /// Prepares and pushes the SQE of `tag`, `done` bytes in; refusals go to `st.failed`.
-    /// Inlined into `submit`'s loop (a call per request showed in profiles).
+    /// `start` for a file target. Inlined into `submit`'s loop (a call per request showed in
+    /// profiles); a read or write is written field by field (`Prep::rw_sqe`).
     #[inline(always)]
+    fn start_file(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
+        let rq = &rqs[tag as usize];
+        let errno = match prep.check(rq) {
+            Ok(bytes) => {
+                let sqe = match prep.rw_sqe(rq, bytes, done, tag) {
+                    Some(raw) => S::from(raw.into_entry()),
+                    None => sqe_with_tag(S::from(prep.file_sqe(rq, bytes, done)), tag),
+                };
+                if self.push(st, &prep.cfg.name, &sqe) {
+                    return;
+                }
+                libc::EBUSY
+            }
+            Err(errno) => errno,
+        };
+        st.failed.push((tag, errno));
+    }
+
+    /// Prepares and pushes the SQE of `tag`, `done` bytes in; refusals go to `st.failed`.
+    #[inline]
     fn start(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
         let t = tag as usize;
-        if t >= st.progress.len() {
-            st.grow(t);
-        }
-        st.progress[t] = done;
         let rq = &rqs[t];
-        // File I/O is built in line, straight into the push (no SQE-sized `Result` to copy);
         // NVMe passthrough goes through the general path.
         let errno = match prep.cfg.target {
-            Target::File => match prep.check(rq) {
-                Ok(bytes) => {
-                    let sqe = sqe_with_tag(S::from(prep.file_sqe(rq, bytes, done)), tag);
-                    if self.push(st, &prep.cfg.name, &sqe) {
-                        return;
-                    }
-                    libc::EBUSY
-                }
-                Err(errno) => errno,
-            },
-            Target::Nvme { .. } => match prep.sqe::<S>(rq, done, &mut st.dsm[t]) {
+            Target::File => return self.start_file(prep, st, rqs, tag, done),
+            Target::Nvme { .. } => match prep.sqe::<S>(rq, done, st.dsm_of(t)) {
                 Ok(sqe) => {
                     if self.push(st, &prep.cfg.name, &sqe_with_tag(sqe, tag)) {
                         return;
@@ -681,9 +844,15 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     }
 
     /// `start` for the remainder of a short transfer (rare; kept out of the reap loop).
+    /// Records the progress, which stays until the request completes.
     #[cold]
     #[inline(never)]
     fn restart(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
+        let t = tag as usize;
+        if t >= st.progress.len() {
+            st.grow(t);
+        }
+        st.progress[t] = done;
         self.start(prep, st, rqs, tag, done);
     }
 
@@ -696,6 +865,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         done: &mut Vec<u16>,
         max: usize,
     ) -> usize {
+        let file = prep.cfg.target == Target::File;
+        let shift = prep.cfg.block_shift;
         let mut n = 0;
         while n < max {
             let Some(cqe) = self.cq.next() else {
@@ -703,15 +874,48 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             };
             let cqe: cqueue::Entry = cqe.into();
             let tag = cqe.user_data() as u16;
+            let res = cqe.result();
+            // The usual case first: a file read or write that moved everything in one go (a
+            // resumed remainder is shorter than the whole, so nothing was done before).
+            if file
+                && let Some(rq) = rqs.get_mut(usize::from(tag))
+                && rq.op.has_data()
+                && res > 0
+                && u64::from(res as u32) == u64::from(rq.nblocks) << shift
+            {
+                rq.status = IoStatus::Success;
+                done.push(tag);
+                n += 1;
+                continue;
+            }
+            n += usize::from(self.complete_one(prep, st, rqs, done, tag, res));
+        }
+        st.outstanding -= n;
+        n
+    }
+
+    /// Any completion but a whole file transfer: errors, end of file, short transfers
+    /// (resubmitted), flushes and the like, NVMe passthrough. Returns whether the request
+    /// completed (rather than resubmitted or unknown).
+    #[inline(never)]
+    fn complete_one(
+        &mut self,
+        prep: &Prep,
+        st: &mut State,
+        rqs: &mut [Request],
+        done: &mut Vec<u16>,
+        tag: u16,
+        res: i32,
+    ) -> bool {
+        {
             let t = tag as usize;
             let Some(rq) = rqs.get_mut(t) else {
                 log::error!(
                     "uring bdev {}: completion for unknown tag {tag}",
                     prep.cfg.name
                 );
-                continue;
+                return false;
             };
-            let res = cqe.result();
             let step = match prep.cfg.target {
                 Target::Nvme { .. } => Step::Complete(nvme::decode_status(res)),
                 Target::File => {
@@ -725,7 +929,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
                     if total != 0 && res as u32 == total {
                         Step::Complete(IoStatus::Success)
                     } else {
-                        file_step(rq.op, res, st.progress[t], total, prep.cfg.direct_align)
+                        st.file_step_slow(rq.op, t, res, total, prep.cfg.direct_align)
                     }
                 }
             };
@@ -733,13 +937,14 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
                 Step::Complete(status) => {
                     rq.status = status;
                     done.push(tag);
-                    st.outstanding -= 1;
-                    n += 1;
+                    true
                 }
-                Step::Resubmit(progress) => self.restart(prep, st, rqs, tag, progress),
+                Step::Resubmit(progress) => {
+                    self.restart(prep, st, rqs, tag, progress);
+                    false
+                }
             }
         }
-        n
     }
 }
 
@@ -762,6 +967,10 @@ fn complete_failed(st: &mut State, rqs: &mut [Request], done: &mut Vec<u16>, max
             break;
         };
         rqs[tag as usize].status = IoStatus::Errno(errno);
+        // A remainder refused at resubmission leaves no progress behind.
+        if let Some(p) = st.progress.get_mut(tag as usize) {
+            *p = 0;
+        }
         done.push(tag);
         st.outstanding -= 1;
         n += 1;
@@ -809,14 +1018,22 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         }
         let (mut io, prep, st, _) = self.io();
         st.outstanding += tags.len();
-        for &tag in tags {
-            io.start(prep, st, rqs, tag, 0);
+        // One loop per target, so the per-request path has no target test.
+        if prep.cfg.target == Target::File {
+            for &tag in tags {
+                io.start_file(prep, st, rqs, tag, 0);
+            }
+        } else {
+            for &tag in tags {
+                io.start(prep, st, rqs, tag, 0);
+            }
         }
         // No system call here: the SQ tail is published when `io` drops, and the next `poll`
         // submits what is owed together with reaping (see the module documentation).
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        let taskrun_flag = self.taskrun_flag;
         let (mut io, prep, st, wait) = self.io();
         let mut n = 0;
         if !st.failed.is_empty() {
@@ -825,14 +1042,29 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         let in_kernel = st.outstanding - st.failed.len();
         let cq_empty = io.cq.is_empty();
         if st.pending_sqes > 0 || (in_kernel > 0 && cq_empty) {
-            // One system call per turn: submit what is owed and let the kernel run deferred
-            // completions (or poll), or, when configured and nothing is ready, wait for a
-            // batch. None when nothing is owed and the CQ already has entries.
+            // At most one system call per turn: submit what is owed, with GETEVENTS when the
+            // kernel flags completions waiting for task work (or always, see `open`); or,
+            // when configured and nothing is ready, wait for a batch. None when nothing is
+            // owed and the CQ already has entries, or (pure polling) nothing is flagged yet.
+            let task_work = !taskrun_flag || io.sq.taskrun();
             match wait {
                 Some(ts) if n == 0 && cq_empty => {
                     io.enter_and_wait(st, &prep.cfg.name, in_kernel.min(max), ts)
                 }
-                _ => io.enter(st, &prep.cfg.name, true),
+                _ if st.pending_sqes > 0 || task_work => {
+                    st.idle_polls = 0;
+                    io.enter(st, &prep.cfg.name, task_work)
+                }
+                _ => {
+                    // Nothing flagged: completions are still in the device. A kernel that
+                    // failed to flag task work would still be entered now and then.
+                    st.idle_polls += 1;
+                    if st.idle_polls >= IDLE_ENTER_EVERY {
+                        st.idle_polls = 0;
+                        st.enters.idle += 1;
+                        io.enter(st, &prep.cfg.name, true);
+                    }
+                }
             }
         }
         n += io.reap(prep, st, rqs, done, max - n);
@@ -888,6 +1120,85 @@ mod tests {
             file_step(Op::Flush, 0, 0, 0, 512),
             Step::Complete(IoStatus::Success)
         );
+    }
+
+    /// The SQE bytes of a crate-built entry.
+    fn bytes_of(e: squeue::Entry) -> [u8; 64] {
+        // SAFETY: `squeue::Entry` is 64 bytes of plain data (see `RawSqe::into_entry`).
+        unsafe { std::mem::transmute::<squeue::Entry, [u8; 64]>(e) }
+    }
+
+    #[test]
+    fn raw_sqe_matches_the_builder() {
+        let cfg = QueueConfig {
+            name: Arc::from("t"),
+            file: Arc::new(tempfile::tempfile().unwrap()),
+            target: Target::File,
+            block_shift: 9,
+            num_blocks: 1 << 20,
+            direct_align: 512,
+            supported: OpSet::READ_WRITE,
+            iopoll: false,
+            buffers: Arc::default(),
+            wait_us: 0,
+        };
+        let mut buf = vec![0u8; 8192];
+        let base = buf.as_mut_ptr() as usize;
+        let fixed = Prep {
+            cfg,
+            bufs: vec![RegBuf {
+                start: base,
+                end: base + 8192,
+                index: 3,
+            }],
+        };
+        for (op, fua, prio, in_fixed, done) in [
+            (Op::Read, false, pmio::IoPrio::default(), true, 0),
+            (Op::Write, true, pmio::IoPrio::default(), true, 512),
+            (
+                Op::Read,
+                false,
+                pmio::IoPrio {
+                    class: PrioClass::Rt,
+                    level: 3,
+                },
+                false,
+                1024,
+            ),
+            (Op::Write, false, pmio::IoPrio::default(), false, 0),
+        ] {
+            let mut rq = Request {
+                op,
+                lba: 77,
+                nblocks: 8,
+                prio,
+                ..Request::default()
+            };
+            if fua {
+                rq.flags = ReqFlags::FUA;
+            }
+            let mut other = [0u8; 4096];
+            let ptr = if in_fixed {
+                buf.as_mut_ptr()
+            } else {
+                other.as_mut_ptr()
+            };
+            // SAFETY: the buffer outlives `rq`, and nothing is submitted.
+            rq.buf = unsafe { pmio::IoBuf::from_raw_parts(ptr, 4096) };
+            let bytes = fixed.check(&rq).unwrap();
+            let raw = fixed.rw_sqe(&rq, bytes, done, 42).unwrap();
+            let built = sqe_with_tag(fixed.file_sqe(&rq, bytes, done), 42);
+            assert_eq!(
+                bytes_of(raw.into_entry()),
+                bytes_of(built),
+                "{op:?} fua={fua} fixed={in_fixed}"
+            );
+        }
+        let flush = Request {
+            op: Op::Flush,
+            ..Request::default()
+        };
+        assert!(fixed.rw_sqe(&flush, 0, 0, 1).is_none());
     }
 
     #[test]

@@ -46,7 +46,7 @@ use super::stats::{QueueStats, QueueStatsCell, now_ns};
 use super::{BdevError, BlockDevice, DriverQueue};
 use crate::hctx::{HCTX_MAX_TYPES, HctxQueues, HctxType};
 use crate::plug::{DevKey, Plug};
-use crate::request::{Io, Op, OpSet, Request};
+use crate::request::{Io, IoBuf, Op, OpSet, Request};
 use crate::sbitmap::AllocHint;
 use crate::sched::SharedDeadline;
 use crate::tags::{RequestPool, Tags, TagsOptions};
@@ -390,6 +390,77 @@ impl BdevQueue {
         h.npending += 1;
         self.inflight += 1;
         Ok(tag)
+    }
+
+    /// Submits up to `n` I/Os shaped like `io` (its op, flags, priority and block count),
+    /// `next()` giving each one's LBA, buffer and token: the same as `n` calls of
+    /// [`submit`](BdevQueue::submit) with `io` updated from `next()` before each, but the
+    /// per-burst work (op checks, hctx mapping, the burst clock) is done once.
+    ///
+    /// Stops at the first I/O that cannot be queued and returns how many were queued, with
+    /// the reason: `Busy` (no free request), or the I/O's validation error. `next()` was
+    /// then called once more than the count queued (that I/O is the one refused), except when
+    /// the shape itself is refused (unsupported op, 0 or too many blocks) before any call.
+    #[inline]
+    pub fn submit_with<F>(
+        &mut self,
+        plug: &mut Plug,
+        io: &Io,
+        n: u32,
+        mut next: F,
+    ) -> (u32, Option<SubmitError>)
+    where
+        F: FnMut() -> (u64, IoBuf, u64),
+    {
+        if self.sp.is_some() {
+            return self.submit_with_sched(plug, io, n, next);
+        }
+        let mut io = *io;
+        if n == 0 {
+            return (0, None);
+        }
+        // The shape, once: a flush has no range or buffer to check.
+        let range = io.op != Op::Flush;
+        if !self.ops.contains(io.op)
+            || (range && (io.nblocks == 0 || io.nblocks > self.max_transfer))
+        {
+            return (0, self.validate(&io).err());
+        }
+        let (ty, flags) = self.queues.map(io.op, io.flags);
+        if self.burst_ns == 0 {
+            self.burst_ns = now_ns();
+        }
+        let now = self.burst_ns;
+        let bytes = if io.op.has_data() {
+            u64::from(io.nblocks) * u64::from(self.block_size)
+        } else {
+            0
+        };
+        let last_lba = self.num_blocks.checked_sub(u64::from(io.nblocks));
+        let hi = self.slot[ty.index()] as usize;
+        for i in 0..n {
+            (io.lba, io.buf, io.token) = next();
+            if range
+                && (last_lba.is_none_or(|l| io.lba > l)
+                    || (bytes != 0 && u64::from(io.buf.len()) != bytes))
+                && let Err(e) = self.validate(&io)
+            {
+                self.inflight += i;
+                return (i, Some(e));
+            }
+            let h = &mut self.hctx[hi];
+            let Some(tag) = plug.take(self.key, ty, &h.tags, &mut h.hint) else {
+                self.inflight += i;
+                return (i, Some(SubmitError::Busy));
+            };
+            let rq = &mut h.pool[tag];
+            rq.prepare(&io, now);
+            rq.flags = flags;
+            h.pending[h.npending] = tag;
+            h.npending += 1;
+        }
+        self.inflight += n;
+        (n, None)
     }
 
     #[inline]
@@ -767,6 +838,88 @@ mod tests {
             q.poll(16, |rq| reads_reaped += usize::from(rq.op == Op::Read));
         }
         assert_eq!(reads_reaped, 16, "the read queue was never polled");
+    }
+
+    #[test]
+    fn submit_with_matches_single_submits_and_stops_at_busy_or_bad_io() {
+        let (d, log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        let mut q = BdevQueue::open(
+            d,
+            BdevQueueOptions {
+                depth: 16,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 512];
+        let shape = read(0, &mut buf);
+        let mut calls = 0u64;
+        plug.begin();
+        q.expect_n(&mut plug, &shape, 10);
+        let (n, err) = q.submit_with(&mut plug, &shape, 10, || {
+            calls += 1;
+            (calls, shape.buf, 100 + calls)
+        });
+        plug.finish();
+        assert_eq!((n, err, calls), (10, None, 10));
+        assert_eq!(q.outstanding(), 10);
+        assert_eq!(plug.stats().cache_misses, 0, "one batch for the burst");
+        // 6 tags left: the 7th I/O is refused as busy, after its `next()`.
+        let (n, err) = q.submit_with(&mut plug, &shape, 8, || {
+            calls += 1;
+            (calls, shape.buf, 100 + calls)
+        });
+        assert_eq!((n, err, calls), (6, Some(SubmitError::Busy), 17));
+        assert_eq!(q.outstanding(), 16);
+        assert_eq!(q.flush(), 16);
+        assert_eq!(log.lock().submit_calls, vec![(HctxType::Default, 16)]);
+        let mut tokens = Vec::new();
+        while q.outstanding() > 0 {
+            q.poll(16, |rq| {
+                assert_eq!(rq.lba + 100, rq.token);
+                tokens.push(rq.token);
+            });
+        }
+        tokens.sort_unstable();
+        assert_eq!(tokens, (101..=116).collect::<Vec<u64>>());
+        // An I/O past the end stops the burst with the error `submit` gives; the shape
+        // itself (0 blocks) is refused before any `next()`.
+        let (n, err) = q.submit_with(&mut plug, &shape, 4, || {
+            calls += 1;
+            let lba = if calls == 20 { 1024 } else { 0 };
+            (lba, shape.buf, 0)
+        });
+        assert_eq!(n, 2);
+        assert!(
+            matches!(err, Some(SubmitError::OutOfRange { lba: 1024, .. })),
+            "{err:?}"
+        );
+        assert_eq!(q.outstanding(), 2);
+        let mut bad = vec![0u8; 1024];
+        let mut wrong = read(0, &mut bad);
+        wrong.nblocks = 1; // 1024 bytes for 1 block of 512
+        assert!(matches!(
+            q.submit_with(&mut plug, &wrong, 1, || (0, wrong.buf, 0)).1,
+            Some(SubmitError::BadBuffer { .. })
+        ));
+        wrong.nblocks = 0;
+        let before = calls;
+        let (n, err) = q.submit_with(&mut plug, &wrong, 3, || {
+            calls += 1;
+            (0, shape.buf, 0)
+        });
+        assert_eq!((n, calls), (0, before));
+        assert!(matches!(err, Some(SubmitError::Empty { .. })));
+        q.flush();
+        while q.outstanding() > 0 {
+            q.poll(16, |_| {});
+        }
+        assert_eq!(
+            q.busy_tags(HctxType::Default),
+            0,
+            "refused I/Os hold no tag"
+        );
     }
 
     #[test]
