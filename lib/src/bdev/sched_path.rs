@@ -43,7 +43,7 @@ use super::super::stats::now_ns;
 use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError};
 use crate::hctx::{HCTX_MAX_TYPES, HctxType};
 use crate::plug::Plug;
-use crate::request::{Io, IoBuf, IoStatus, PrioClass, ReqFlags, Request};
+use crate::request::{Io, IoBuf, IoStatus, Op, PrioClass, ReqFlags, Request};
 use crate::sbitmap::AllocHint;
 use crate::sched::{Dispatched, SchedError, SchedRq, SharedDeadline};
 use crate::tags::{RequestPool, Tags, TagsOptions};
@@ -352,6 +352,104 @@ impl BdevQueue {
         sp.burst_end[usize::from(dir)] = end;
         sp.burst_hctx[ty.index()] += 1;
         Ok(tag)
+    }
+
+    /// `submit_with` with a scheduler: up to `n` I/Os shaped like `io`, `next()` giving each
+    /// one's LBA, buffer and token, with the per-burst work done once (shape checks, hctx
+    /// mapping, the scheduler's depth limit, the burst clock and the burst's class). Same
+    /// contract as `BdevQueue::submit_with`: stops at the first I/O that cannot be queued and
+    /// returns how many were, with the reason (`Busy` or the I/O's validation error); `next()`
+    /// was then called once more than the count queued, except when the shape itself is
+    /// refused before any call.
+    #[inline]
+    pub(super) fn submit_with_sched<F>(
+        &mut self,
+        plug: &mut Plug,
+        io: &Io,
+        n: u32,
+        mut next: F,
+    ) -> (u32, Option<SubmitError>)
+    where
+        F: FnMut() -> (u64, IoBuf, u64),
+    {
+        let mut io = *io;
+        if n == 0 {
+            return (0, None);
+        }
+        // The shape, once: a flush has no range or buffer to check.
+        let range = io.op != Op::Flush;
+        if !self.ops.contains(io.op)
+            || (range && (io.nblocks == 0 || io.nblocks > self.max_transfer))
+        {
+            return (0, self.validate(&io).err());
+        }
+        let (ty, flags) = self.queues.map(io.op, io.flags);
+        // Exactly `validate`'s range and buffer conditions for this shape.
+        let bytes = if io.op.has_data() {
+            u64::from(io.nblocks) * u64::from(self.block_size)
+        } else {
+            0
+        };
+        let last_lba = self.num_blocks.checked_sub(u64::from(io.nblocks));
+        let key = self.key;
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return (0, Some(SubmitError::Busy));
+        };
+        if sp.burst_ns == 0 {
+            sp.burst_ns = now_ns();
+        }
+        let now = sp.burst_ns;
+        let depth = sp.dd.limit_depth(io.op, flags);
+        let dir = u8::from(!io.op.is_read());
+        let nb = u64::from(io.nblocks);
+        let (mut prev_dir, mut prev_start, mut prev_end) =
+            (sp.prev_dir, sp.prev_start, sp.prev_end);
+        let mut adjacent = false;
+        let mut queued = 0u32;
+        let mut refused = None;
+        for _ in 0..n {
+            (io.lba, io.buf, io.token) = next();
+            if range
+                && (last_lba.is_none_or(|l| io.lba > l)
+                    || (bytes != 0 && u64::from(io.buf.len()) != bytes))
+            {
+                refused = Some(io);
+                break;
+            }
+            let tag = match depth {
+                None => plug.take(key, ty, &sp.tags, &mut sp.hint),
+                Some(d) => sp.tags.get_shallow(&mut sp.hint, d),
+            };
+            let Some(tag) = tag else {
+                break;
+            };
+            let rq = &mut sp.pool[tag];
+            rq.prepare(&io, now);
+            rq.flags = flags;
+            rq.hctx = ty;
+            sp.pending[sp.npending] = tag;
+            sp.npending += 1;
+            let end = io.lba.wrapping_add(nb);
+            adjacent |= prev_dir == dir && (prev_end == io.lba || end == prev_start);
+            (prev_dir, prev_start, prev_end) = (dir, io.lba, end);
+            queued += 1;
+        }
+        if queued > 0 {
+            sp.burst_classes |= 1 << (io.prio.class as u8);
+            sp.burst_irregular |= adjacent || flags.contains(ReqFlags::HEAD);
+            (sp.prev_dir, sp.prev_start, sp.prev_end) = (prev_dir, prev_start, prev_end);
+            sp.burst_end[usize::from(dir)] = prev_end;
+            sp.burst_hctx[ty.index()] += queued;
+            self.inflight += queued;
+        }
+        if queued == n {
+            return (n, None);
+        }
+        let err = match refused {
+            Some(bad) => self.validate(&bad).err(),
+            None => Some(SubmitError::Busy),
+        };
+        (queued, err)
     }
 
     /// `flush` with a scheduler: insert the burst (one lock), then dispatch what the driver
@@ -1184,6 +1282,82 @@ mod tests {
             (q.sched_busy_tags(), q.busy_tags(HctxType::Default)),
             (0, 0)
         );
+        drop(q);
+        dd.teardown_check().unwrap();
+    }
+
+    /// `submit_with` on the scheduler path: the burst is checked and noted once, each I/O
+    /// is queued as `submit` would; it stops at the first refused I/O with its reason, and a
+    /// regular burst still goes out by count.
+    #[test]
+    fn submit_with_sched_queues_a_shaped_burst() {
+        let (dev, _) = ram(64);
+        let dd = sched(1, 4);
+        let mut q = BdevQueue::open(
+            dev,
+            BdevQueueOptions {
+                depth: 4,
+                sched: SchedMode::MqDeadline {
+                    dd: Arc::clone(&dd),
+                    owner: 0,
+                },
+            },
+        )
+        .unwrap();
+        let mut plug = Plug::default();
+        let mut bufs = vec![0u8; 8 * 2 * BS as usize];
+        let base = bufs.as_mut_ptr();
+        let buf = |i: usize| {
+            // SAFETY: `bufs` outlives every I/O of the test and slot `i` is used by one I/O.
+            unsafe { IoBuf::from_raw_parts(base.add(i * 2 * BS as usize), 2 * BS) }
+        };
+        let shape = Io {
+            op: Op::Read,
+            nblocks: 2,
+            prio: crate::IoPrio {
+                class: PrioClass::Idle,
+                level: 0,
+            },
+            ..Io::default()
+        };
+        let lbas = [40u64, 8, 30, 63, 20];
+        let mut k = 0;
+        let (n, e) = q.submit_with_sched(&mut plug, &shape, 5, || {
+            k += 1;
+            (lbas[k - 1], buf(k - 1), k as u64)
+        });
+        assert_eq!((n, k), (3, 4), "stops at LBA 63 + 2 blocks > 64");
+        assert!(
+            matches!(e, Some(SubmitError::OutOfRange { lba: 63, .. })),
+            "{e:?}"
+        );
+        assert_eq!(q.outstanding(), 3);
+        assert_eq!(q.flush(), 3);
+        let sp = q.sp.as_ref().unwrap();
+        assert!(
+            sp.via.iter().all(|&v| v == VIA_COUNTED),
+            "a regular burst goes out by count"
+        );
+        assert_eq!(dd.stats(PrioClass::Idle).dispatched, 3);
+        let (n, e) = q.submit_with_sched(&mut plug, &shape, 8, || (50, buf(5), 9));
+        assert_eq!((n, e), (5, Some(SubmitError::Busy)), "8 scheduler tags");
+        assert_eq!(q.flush(), 1, "the driver queue (4) is full but for one");
+        let mut toks = Vec::new();
+        while q.outstanding() > 0 {
+            q.poll(8, |rq| {
+                assert_eq!(rq.prio.class, PrioClass::Idle);
+                toks.push(rq.token);
+            });
+        }
+        toks.sort_unstable();
+        assert_eq!(toks, [1, 2, 3, 9, 9, 9, 9, 9]);
+        let bad = Io {
+            nblocks: 0,
+            ..shape
+        };
+        let (n, e) = q.submit_with_sched(&mut plug, &bad, 2, || unreachable!());
+        assert_eq!(n, 0);
+        assert!(matches!(e, Some(SubmitError::Empty { .. })), "{e:?}");
         drop(q);
         dd.teardown_check().unwrap();
     }
