@@ -105,6 +105,11 @@ pub(super) struct SchedPath {
     prev_end: u64,
     burst_end: [u64; 2],
     burst_hctx: [u32; HCTX_MAX_TYPES],
+    /// Shared pool: requests started through the scheduler and not completed (0: every
+    /// request in flight was handed out by count).
+    sched_inflight: u32,
+    /// Shared pool: requests handed out by count and not completed, per class.
+    counted_inflight: [u32; 3],
 }
 
 /// `via` values (shared pool).
@@ -222,6 +227,8 @@ impl SchedPath {
             prev_end: 0,
             burst_end: [NO_END; 2],
             burst_hctx: [0; HCTX_MAX_TYPES],
+            sched_inflight: 0,
+            counted_inflight: [0; 3],
         })
     }
 
@@ -344,8 +351,9 @@ impl BdevQueue {
         let dir = u8::from(!io.op.is_read());
         let end = io.lba.wrapping_add(u64::from(io.nblocks));
         sp.burst_classes |= 1 << (io.prio.class as u8);
+        // Branch-free: `&` and `|` on bools evaluate both sides.
         sp.burst_irregular |= flags.contains(ReqFlags::HEAD)
-            || (sp.prev_dir == dir && (sp.prev_end == io.lba || end == sp.prev_start));
+            | ((sp.prev_dir == dir) & ((sp.prev_end == io.lba) | (end == sp.prev_start)));
         sp.prev_dir = dir;
         sp.prev_start = io.lba;
         sp.prev_end = end;
@@ -402,8 +410,13 @@ impl BdevQueue {
         let depth = sp.dd.limit_depth(io.op, flags);
         let dir = u8::from(!io.op.is_read());
         let nb = u64::from(io.nblocks);
-        let (mut prev_dir, mut prev_start, mut prev_end) =
-            (sp.prev_dir, sp.prev_start, sp.prev_end);
+        // Every I/O of this call has direction `dir`: a predecessor in the other direction
+        // (or none) becomes an extent no valid I/O touches (LBAs are below 2^48).
+        let (mut prev_start, mut prev_end) = if sp.prev_dir == dir {
+            (sp.prev_start, sp.prev_end)
+        } else {
+            (u64::MAX, u64::MAX)
+        };
         let mut adjacent = false;
         let mut queued = 0u32;
         let mut refused = None;
@@ -430,14 +443,14 @@ impl BdevQueue {
             sp.pending[sp.npending] = tag;
             sp.npending += 1;
             let end = io.lba.wrapping_add(nb);
-            adjacent |= prev_dir == dir && (prev_end == io.lba || end == prev_start);
-            (prev_dir, prev_start, prev_end) = (dir, io.lba, end);
+            adjacent |= (prev_end == io.lba) | (end == prev_start);
+            (prev_start, prev_end) = (io.lba, end);
             queued += 1;
         }
         if queued > 0 {
             sp.burst_classes |= 1 << (io.prio.class as u8);
             sp.burst_irregular |= adjacent || flags.contains(ReqFlags::HEAD);
-            (sp.prev_dir, sp.prev_start, sp.prev_end) = (prev_dir, prev_start, prev_end);
+            (sp.prev_dir, sp.prev_start, sp.prev_end) = (dir, prev_start, prev_end);
             sp.burst_end[usize::from(dir)] = prev_end;
             sp.burst_hctx[ty.index()] += queued;
             self.inflight += queued;
@@ -551,8 +564,21 @@ impl BdevQueue {
             sp.drv_busy[hi] -= n as u32;
             let mut counted = [0u64; 3];
             let mut walk = false;
+            // With nothing from the scheduler in flight every request is counted, and with
+            // one class counted in flight every request is of that class: no per-request
+            // look-up at all (the common case).
+            let all_counted = sp.sched_inflight == 0;
+            let mut busy = sp
+                .counted_inflight
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0);
+            let only = match (busy.next(), busy.next()) {
+                (Some((c, _)), None) if all_counted => Some(c),
+                _ => None,
+            };
             for &tag in &h.done {
-                if sp.via[usize::from(tag)] != VIA_COUNTED {
+                if !all_counted && sp.via[usize::from(tag)] != VIA_COUNTED {
                     walk = true;
                     continue;
                 }
@@ -567,10 +593,18 @@ impl BdevQueue {
                 self.stats
                     .op_mut(rq.op)
                     .record(bytes, lat, rq.status.is_success());
-                counted[rq.prio.class as usize] += 1;
+                if only.is_none() {
+                    counted[rq.prio.class as usize] += 1;
+                }
                 f(rq);
             }
+            if let Some(c) = only {
+                counted[c] = n as u64;
+            }
             if counted != [0; 3] {
+                for (inflight, &k) in sp.counted_inflight.iter_mut().zip(&counted) {
+                    *inflight -= k as u32;
+                }
                 sp.dd.complete_counted(counted);
             }
             if !walk {
@@ -594,6 +628,7 @@ impl BdevQueue {
                             (rq.lba, rq.nblocks, rq.buf) = sp.saved_ext[t];
                         }
                         sp.via[t] = VIA_COUNTED;
+                        sp.sched_inflight -= 1;
                         sp.done_ids.push((sp.base + u32::from(tag), rq.status));
                     }
                 }
@@ -825,6 +860,7 @@ impl SchedPath {
         if !self.dd.insert_dispatch_counted(prio, n as u32, latest) {
             return None;
         }
+        self.counted_inflight[prio as usize] += n as u32;
         self.npending = 0;
         if let [h] = hctx {
             self.drv_busy[0] += n as u32;
@@ -905,6 +941,7 @@ impl SchedPath {
             h.npending += 1;
             started += 1;
         }
+        self.sched_inflight += started as u32;
         for h in hctx.iter_mut() {
             if h.npending > 0 {
                 h.drv
@@ -1276,6 +1313,8 @@ mod tests {
         assert_eq!(tokens, [0, 1, 2, 3, 10, 11, 12]);
         assert!(seen.values().all(|&c| c == 1), "{seen:?}");
         assert_eq!(via(&q), 0, "every scheduled request restored");
+        let sp = q.sp.as_ref().unwrap();
+        assert_eq!((sp.sched_inflight, sp.counted_inflight), (0, [0; 3]));
         assert_eq!(q.stats().op(Op::Read).bytes, 5 * 2 * u64::from(BS));
         assert!(max_inflight.load(Ordering::Relaxed) <= 16);
         assert_eq!(
@@ -1360,6 +1399,176 @@ mod tests {
         assert!(matches!(e, Some(SubmitError::Empty { .. })), "{e:?}");
         drop(q);
         dd.teardown_check().unwrap();
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// `n` I/Os one by one: class, write or read, sequential (LBAs follow each other)
+        /// or spread, a HEAD insertion among them.
+        Submit {
+            n: u8,
+            prio: u8,
+            write: bool,
+            seq: bool,
+            head: bool,
+        },
+        /// `n` reads of one class through `submit_with`.
+        SubmitWith {
+            n: u8,
+            prio: u8,
+            seq: bool,
+        },
+        Flush,
+        Poll {
+            max: u8,
+        },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (1u8..10, 0u8..3, any::<bool>(), any::<bool>(), proptest::bool::weighted(0.1))
+                .prop_map(|(n, prio, write, seq, head)| Step::Submit { n, prio, write, seq, head }),
+            3 => (1u8..10, 0u8..3, any::<bool>())
+                .prop_map(|(n, prio, seq)| Step::SubmitWith { n, prio, seq }),
+            2 => Just(Step::Flush),
+            3 => (1u8..12).prop_map(|max| Step::Poll { max }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+        /// Any mix of regular and irregular bursts, flushes and polls on the scheduler-pool
+        /// path: every I/O completes exactly once with its own LBA, the driver depth holds,
+        /// the per-class counters balance and the path's in-flight counts return to zero.
+        #[test]
+        fn prop_sched_path_every_io_once(
+            steps in proptest::collection::vec(step(), 1..60),
+            deep in proptest::bool::ANY,
+        ) {
+            const SLOTS: usize = 16;
+            let (dev, max_inflight) = ram_max(256, if deep { 256 } else { 8 });
+            let dd = sched(1, 8);
+            let mut q = BdevQueue::open(
+                dev,
+                BdevQueueOptions {
+                    depth: 8,
+                    sched: SchedMode::MqDeadline { dd: Arc::clone(&dd), owner: 0 },
+                },
+            )
+            .unwrap();
+            proptest::prop_assert_eq!(q.sp.as_ref().unwrap().shared, deep);
+            let mut plug = Plug::default();
+            let mut bufs = vec![0u8; SLOTS * 2 * BS as usize];
+            let base = bufs.as_mut_ptr();
+            // SAFETY: `bufs` outlives every I/O; a slot serves one I/O at a time.
+            let buf = |slot: usize| unsafe { IoBuf::from_raw_parts(base.add(slot * 2 * BS as usize), 2 * BS) };
+            // Ascending pops: consecutive submits get contiguous buffers (merges happen).
+            let mut free: Vec<usize> = (0..SLOTS).rev().collect();
+            let mut lba_of = std::collections::HashMap::new();
+            let mut slot_of = std::collections::HashMap::new();
+            let mut done = std::collections::HashMap::<u64, u32>::new();
+            let (mut token, mut next_lba, mut seed) = (0u64, 0u64, 0x2545_f491u64);
+            let complete = |rq: &Request, done: &mut std::collections::HashMap<u64, u32>,
+                                free: &mut Vec<usize>, slot_of: &std::collections::HashMap<u64, usize>,
+                                lba_of: &std::collections::HashMap<u64, u64>| {
+                assert!(rq.status.is_success());
+                assert_eq!(rq.lba, lba_of[&rq.token], "own LBA reported");
+                assert_eq!(rq.nblocks, 2);
+                *done.entry(rq.token).or_default() += 1;
+                free.push(slot_of[&rq.token]);
+            };
+            let mut lba = |seq: bool| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                next_lba = if seq { (next_lba + 2) % 254 } else { seed % 127 * 2 };
+                next_lba
+            };
+            for st in steps {
+                match st {
+                    Step::Submit { n, prio, write, seq, head } => {
+                        for i in 0..n {
+                            let Some(&slot) = free.last() else { break };
+                            let io = Io {
+                                op: if write { Op::Write } else { Op::Read },
+                                lba: lba(seq),
+                                nblocks: 2,
+                                buf: buf(slot),
+                                prio: crate::IoPrio { class: PrioClass::ALL[prio as usize], level: 0 },
+                                flags: if head && i == 0 { ReqFlags::HEAD } else { ReqFlags::NONE },
+                                token,
+                            };
+                            match q.submit(&mut plug, &io) {
+                                Ok(_) => {
+                                    free.pop();
+                                    lba_of.insert(token, io.lba);
+                                    slot_of.insert(token, slot);
+                                    token += 1;
+                                }
+                                Err(e) => proptest::prop_assert!(e.is_busy()),
+                            }
+                        }
+                    }
+                    Step::SubmitWith { n, prio, seq } => {
+                        let shape = Io {
+                            op: Op::Read,
+                            nblocks: 2,
+                            prio: crate::IoPrio { class: PrioClass::ALL[prio as usize], level: 0 },
+                            ..Io::default()
+                        };
+                        let want = u32::from(n).min(free.len() as u32);
+                        let mut given = Vec::new();
+                        let (k, e) = q.submit_with(&mut plug, &shape, want, || {
+                            let slot = free.pop().unwrap();
+                            let l = lba(seq);
+                            given.push((token + given.len() as u64, l, slot));
+                            (l, buf(slot), token + given.len() as u64 - 1)
+                        });
+                        proptest::prop_assert!(e.is_none_or(|e| e.is_busy()));
+                        for (i, &(t, l, slot)) in given.iter().enumerate() {
+                            if (i as u32) < k {
+                                lba_of.insert(t, l);
+                                slot_of.insert(t, slot);
+                            } else {
+                                free.push(slot);
+                            }
+                        }
+                        token += u64::from(k);
+                    }
+                    Step::Flush => {
+                        q.flush();
+                    }
+                    Step::Poll { max } => {
+                        q.poll(usize::from(max), |rq| complete(rq, &mut done, &mut free, &slot_of, &lba_of));
+                    }
+                }
+                proptest::prop_assert!(q.busy_tags(HctxType::Default) <= 8);
+            }
+            q.flush();
+            let mut rounds = 0;
+            while q.outstanding() > 0 {
+                q.poll(16, |rq| complete(rq, &mut done, &mut free, &slot_of, &lba_of));
+                rounds += 1;
+                proptest::prop_assert!(rounds < 10_000, "drain does not progress");
+            }
+            proptest::prop_assert_eq!(done.len() as u64, token, "no I/O lost");
+            proptest::prop_assert!(done.values().all(|&c| c == 1), "an I/O completed twice");
+            proptest::prop_assert!(max_inflight.load(Ordering::Relaxed) <= 8);
+            let sp = q.sp.as_ref().unwrap();
+            proptest::prop_assert_eq!((sp.sched_inflight, sp.counted_inflight), (0, [0; 3]));
+            proptest::prop_assert!(sp.via.iter().all(|&v| v == VIA_COUNTED));
+            proptest::prop_assert_eq!((q.sched_busy_tags(), q.busy_tags(HctxType::Default)), (0, 0));
+            for p in PrioClass::ALL {
+                let s = dd.stats(p);
+                proptest::prop_assert_eq!(s.queued, 0);
+                proptest::prop_assert_eq!(s.inserted, s.completed);
+                proptest::prop_assert_eq!(s.dispatched + s.merged, s.inserted);
+            }
+            drop(q);
+            proptest::prop_assert!(dd.teardown_check().is_ok());
+        }
     }
 
     /// Writes get the scheduler's shallow depth (no batching); reads are not limited.
