@@ -2,6 +2,7 @@
 """pmio-perf on a uring bdev side by side with t/io_uring and fio's io_uring engine: 4 KiB
 random reads, QD128, batches of 32, one CPU, alternating rounds in one run, medians.
 CPU per I/O = the child's user+system time (getrusage) / I/Os, the same for every tool.
+The order of the tools rotates from round to round.
 
 usage: drivers/uring/bench_peers.py FILE buffered|direct ROUNDS SECONDS [CPU]
   FILE: e.g. a 1 GiB file on ext4 filled from /dev/urandom (buffered rounds `cat` it into the
@@ -73,7 +74,10 @@ tools += [("t/io_uring", tio), ("fio", fio)]
 res = {name: [] for name, _ in tools}
 cmds = {}
 for r in range(ROUNDS):
-    for name, f in tools:
+    # Each round starts with the next tool (rotation), so no tool always runs first after
+    # the page-cache refresh or right after another given tool.
+    k = r % len(tools)
+    for name, f in tools[k:] + tools[:k]:
         if not direct:
             subprocess.run(["cat", F], stdout=subprocess.DEVNULL)
         iops, cpu_io, cmd = f()

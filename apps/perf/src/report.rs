@@ -288,6 +288,10 @@ impl Report {
             us(self.lat_ns.p999),
             us(self.lat_ns.max)
         ));
+        s.push_str(
+            "  (every I/O recorded; stamps from one clock read per submit burst and one per \
+             completion batch)\n",
+        );
         for (name, c) in self.classes.iter().flatten() {
             s.push_str(&format!(
                 "  class {name:>4}: IOPS={}, ios={}, latency (us) p50={:.2}, p99={:.2}, p99.9={:.2}\n",

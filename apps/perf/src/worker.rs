@@ -388,7 +388,11 @@ impl Job {
             return 0;
         }
         let st = &mut self.st;
-        let n = self.q.poll(self.complete_batch, |rq| st.complete(rq));
+        let n = self.q.poll(
+            self.complete_batch,
+            #[inline(always)]
+            |rq| st.complete(rq),
+        );
         st.flush_hist();
         if st.measuring {
             st.ios += n as u64;

@@ -9,12 +9,14 @@
 //!   `STATX_DIOALIGN`, else `st_blksize`; 512 bytes for buffered files); block count from the
 //!   size (`BLKGETSIZE64` for block devices).
 //! - One ring per [`pmio::BlockDevice::open_queue`] call, created on and used only by the
-//!   calling reactor: SINGLE_ISSUER + DEFER_TASKRUN + COOP_TASKRUN + SUBMIT_ALL where the
-//!   kernel accepts them (falling back flag by flag on EINVAL), the file registered, buffers
-//!   registered through [`UringBdev::register_buffers`] used with READ_FIXED/WRITE_FIXED.
-//! - `submit` pushes one SQE per request and enters the kernel once; `poll` reaps CQEs in a
-//!   batch (the tag rides in `user_data`), resubmits the rest of short transfers, and turns
-//!   errors into `IoStatus::Errno`; a read at end of file fails with EIO rather than spinning.
+//!   calling reactor: SINGLE_ISSUER + DEFER_TASKRUN + COOP_TASKRUN + TASKRUN_FLAG + SUBMIT_ALL
+//!   where the kernel accepts them (falling back flag by flag on EINVAL), the file registered,
+//!   buffers registered through [`UringBdev::register_buffers`] used with
+//!   READ_FIXED/WRITE_FIXED.
+//! - `submit` pushes one SQE per request; the next `poll` enters the kernel once (submitting
+//!   them, with GETEVENTS only when the kernel flags task work), reaps CQEs in a batch (the
+//!   tag rides in `user_data`), resubmits the rest of short transfers, and turns errors into
+//!   `IoStatus::Errno`; a read at end of file fails with EIO rather than spinning.
 //! - Flush is `fdatasync`; write zeroes and discard are `fallocate` ZERO_RANGE / PUNCH_HOLE
 //!   (with KEEP_SIZE) where the file system or device supports them.
 //! - [`nvme`]: NVMe passthrough (`IORING_OP_URING_CMD`, 128-byte SQEs) on `/dev/ngXnY`.

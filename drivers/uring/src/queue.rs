@@ -3,11 +3,16 @@
 //! resubmission.
 //!
 //! `submit` only fills SQEs and records that a submission is owed; the next `poll` rings the
-//! doorbell with the same `io_uring_enter(to_submit, 0, GETEVENTS)` that runs the deferred
-//! task work (DEFER_TASKRUN) putting completions into the CQ, then reaps. A batch is
-//! therefore sent at the latest by the next `poll` of the queue, which the block layer's
-//! callers always make while anything is outstanding (`outstanding` counts owed requests).
-//! A poll with nothing owed and nothing in flight makes no system call.
+//! doorbell with one `io_uring_enter(to_submit, 0, flags)`, then reaps. The ring is set up
+//! with TASKRUN_FLAG where the kernel has it: the kernel then flags in the SQ ring when
+//! completions wait for task work (DEFER_TASKRUN), and only then does the enter carry
+//! GETEVENTS to run it (buffered reads of cached pages complete inside the submitting call and
+//! need none, as with t/io_uring's plain submit). A poll with nothing owed makes a system
+//! call only for flagged task work, or to wait (`wait_us`); pure polling otherwise just reads
+//! the rings (with a GETEVENTS enter every `IDLE_ENTER_EVERY` empty polls as a safety net).
+//! A batch is therefore sent at the latest by the next `poll` of the queue, which the block
+//! layer's callers always make while anything is outstanding (`outstanding` counts owed
+//! requests). A poll with nothing owed and nothing in flight makes no system call.
 //!
 //! The tag rides in `user_data`. Per-tag progress (bytes already transferred) lives in an
 //! array sized at open, so the I/O path allocates nothing.
