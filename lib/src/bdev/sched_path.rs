@@ -843,7 +843,8 @@ impl SchedPath {
     #[inline]
     fn flush_direct(&mut self, hctx: &mut [Hctx], slot: &[u8]) -> Option<usize> {
         let n = self.npending;
-        if self.burst_irregular || self.burst_classes.count_ones() != 1 {
+        // Requests waiting in the scheduler (lock-free hint): the full path, one lock.
+        if self.burst_irregular || self.burst_classes.count_ones() != 1 || self.dd.has_pending() {
             return None;
         }
         for ty in HctxType::ALL {
