@@ -25,12 +25,13 @@ pub struct UringOptions {
     /// block devices; for files the file system's direct-I/O alignment (statx STATX_DIOALIGN,
     /// else `st_blksize`) with O_DIRECT, and 512 bytes for buffered I/O.
     pub block_size: Option<u32>,
-    /// When a poll finds no completion while I/O is in flight, wait in the kernel up to this
-    /// many microseconds for a batch (`min(in flight, max)` completions) instead of returning
-    /// at once. Default: 0, pure polling (SPDK's behaviour: the reactor never blocks and
-    /// burns its core). A disk-bound O_DIRECT job that owns its reactor saves that CPU with a
-    /// wait (t/io_uring waits the same way), at the price of delaying the reactor's messages
-    /// and other devices by up to this long.
+    /// When a poll finds less than a batch of completions (`min(in flight, max)`) while I/O is
+    /// in flight, wait in the kernel up to this many microseconds for the batch instead of
+    /// returning at once. Default: 0, pure polling (SPDK's behaviour: the reactor never blocks
+    /// and burns its core). A disk-bound O_DIRECT job that owns its reactor saves that CPU
+    /// with a wait (t/io_uring waits for its completion batch the same way), at the price of
+    /// delaying the reactor's messages, other devices and completions already reaped by up
+    /// to this long.
     pub wait_us: u32,
 }
 

@@ -1045,17 +1045,21 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
             n += complete_failed(st, rqs, done, max);
         }
         let in_kernel = st.outstanding - st.failed.len();
-        let cq_empty = io.cq.is_empty();
-        if st.pending_sqes > 0 || (in_kernel > 0 && cq_empty) {
-            // At most one system call per turn: submit what is owed, with GETEVENTS when the
-            // kernel flags completions waiting for task work (or always, see `open`); or,
-            // when configured and nothing is ready, wait for a batch. None when nothing is
-            // owed and the CQ already has entries, or (pure polling) nothing is flagged yet.
+        let cq_len = io.cq.len();
+        let cq_empty = cq_len == 0;
+        // With a wait, a batch is `want` completions: fewer in the CQ means waiting for the rest.
+        let want = in_kernel.min(max - n);
+        let short = wait.is_some() && n == 0 && cq_len < want;
+        if st.pending_sqes > 0 || (in_kernel > 0 && cq_empty) || short {
+            // At most one system call per turn: with a wait configured and less than a batch
+            // (`want`) in the CQ, submit what is owed and wait for the batch (as t/io_uring
+            // waits for its completion batch); otherwise submit what is owed, with GETEVENTS
+            // when the kernel flags completions waiting for task work (or always, see `open`).
+            // None when nothing is owed and the CQ already has entries, or (pure polling)
+            // nothing is flagged yet.
             let task_work = !taskrun_flag || io.sq.taskrun();
             match wait {
-                Some(ts) if n == 0 && cq_empty => {
-                    io.enter_and_wait(st, &prep.cfg.name, in_kernel.min(max), ts)
-                }
+                Some(ts) if short => io.enter_and_wait(st, &prep.cfg.name, want, ts),
                 _ if st.pending_sqes > 0 || task_work => {
                     st.idle_polls = 0;
                     io.enter(st, &prep.cfg.name, task_work)
@@ -1204,6 +1208,60 @@ mod tests {
             ..Request::default()
         };
         assert!(fixed.rw_sqe(&flush, 0, 0, 1).is_none());
+    }
+
+    /// With `wait_us`, a poll that finds less than a batch in the CQ submits and waits for the
+    /// batch in one enter; every request completes, with its data.
+    #[test]
+    fn waiting_poll_collects_whole_batches() {
+        use pmio::BlockDevice;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i / 512) as u8).collect();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        let mut opts = crate::UringOptions::new(f.path());
+        opts.direct = false;
+        opts.wait_us = 200_000;
+        let bdev = crate::UringBdev::create(&opts).unwrap();
+        let mut q = bdev
+            .open_queue(pmio::HctxType::Default, 0, 16)
+            .expect("queue");
+        let mut bufs = vec![[0u8; 512]; 16];
+        let mut rqs: Vec<Request> = (0..16u16)
+            .map(|t| Request {
+                tag: t,
+                op: Op::Read,
+                lba: u64::from(t) * 3,
+                nblocks: 1,
+                ..Request::default()
+            })
+            .collect();
+        for (rq, b) in rqs.iter_mut().zip(bufs.iter_mut()) {
+            // SAFETY: `bufs` outlives every request and is not touched until they complete.
+            rq.buf = unsafe { pmio::IoBuf::from_raw_parts(b.as_mut_ptr(), 512) };
+        }
+        let tags: Vec<u16> = (0..16).collect();
+        q.submit(&mut rqs, &tags);
+        let mut done = Vec::with_capacity(16);
+        let start = std::time::Instant::now();
+        let mut got = 0;
+        while got < 16 {
+            got += q.poll(&mut rqs, &mut done, 16);
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(150),
+            "a full batch ends the wait before the timeout"
+        );
+        assert_eq!(q.outstanding(), 0);
+        done.sort_unstable();
+        assert_eq!(done, tags);
+        for (t, b) in bufs.iter().enumerate() {
+            assert!(rqs[t].status.is_success());
+            assert!(b.iter().all(|&x| x == (t * 3) as u8), "tag {t}'s data");
+        }
+        // Nothing in flight: no wait at all.
+        let start = std::time::Instant::now();
+        assert_eq!(q.poll(&mut rqs, &mut done, 16), 0);
+        assert!(start.elapsed() < std::time::Duration::from_millis(100));
     }
 
     #[test]
