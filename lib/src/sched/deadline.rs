@@ -494,16 +494,21 @@ impl Slot {
 }
 
 /// One priority class: sort trees and FIFOs per direction, plus counters.
+///
+/// Laid out so that what a counted burst writes (`latest_pos`, `inserted`, `dispatched`)
+/// shares one cache line, and each class has lines of its own: a burst moves one line of
+/// scheduler state (besides the lock's) between the cores that share the scheduler.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct PerPrio {
-    sort: [Tree; 2],
-    fifo_head: [u32; 2],
-    fifo_tail: [u32; 2],
     /// Sector of the last request dispatched per direction (Linux's `latest_pos`).
     latest_pos: [u64; 2],
     inserted: u64,
     merged: u64,
     dispatched: u64,
+    fifo_head: [u32; 2],
+    fifo_tail: [u32; 2],
+    sort: [Tree; 2],
 }
 
 impl PerPrio {
