@@ -11,6 +11,8 @@ usage: drivers/uring/bench_peers.py FILE buffered|direct ROUNDS SECONDS [CPU]
   $T_IO_URING (default /tmp/fio-src/fio-3.33/t/io_uring). See BENCHMARKS.md.
   $PMIO_PERF="LABEL=BINARY[,LABEL=BINARY...]" runs these pmio-perf builds instead (A/B of
   driver changes in one run, e.g. before=/tmp/pmio-perf-old,after=target/release/pmio-perf).
+  direct: $PMIO_WAIT_US sets pmio-perf's wait_us (default 1000); PMIO_POLL=0 skips its
+  pure-polling runs.
 """
 import json, os, re, resource, subprocess, sys, statistics
 
@@ -65,11 +67,16 @@ def fio():
 builds = [("", PERF)]
 if os.environ.get("PMIO_PERF"):
     builds = [(" " + b.split("=", 1)[0], b.split("=", 1)[1]) for b in os.environ["PMIO_PERF"].split(",")]
+# O_DIRECT runs pmio-perf both pure-polling and with a wait of $PMIO_WAIT_US (default 1000);
+# PMIO_POLL=0 leaves out the pure-polling runs (they burn the core: compare IOPS only).
+WAIT_US = int(os.environ.get("PMIO_WAIT_US", "1000"))
+POLL = os.environ.get("PMIO_POLL", "1") != "0"
 tools = []
 for label, binary in builds:
-    tools.append((f"pmio-perf{label}", lambda b=binary: pmio(0, b)))
+    if not direct or POLL:
+        tools.append((f"pmio-perf{label}", lambda b=binary: pmio(0, b)))
     if direct:
-        tools.append((f"pmio-perf{label} wait_us=1000", lambda b=binary: pmio(1000, b)))
+        tools.append((f"pmio-perf{label} wait_us={WAIT_US}", lambda b=binary: pmio(WAIT_US, b)))
 tools += [("t/io_uring", tio), ("fio", fio)]
 res = {name: [] for name, _ in tools}
 cmds = {}
