@@ -110,6 +110,12 @@ pub(super) struct SchedPath {
     sched_inflight: u32,
     /// Shared pool: requests handed out by count and not completed, per class.
     counted_inflight: [u32; 3],
+    /// Completions of counted requests not reported to the scheduler yet, per class: held
+    /// back only while this queue still has counted requests of that class in flight (so
+    /// the class's "queued > 0" is true with or without them), reported with the next
+    /// counted burst (on the line that call writes anyway) or with the atomic once the
+    /// class's last counted request completes.
+    deferred: [u64; 3],
 }
 
 /// `via` values (shared pool).
@@ -229,6 +235,7 @@ impl SchedPath {
             burst_hctx: [0; HCTX_MAX_TYPES],
             sched_inflight: 0,
             counted_inflight: [0; 3],
+            deferred: [0; 3],
         })
     }
 
@@ -304,6 +311,10 @@ impl SchedPath {
 
 impl Drop for SchedPath {
     fn drop(&mut self) {
+        // Only possible with requests still in flight; report what did complete.
+        if self.deferred != [0; 3] {
+            self.dd.complete_counted(self.deferred);
+        }
         if !self.idle() {
             log::warn!(
                 "mq-deadline owner {}: queue closed with {} requests in the scheduler or in flight",
@@ -602,10 +613,20 @@ impl BdevQueue {
                 counted[c] = n as u64;
             }
             if counted != [0; 3] {
-                for (inflight, &k) in sp.counted_inflight.iter_mut().zip(&counted) {
-                    *inflight -= k as u32;
+                let mut report = [0u64; 3];
+                for c in 0..3 {
+                    if counted[c] == 0 {
+                        continue;
+                    }
+                    sp.counted_inflight[c] -= counted[c] as u32;
+                    sp.deferred[c] += counted[c];
+                    if sp.counted_inflight[c] == 0 {
+                        report[c] = std::mem::take(&mut sp.deferred[c]);
+                    }
                 }
-                sp.dd.complete_counted(counted);
+                if report != [0; 3] {
+                    sp.dd.complete_counted(report);
+                }
             }
             if !walk {
                 sp.tags.put_batch(&mut sp.put_hint, &h.done);
@@ -858,7 +879,12 @@ impl SchedPath {
         }
         let prio = PrioClass::ALL[self.burst_classes.trailing_zeros() as usize];
         let latest = self.burst_end.map(|e| (e != NO_END).then_some(e));
-        if !self.dd.insert_dispatch_counted(prio, n as u32, latest) {
+        // Held-back completions are reported with this call, taken or not.
+        let done = std::mem::take(&mut self.deferred);
+        if !self
+            .dd
+            .insert_dispatch_counted(prio, n as u32, latest, done)
+        {
             return None;
         }
         self.counted_inflight[prio as usize] += n as u32;
@@ -1559,6 +1585,7 @@ mod tests {
             proptest::prop_assert!(max_inflight.load(Ordering::Relaxed) <= 8);
             let sp = q.sp.as_ref().unwrap();
             proptest::prop_assert_eq!((sp.sched_inflight, sp.counted_inflight), (0, [0; 3]));
+            proptest::prop_assert_eq!(sp.deferred, [0; 3], "every completion reported");
             proptest::prop_assert!(sp.via.iter().all(|&v| v == VIA_COUNTED));
             proptest::prop_assert_eq!((q.sched_busy_tags(), q.busy_tags(HctxType::Default)), (0, 0));
             for p in PrioClass::ALL {

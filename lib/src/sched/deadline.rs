@@ -15,8 +15,11 @@
 //!
 //! The per-class counters `inserted`, `merged` and `dispatched` are plain integers owned by
 //! whoever holds the scheduler (its lock, in [`super::SharedDeadline`]); `completed` is an
-//! atomic updated without that lock. "Queued at this priority" is `inserted − completed`: two
-//! loads, never a sum over cores (the 2021 regression that cost Linux two thirds of its IOPS).
+//! atomic updated without that lock, plus the completions of counted bursts that a reactor
+//! held back while it still had requests of that class in flight and then reported under
+//! the lock it took anyway ([`Deadline::insert_dispatch_counted`]). "Queued at this priority" is
+//! `inserted − completed`: three loads, never a sum over cores (the 2021 regression that cost
+//! Linux two thirds of its IOPS).
 //!
 //! Time is injected (`now_ns`); nothing here reads a clock or sleeps, so every behaviour is
 //! deterministic and testable.
@@ -506,6 +509,9 @@ struct PerPrio {
     inserted: u64,
     merged: u64,
     dispatched: u64,
+    /// Completions of requests handed out by count that their reactor reported with its
+    /// next locked batch instead of the atomic (`insert_dispatch_counted`'s `completed`).
+    completed_locked: u64,
     fifo_head: [u32; 2],
     fifo_tail: [u32; 2],
     sort: [Tree; 2],
@@ -628,7 +634,7 @@ impl Deadline {
     #[inline]
     pub fn queued(&self, prio: PrioClass) -> u64 {
         let p = &self.prios[prio as usize];
-        let completed = self.side.completed(prio);
+        let completed = self.side.completed(prio) + p.completed_locked;
         debug_assert!(completed <= p.inserted, "completed exceeds inserted");
         p.inserted.saturating_sub(completed)
     }
@@ -640,7 +646,7 @@ impl Deadline {
             inserted: p.inserted,
             merged: p.merged,
             dispatched: p.dispatched,
-            completed: self.side.completed(prio),
+            completed: self.side.completed(prio) + p.completed_locked,
             queued: self.queued(prio),
         }
     }
@@ -1410,7 +1416,12 @@ impl Deadline {
     /// and none in the scheduler or in flight (it owns their scheduler tags), none a HEAD
     /// insertion, each inside the sector range and not adjacent to its predecessor in the
     /// burst (so nothing would merge). `latest_pos[dir]` is the end of the burst's last
-    /// request in that direction (`None`: none in that direction).
+    /// request in that direction (`None`: none in that direction). `completed[class]` are
+    /// completions of earlier counted requests the caller has not reported yet: they are
+    /// counted first, whatever the answer (a reactor may hold a class's completions back
+    /// while it still has requests of that class in flight, so "queued > 0" is unchanged by
+    /// the delay, and report them here, on the line this call writes anyway, instead of with
+    /// an atomic add on a line every reactor writes).
     ///
     /// Under the same scheduler-wide conditions as `insert_dispatch_direct` (nothing waits in
     /// the scheduler, no higher class queued or in flight; the caller has driver room for all
@@ -1423,7 +1434,11 @@ impl Deadline {
         prio: PrioClass,
         n: u32,
         latest_pos: [Option<u64>; 2],
+        completed: [u64; 3],
     ) -> bool {
+        for (pp, c) in self.prios.iter_mut().zip(completed) {
+            pp.completed_locked += c;
+        }
         if !self.fast_runs || self.pending != 0 || self.ready_total != 0 || n == 0 {
             return false;
         }

@@ -188,21 +188,24 @@ impl SharedDeadline {
 
     /// [`Deadline::insert_dispatch_counted`] under one lock acquisition: a burst of `n`
     /// requests of class `prio` the caller has vetted, counted as inserted and dispatched
-    /// when the scheduler is idle enough to hand it out whole; `false` (nothing changed)
-    /// otherwise. Complete them with [`SharedDeadline::complete_counted`].
+    /// when the scheduler is idle enough to hand it out whole; `false` (nothing else
+    /// changed) otherwise. `completed` (held-back completions of earlier counted requests,
+    /// per class) is counted either way. Complete counted requests with
+    /// [`SharedDeadline::complete_counted`] or through a later call's `completed`.
     #[inline]
     pub fn insert_dispatch_counted(
         &self,
         prio: PrioClass,
         n: u32,
         latest_pos: [Option<u64>; 2],
+        completed: [u64; 3],
     ) -> bool {
         // Nothing is published: a counted burst leaves the scheduler's pending state as it was
         // (it is taken only when nothing waits).
         self.inner
             .0
             .lock()
-            .insert_dispatch_counted(prio, n, latest_pos)
+            .insert_dispatch_counted(prio, n, latest_pos, completed)
     }
 
     /// Completes requests handed out by [`SharedDeadline::insert_dispatch_counted`]:

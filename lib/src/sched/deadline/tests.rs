@@ -610,21 +610,26 @@ fn bad_ids_and_owners_rejected() {
 /// waiting, no higher class queued or in flight; the counters move as insert + dispatch.
 #[test]
 fn counted_burst_only_when_nothing_waits_or_outranks_it() {
+    const NONE: [u64; 3] = [0; 3];
     let mut dd = Deadline::new(opts()).unwrap();
-    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 0, [None; 2]));
-    assert!(dd.insert_dispatch_counted(PrioClass::Be, 3, [Some(808), None]));
+    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 0, [None; 2], NONE));
+    assert!(dd.insert_dispatch_counted(PrioClass::Be, 3, [Some(808), None], NONE));
     let s = dd.stats(PrioClass::Be);
     assert_eq!((s.inserted, s.dispatched, s.queued), (3, 3, 3));
     // BE in flight does not hold RT back; RT in flight holds BE and IDLE back.
-    assert!(dd.insert_dispatch_counted(PrioClass::Rt, 1, [None, Some(16)]));
-    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 1, [None; 2]));
-    assert!(!dd.insert_dispatch_counted(PrioClass::Idle, 1, [None; 2]));
-    dd.complete_counted([1, 0, 0]);
+    assert!(dd.insert_dispatch_counted(PrioClass::Rt, 1, [None, Some(16)], NONE));
+    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 1, [None; 2], NONE));
+    assert!(!dd.insert_dispatch_counted(PrioClass::Idle, 1, [None; 2], NONE));
+    // A held-back RT completion reported with the next call counts first: RT is idle again
+    // and the BE burst goes out.
+    assert!(dd.insert_dispatch_counted(PrioClass::Be, 2, [None; 2], [1, 0, 0]));
     assert_eq!(dd.queued(PrioClass::Rt), 0);
-    assert!(dd.insert_dispatch_counted(PrioClass::Be, 2, [None; 2]));
-    // Something queued: the full path decides (deadlines, order, merges).
+    assert_eq!(dd.stats(PrioClass::Rt).completed, 1);
+    // Something queued: the full path decides (deadlines, order, merges); held-back
+    // completions still count.
     dd.insert(&read(9, 4000), 5).unwrap();
-    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 1, [None; 2]));
+    assert!(!dd.insert_dispatch_counted(PrioClass::Be, 1, [None; 2], [0, 2, 0]));
+    assert_eq!(dd.stats(PrioClass::Be).completed, 2);
     // The burst's end is where the elevator continues (`latest_pos`): 4000 ≥ 808.
     let d = one(&mut dd, 6).unwrap();
     assert_eq!(d.id, 9);
@@ -634,7 +639,7 @@ fn counted_burst_only_when_nothing_waits_or_outranks_it() {
         dd.teardown_check().is_err(),
         "counted requests still in flight"
     );
-    dd.complete_counted([0, 5, 0]);
+    dd.complete_counted([0, 3, 0]);
     for p in PrioClass::ALL {
         let s = dd.stats(p);
         assert_eq!(
@@ -732,6 +737,8 @@ mod props {
         flight: Vec<Dispatched>,
         /// Requests handed out by count and not completed.
         counted: Vec<u32>,
+        /// Counted completions held back, reported with the next counted call.
+        deferred: [u64; 3],
     }
 
     fn check(dd: &Deadline, m: &Model) -> Result<(), TestCaseError> {
@@ -790,10 +797,19 @@ mod props {
             m.done[i] += 1;
             prop_assert_eq!(m.done[i], m.lives[i]);
             counts[m.prio[i]] += 1;
-            m.completed[m.prio[i]] += 1;
             m.handed[i] = 0;
         }
-        dd.complete_counted(counts);
+        if fail {
+            // Held back (the model's `fail` doubles as "report later").
+            for (d, c) in m.deferred.iter_mut().zip(counts) {
+                *d += c;
+            }
+        } else {
+            dd.complete_counted(counts);
+            for (d, c) in m.completed.iter_mut().zip(counts) {
+                *d += c;
+            }
+        }
         let n = n.min(m.flight.len());
         let batch: Vec<Dispatched> = m.flight.drain(..n).collect();
         let status = if fail {
@@ -896,6 +912,11 @@ mod props {
                             continue;
                         }
                         let p = prio as usize;
+                        // Held-back completions count first, whatever the answer.
+                        let deferred = std::mem::take(&mut m.deferred);
+                        for (c, d) in m.completed.iter_mut().zip(deferred) {
+                            *c += d;
+                        }
                         // Taken only when nothing waits and no higher class is busy.
                         let idle = !m.in_sched.iter().any(|&q| q)
                             && (0..p).all(|h| m.inserted[h] == m.completed[h]);
@@ -903,6 +924,7 @@ mod props {
                             PrioClass::ALL[p],
                             ids.len() as u32,
                             [Some(u64::from(n) * 4), None],
+                            deferred,
                         );
                         prop_assert_eq!(taken, idle);
                         if taken {
@@ -934,6 +956,8 @@ mod props {
             for i in 0..NR as usize {
                 prop_assert_eq!(m.done[i], m.lives[i]);
             }
+            let deferred = std::mem::take(&mut m.deferred);
+            dd.complete_counted(deferred);
             prop_assert!(dd.teardown_check().is_ok());
             prop_assert!(!dd.has_work());
         }
