@@ -9,8 +9,10 @@
 //!   the plug by the whole submit call).
 //! - **One batch, retried.** The first take for a (device, type) allocates everything counted
 //!   for it with [`Tags::get_batch`] (one compare-and-swap per word). When a batch yields fewer
-//!   tags than asked, the plug asks again for the remainder — at most as many retries as the
-//!   bitmap has words — before falling back to single tags (the 2025 blk-mq fix).
+//!   tags than asked, the plug asks again (the 2025 blk-mq fix), for a whole word each time
+//!   (the bitmap's window then covers every free bit of the word it lands on; bits beyond the
+//!   remainder go straight back), until the count is met or no tag is free: scattered free
+//!   tags cost one batch per word, never one `get` per tag.
 //! - **Cached per (device, type).** Each (device, hctx type) has its own cache, so a mixed
 //!   read/write/polled burst to several devices never finds the "wrong" request at the head of
 //!   a single list (the per-type split the kernel discussed but never merged). The caller passes
@@ -47,7 +49,7 @@ use std::sync::Arc;
 
 use crate::hctx::HctxType;
 use crate::sbitmap::AllocHint;
-use crate::tags::Tags;
+use crate::tags::{TagBatch, Tags};
 
 /// A submitter's name for a device (e.g. its slot in the reactor's queue table). Cheap to
 /// compare; unique among the devices one plug sees.
@@ -396,8 +398,9 @@ fn fill(e: &mut Entry, tags: &Tags, hint: &mut AllocHint, max_cached: u32, stats
 }
 
 /// Takes up to `want` tags in batches of at most one word. A batch that yields fewer tags
-/// than asked is retried for the remainder, at most `tags.words()` times; a `None` (no free
-/// tag anywhere) stops. Returns how many tags are still missing.
+/// than asked is retried, asking for a whole word, until the count is met; a `None` (no free
+/// tag anywhere) stops. Every batch yields at least one tag, so this ends. Returns how many
+/// tags are still missing.
 fn fill_batches(
     e: &mut Entry,
     tags: &Tags,
@@ -406,29 +409,64 @@ fn fill_batches(
     stats: &mut PlugStats,
 ) -> u32 {
     let mut need = want;
-    let mut retries_left = tags.words();
     let mut short = false;
     while need > 0 {
         if short {
-            if retries_left == 0 {
-                break;
-            }
-            retries_left -= 1;
             stats.retries += 1;
         }
-        let ask = need.min(tags.max_batch());
+        // A retry asks for a whole word: the bitmap's window then covers every free bit of
+        // the word it lands on (a window the size of the remainder, on a word with scattered
+        // free bits, yields a tag or two per call). Bits beyond the remainder go back at once.
+        let ask = if short {
+            tags.max_batch()
+        } else {
+            need.min(tags.max_batch())
+        };
         stats.batches_asked += 1;
-        let Some(batch) = tags.get_batch(hint, ask) else {
+        let Some(mut batch) = tags.get_batch(hint, ask) else {
             break;
         };
-        let got = batch.len();
+        let mut got = batch.len();
         stats.batches_obtained += 1;
+        if got > need {
+            let keep = lowest_bits(batch.mask, need);
+            let surplus = TagBatch {
+                mask: batch.mask & !keep,
+                offset: batch.offset,
+            };
+            batch.mask = keep;
+            put_surplus(e, tags, hint, surplus);
+            got = need;
+        }
         stats.batch_tags += u64::from(got);
         e.cache.extend(batch);
         need -= got;
         short = got < ask;
     }
     need
+}
+
+/// The lowest `n` set bits of `mask` (`n` < its popcount).
+#[inline]
+fn lowest_bits(mask: u64, n: u32) -> u64 {
+    let mut rest = mask;
+    for _ in 0..n {
+        rest &= rest - 1;
+    }
+    mask & !rest
+}
+
+/// Returns the tags of `surplus` (taken by a whole-word retry beyond what was needed).
+#[cold]
+fn put_surplus(e: &mut Entry, tags: &Tags, hint: &mut AllocHint, surplus: TagBatch) {
+    let mut buf = [0u16; 64];
+    let mut n = 0;
+    for t in surplus {
+        buf[n] = t;
+        n += 1;
+    }
+    let hint = e.put_hint.as_mut().unwrap_or(hint);
+    tags.put_batch(hint, &buf[..n]);
 }
 
 /// Takes up to `n` tags one at a time into the cache; returns how many it got.
@@ -671,7 +709,7 @@ mod tests {
     }
 
     #[test]
-    fn retries_are_bounded_then_single_tags() {
+    fn retries_take_every_free_tag_in_batches() {
         // depth 64 = 4 words of 16. Keep 8 scattered bits busy per word... every other bit,
         // so each batch window yields half of what it asks.
         let tags = Arc::new(
@@ -699,9 +737,42 @@ mod tests {
         assert_eq!(got.len(), 32, "every free tag obtained");
         plug.finish();
         let s = *plug.stats();
+        // One batch per word (8 free bits each), then one that finds nothing.
         assert!(s.retries <= u64::from(tags.words()), "{s:?}");
-        assert_eq!(s.batch_tags + s.single_fallbacks, 32, "{s:?}");
+        assert_eq!(s.batch_tags, 32, "{s:?}");
+        assert_eq!(s.single_fallbacks, 0, "{s:?}");
         assert!(s.exhausted >= 1);
+    }
+
+    #[test]
+    fn scattered_free_tags_need_one_batch_per_word() {
+        // The O_DIRECT refill: 128 tags in 4 words of 32, 96 in flight, the 32 free ones
+        // scattered (every fourth bit), a burst of 32. A retry sized to the remainder would get
+        // a tag or two per window; whole-word retries get each word's 8 in one go.
+        let tags = Arc::new(Tags::new(TagsOptions::default()).unwrap());
+        assert_eq!((tags.words(), tags.max_batch()), (4, 32));
+        let mut hint = tags.new_hint();
+        let busy: Vec<u32> = (0..32).filter(|b| b % 4 != 0).collect();
+        let pinned = occupy_scattered(&tags, &mut hint, &busy);
+        assert_eq!(pinned.len(), 96);
+
+        let mut plug = Plug::default();
+        let dev = DevKey(3);
+        plug.begin();
+        plug.expect(dev, HctxType::Default, 30);
+        let mut got = HashSet::new();
+        for _ in 0..30 {
+            let t = plug.take(dev, HctxType::Default, &tags, &mut hint).unwrap();
+            assert_eq!(t % 4, 0, "tag {t} is busy elsewhere");
+            assert!(got.insert(t), "tag {t} handed out twice");
+        }
+        plug.finish();
+        let s = *plug.stats();
+        assert_eq!(s.single_fallbacks, 0, "{s:?}");
+        assert_eq!(s.batch_tags, 30, "{s:?}");
+        assert!(s.batches_asked <= 5, "{s:?}");
+        // The 2 surplus tags of the last word went back: 96 + 30 busy.
+        assert_eq!(tags.busy(), 96 + 30, "{s:?}");
     }
 
     #[test]

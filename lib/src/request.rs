@@ -182,7 +182,12 @@ impl IoStatus {
 /// It is a raw pointer and length: the block layer and the drivers never own I/O memory, the
 /// submitter does, and must keep it valid (and not touch it) until the request completes.
 /// For VFIO devices the buffer must lie in DMA-mapped memory (see [`crate::dma`]).
+///
+/// Laid out in 12 bytes (4-byte aligned, no tail padding) so that a [`Request`] fits in one
+/// 64-byte cache line. The fields are private and only ever read by value, so no reference to
+/// a field with less than its natural alignment is ever made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(4))]
 pub struct IoBuf {
     ptr: *mut u8,
     len: u32,
@@ -239,7 +244,11 @@ pub struct Io {
 }
 
 /// A request in a hardware context's pool. Indexed by `tag`.
+///
+/// Exactly one 64-byte cache line, aligned to one (a pool of requests is an array of lines):
+/// submit, driver and completion touch one line per request.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
 pub struct Request {
     pub op: Op,
     pub flags: ReqFlags,
@@ -259,6 +268,9 @@ pub struct Request {
     /// The submitter's token.
     pub token: u64,
 }
+
+const _: () = assert!(std::mem::size_of::<Request>() == 64);
+const _: () = assert!(std::mem::size_of::<IoBuf>() == 12);
 
 impl Request {
     /// Fills the request from a submitter's description, keeping `tag` and `hctx`.

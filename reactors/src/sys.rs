@@ -76,7 +76,7 @@ pub fn thread_cpu_time_ns() -> u64 {
 /// `clock_gettime(CLOCK_MONOTONIC)`. Reactors read it once per loop turn and hand the value to
 /// pollers as [`crate::ReactorCtx::now_ns`]; apps can use it for batched latency stamps.
 /// Values from different threads are comparable (the TSC is synchronised when the kernel uses
-/// it as clocksource); the first call calibrates for ~10 ms.
+/// it as clocksource); the first call calibrates for ~10 ms, asleep.
 #[inline]
 pub fn now_ns() -> u64 {
     CLOCK.get_or_init(Clock::init).now_ns()
@@ -115,17 +115,16 @@ impl Clock {
         Clock::Monotonic { epoch }
     }
 
+    /// Measures the TSC rate against the monotonic clock over a ~10 ms window spent asleep
+    /// (no CPU burnt): each end of the window is a TSC read bracketed by two monotonic reads,
+    /// the tightest of a few tries, so a preemption inside a bracket cannot skew the rate.
     #[cfg(target_arch = "x86_64")]
     fn calibrate_tsc() -> Clock {
-        let t0 = Instant::now();
-        let c0 = rdtsc();
-        let mut t1 = Instant::now();
-        while t1.duration_since(t0) < Duration::from_millis(10) {
-            std::hint::spin_loop();
-            t1 = Instant::now();
-        }
-        let c1 = rdtsc();
-        let ns = t1.duration_since(t0).as_nanos() as u64;
+        let origin = Instant::now();
+        let (t0, c0) = tsc_sample(origin);
+        std::thread::sleep(Duration::from_millis(10));
+        let (t1, c1) = tsc_sample(origin);
+        let ns = t1.saturating_sub(t0).max(1);
         let ticks = c1.saturating_sub(c0).max(1);
         let mult = ((ns as u128) << 32) / ticks as u128;
         log::debug!("clock: TSC at {:.3} GHz", ticks as f64 / ns.max(1) as f64);
@@ -145,6 +144,23 @@ impl Clock {
             }
         }
     }
+}
+
+/// One (monotonic ns since `origin`, TSC) pair: the TSC read between two monotonic reads, the
+/// pair with the shortest bracket of five tries, its time the bracket's midpoint.
+#[cfg(target_arch = "x86_64")]
+fn tsc_sample(origin: Instant) -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..5 {
+        let a = origin.elapsed().as_nanos() as u64;
+        let c = rdtsc();
+        let b = origin.elapsed().as_nanos() as u64;
+        let width = b.saturating_sub(a);
+        if width < best.0 {
+            best = (width, a + width / 2, c);
+        }
+    }
+    (best.1, best.2)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -320,6 +320,7 @@ impl Worker {
         } else {
             return; // already finished
         }
+        log::debug!("core {}: plug {:?}", self.core, self.plug.stats());
         let busy_pct = match (self.start_stats, ctx.handle().stats(self.core)) {
             (Some(a), Some(b)) => b.since(&a).busy_pct(),
             _ => 0.0,
