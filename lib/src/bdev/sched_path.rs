@@ -15,7 +15,9 @@
 //!   at once ([`SharedDeadline::insert_dispatch_counted`]: only when nothing waits there and
 //!   no higher class is queued or in flight, i.e. when insert + dispatch would hand the
 //!   whole burst out anyway) and rings the drivers with it. Otherwise the burst is inserted
-//!   (merges, sort trees, FIFOs) and dispatched under one lock.
+//!   (merges, sort trees, FIFOs) and dispatched under one lock. Only consecutive requests
+//!   are checked for adjacency, as Linux's plug merge does: two adjacent requests of one
+//!   burst with others between them go out as two commands on the counted path.
 //! - dispatch (at flush, and at poll when the scheduler has work and the driver has room):
 //!   one `dispatch_batch` lock for as many requests as the driver queues have room for; each
 //!   handed-out request takes a **driver tag** there (see below), and the driver is rung

@@ -1309,11 +1309,15 @@ impl Deadline {
     /// in the scheduler (no queued, head or ready request, so no deadline, aging or direction
     /// choice is pending), the burst fits `max`, every request is `owner`'s, of one class with
     /// no higher class queued or in flight (so it would not wait), not a HEAD insertion, and
-    /// not adjacent to its predecessor in the burst (so nothing would merge: sequential streams
-    /// take the full path). Counters move as insert + dispatch would (`inserted` and
-    /// `dispatched` once each). What differs from the full path is only the order inside the
-    /// one burst: submission order instead of sector order. `out` should have room for the
-    /// burst.
+    /// not adjacent to its predecessor in the burst (sequential streams take the full path).
+    /// Counters move as insert + dispatch would (`inserted` and `dispatched` once each). What
+    /// differs from the full path: the order inside the one burst (submission order instead
+    /// of sector order), and merges between requests of the burst that are adjacent without
+    /// being consecutive, which the full path's insert merge would join and this path sends
+    /// as separate commands (the data is the same). Only the predecessor is checked, as
+    /// Linux's plug merge checks only the previous request since 5.16 ("block: only check
+    /// previous entry for plug merge attempt"): looking further costs every burst a search
+    /// for a merge random I/O almost never has. `out` should have room for the burst.
     pub fn insert_dispatch_direct(
         &mut self,
         rqs: &[SchedRq],
@@ -1415,7 +1419,7 @@ impl Deadline {
     /// them as it builds the burst): `n` requests, all of class `prio`, all the caller's own
     /// and none in the scheduler or in flight (it owns their scheduler tags), none a HEAD
     /// insertion, each inside the sector range and not adjacent to its predecessor in the
-    /// burst (so nothing would merge). `latest_pos[dir]` is the end of the burst's last
+    /// burst (the merges this leaves out are those of `insert_dispatch_direct`). `latest_pos[dir]` is the end of the burst's last
     /// request in that direction (`None`: none in that direction). `completed[class]` are
     /// completions of earlier counted requests the caller has not reported yet: they are
     /// counted first, whatever the answer (a reactor may hold a class's completions back
