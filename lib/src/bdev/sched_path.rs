@@ -41,7 +41,7 @@
 
 use std::sync::Arc;
 
-use super::super::stats::now_ns;
+use super::super::stats::{QueueStats, now_ns};
 use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError};
 use crate::hctx::{HCTX_MAX_TYPES, HctxType};
 use crate::plug::Plug;
@@ -525,13 +525,11 @@ impl BdevQueue {
             return 0;
         };
         let now = now_ns();
+        let block_size = u64::from(self.block_size);
         for &local in &sp.failed {
             let rq = &mut sp.pool[local];
             rq.status = IoStatus::Errno(libc::EINVAL);
-            rq.complete_ns = now;
-            let lat = now.saturating_sub(rq.submit_ns);
-            self.stats.op_mut(rq.op).record(0, lat, false);
-            f(rq);
+            report_done(rq, now, block_size, &mut self.stats, f);
         }
         sp.tags.put_batch(&mut sp.put_hint, &sp.failed);
         let n = sp.failed.len();
@@ -596,20 +594,10 @@ impl BdevQueue {
                     continue;
                 }
                 let rq = &mut sp.pool[tag];
-                rq.complete_ns = now;
-                let lat = now.saturating_sub(rq.submit_ns);
-                let bytes = if rq.op.has_data() {
-                    u64::from(rq.nblocks) * block_size
-                } else {
-                    0
-                };
-                self.stats
-                    .op_mut(rq.op)
-                    .record(bytes, lat, rq.status.is_success());
                 if only.is_none() {
                     counted[rq.prio.class as usize] += 1;
                 }
-                f(rq);
+                report_done(rq, now, block_size, &mut self.stats, &mut f);
             }
             if let Some(c) = only {
                 counted[c] = n as u64;
@@ -656,33 +644,7 @@ impl BdevQueue {
                     }
                 }
             }
-            let (base, pool, freed, stats) =
-                (sp.base, &mut sp.pool, &mut sp.freed, &mut self.stats);
-            let res = sp
-                .dd
-                .complete_batch(sp.done_ids.iter().copied(), |id, status| {
-                    let Some(local) = id.checked_sub(base).and_then(|l| u16::try_from(l).ok())
-                    else {
-                        log::error!("mq-deadline: completed request {id} of another owner");
-                        return;
-                    };
-                    let rq = &mut pool[local];
-                    rq.status = status;
-                    rq.complete_ns = now;
-                    let lat = now.saturating_sub(rq.submit_ns);
-                    let bytes = if rq.op.has_data() {
-                        u64::from(rq.nblocks) * block_size
-                    } else {
-                        0
-                    };
-                    stats.op_mut(rq.op).record(bytes, lat, status.is_success());
-                    f(rq);
-                    freed.push(local);
-                });
-            if let Err(e) = res {
-                log::error!("mq-deadline completion: {e}");
-            }
-            sp.tags.put_batch(&mut sp.put_hint, &sp.freed);
+            sp.complete_members(now, block_size, &mut self.stats, &mut f);
             // Counted requests were reported in the first pass; `freed` holds them too.
             members += sp.freed.len();
             reaped += n;
@@ -704,27 +666,16 @@ impl BdevQueue {
     /// `poll` when started requests are copies in the driver pools: map each driver tag back
     /// to its scheduler request, free the driver tags, complete through the scheduler.
     fn poll_copy<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        let mut members = 0;
+        if self.sp.as_deref().is_some_and(|sp| !sp.failed.is_empty()) {
+            members += self.fail_refused(&mut f);
+        }
         let Some(sp) = self.sp.as_deref_mut() else {
             return 0;
         };
         let block_size = u64::from(self.block_size);
         let mut reaped = 0;
-        let mut members = 0;
         let mut now = 0;
-        if !sp.failed.is_empty() {
-            now = now_ns();
-            for &local in &sp.failed {
-                let rq = &mut sp.pool[local];
-                rq.status = IoStatus::Errno(libc::EINVAL);
-                rq.complete_ns = now;
-                let lat = now.saturating_sub(rq.submit_ns);
-                self.stats.op_mut(rq.op).record(0, lat, false);
-                f(rq);
-            }
-            sp.tags.put_batch(&mut sp.put_hint, &sp.failed);
-            members += sp.failed.len();
-            sp.failed.clear();
-        }
         let nh = self.hctx.len();
         let first = self.poll_first;
         if nh > 1 {
@@ -752,33 +703,7 @@ impl BdevQueue {
             h.tags.put_batch(&mut h.put_hint, &h.done);
             sp.drv_busy[hi] -= n as u32;
             sp.freed.clear();
-            let (base, pool, freed, stats) =
-                (sp.base, &mut sp.pool, &mut sp.freed, &mut self.stats);
-            let res = sp
-                .dd
-                .complete_batch(sp.done_ids.iter().copied(), |id, status| {
-                    let Some(local) = id.checked_sub(base).and_then(|l| u16::try_from(l).ok())
-                    else {
-                        log::error!("mq-deadline: completed request {id} of another owner");
-                        return;
-                    };
-                    let rq = &mut pool[local];
-                    rq.status = status;
-                    rq.complete_ns = now;
-                    let lat = now.saturating_sub(rq.submit_ns);
-                    let bytes = if rq.op.has_data() {
-                        u64::from(rq.nblocks) * block_size
-                    } else {
-                        0
-                    };
-                    stats.op_mut(rq.op).record(bytes, lat, status.is_success());
-                    f(rq);
-                    freed.push(local);
-                });
-            if let Err(e) = res {
-                log::error!("mq-deadline completion: {e}");
-            }
-            sp.tags.put_batch(&mut sp.put_hint, &sp.freed);
+            sp.complete_members(now, block_size, &mut self.stats, &mut f);
             members += sp.freed.len();
             reaped += n;
         }
@@ -799,6 +724,59 @@ impl BdevQueue {
     /// Scheduler tags in use by this queue (0 without a scheduler).
     pub fn sched_busy_tags(&self) -> u32 {
         self.sp.as_ref().map_or(0, |sp| sp.busy())
+    }
+}
+
+/// Stamps `rq` complete at `now`, records it in `stats` and reports it to `f`.
+#[inline]
+fn report_done<F: FnMut(&Request)>(
+    rq: &mut Request,
+    now: u64,
+    block_size: u64,
+    stats: &mut QueueStats,
+    f: &mut F,
+) {
+    rq.complete_ns = now;
+    let lat = now.saturating_sub(rq.submit_ns);
+    let bytes = if rq.op.has_data() {
+        u64::from(rq.nblocks) * block_size
+    } else {
+        0
+    };
+    stats
+        .op_mut(rq.op)
+        .record(bytes, lat, rq.status.is_success());
+    f(rq);
+}
+
+impl SchedPath {
+    /// Completes `done_ids` through the scheduler (every merged member once, with its
+    /// carrier's status), reports each member, and frees the scheduler tags in `freed` (those
+    /// already there too) with one `put_batch`.
+    fn complete_members<F: FnMut(&Request)>(
+        &mut self,
+        now: u64,
+        block_size: u64,
+        stats: &mut QueueStats,
+        f: &mut F,
+    ) {
+        let (base, pool, freed) = (self.base, &mut self.pool, &mut self.freed);
+        let res = self
+            .dd
+            .complete_batch(self.done_ids.iter().copied(), |id, status| {
+                let Some(local) = id.checked_sub(base).and_then(|l| u16::try_from(l).ok()) else {
+                    log::error!("mq-deadline: completed request {id} of another owner");
+                    return;
+                };
+                let rq = &mut pool[local];
+                rq.status = status;
+                report_done(rq, now, block_size, stats, f);
+                freed.push(local);
+            });
+        if let Err(e) = res {
+            log::error!("mq-deadline completion: {e}");
+        }
+        self.tags.put_batch(&mut self.put_hint, &self.freed);
     }
 }
 
