@@ -46,7 +46,7 @@ use super::stats::{QueueStats, QueueStatsCell, now_ns};
 use super::{BdevError, BlockDevice, DriverQueue};
 use crate::hctx::{HCTX_MAX_TYPES, HctxQueues, HctxType};
 use crate::plug::{DevKey, Plug};
-use crate::request::{Io, IoBuf, Op, OpSet, Request};
+use crate::request::{Io, IoBuf, Op, OpSet, ReqFlags, Request};
 use crate::sbitmap::AllocHint;
 use crate::sched::SharedDeadline;
 use crate::tags::{RequestPool, Tags, TagsOptions};
@@ -149,6 +149,30 @@ impl SubmitError {
     }
 }
 
+/// What [`BdevQueue::burst_shape`] found of a burst's shape.
+#[derive(Clone, Copy)]
+struct BurstShape {
+    ty: HctxType,
+    flags: ReqFlags,
+    /// The op has a block range (everything but flush).
+    range: bool,
+    /// Bytes each buffer must hold (0: the op moves no data).
+    bytes: u64,
+    /// Last LBA an I/O of this size may start at (`None`: larger than the device).
+    last_lba: Option<u64>,
+}
+
+impl BurstShape {
+    /// Whether `io` (of this shape) may fail `validate`: outside the device, or a buffer of
+    /// the wrong size. `false` means it is valid.
+    #[inline]
+    fn may_be_invalid(&self, io: &Io) -> bool {
+        self.range
+            && (self.last_lba.is_none_or(|l| io.lba > l)
+                || (self.bytes != 0 && u64::from(io.buf.len()) != self.bytes))
+    }
+}
+
 /// One opened hardware queue with its tags and requests.
 struct Hctx {
     drv: Box<dyn DriverQueue>,
@@ -237,6 +261,9 @@ impl BdevQueue {
         // With a scheduler the driver may be opened deeper than `depth` (a command id per
         // scheduler tag); `depth` stays the limit on requests in flight.
         let drv_depth = SchedPath::driver_depth(&opts.sched, info, opts.depth);
+        // The block layer's clock calibrates itself at its first reading (a few ms asleep):
+        // here, not in the first I/O's submit.
+        now_ns();
         for ty in HctxType::ALL {
             if info.queues.count(ty) == 0 {
                 continue;
@@ -419,30 +446,19 @@ impl BdevQueue {
         if n == 0 {
             return (0, None);
         }
-        // The shape, once: a flush has no range or buffer to check.
-        let range = io.op != Op::Flush;
-        if !self.ops.contains(io.op)
-            || (range && (io.nblocks == 0 || io.nblocks > self.max_transfer))
-        {
-            return (0, self.validate(&io).err());
-        }
-        let (ty, flags) = self.queues.map(io.op, io.flags);
+        let shape = match self.burst_shape(&io) {
+            Ok(shape) => shape,
+            Err(e) => return (0, Some(e)),
+        };
+        let (ty, flags) = (shape.ty, shape.flags);
         if self.burst_ns == 0 {
             self.burst_ns = now_ns();
         }
         let now = self.burst_ns;
-        let bytes = if io.op.has_data() {
-            u64::from(io.nblocks) * u64::from(self.block_size)
-        } else {
-            0
-        };
-        let last_lba = self.num_blocks.checked_sub(u64::from(io.nblocks));
         let hi = self.slot[ty.index()] as usize;
         for i in 0..n {
             (io.lba, io.buf, io.token) = next();
-            if range
-                && (last_lba.is_none_or(|l| io.lba > l)
-                    || (bytes != 0 && u64::from(io.buf.len()) != bytes))
+            if shape.may_be_invalid(&io)
                 && let Err(e) = self.validate(&io)
             {
                 self.inflight += i;
@@ -461,6 +477,33 @@ impl BdevQueue {
         }
         self.inflight += n;
         (n, None)
+    }
+
+    /// The checks of a `submit_with` burst that depend only on its shape (`io`'s op, flags
+    /// and block count), done once: the op is supported and the block count allowed (else
+    /// the error `validate` gives), the hctx type and flags it maps to, and what is left to
+    /// check per I/O.
+    #[inline]
+    fn burst_shape(&self, io: &Io) -> Result<BurstShape, SubmitError> {
+        // A flush has no range or buffer to check.
+        let range = io.op != Op::Flush;
+        if !self.ops.contains(io.op)
+            || (range && (io.nblocks == 0 || io.nblocks > self.max_transfer))
+        {
+            self.validate(io)?;
+        }
+        let (ty, flags) = self.queues.map(io.op, io.flags);
+        Ok(BurstShape {
+            ty,
+            flags,
+            range,
+            bytes: if io.op.has_data() {
+                u64::from(io.nblocks) * u64::from(self.block_size)
+            } else {
+                0
+            },
+            last_lba: self.num_blocks.checked_sub(u64::from(io.nblocks)),
+        })
     }
 
     #[inline]
@@ -571,19 +614,9 @@ impl BdevQueue {
                 continue;
             }
             let now = now_ns();
+            let block_size = u64::from(self.block_size);
             for &tag in &h.done {
-                let rq = &mut h.pool[tag];
-                rq.complete_ns = now;
-                let lat = now.saturating_sub(rq.submit_ns);
-                let bytes = if rq.op.has_data() {
-                    u64::from(rq.nblocks) * u64::from(self.block_size)
-                } else {
-                    0
-                };
-                self.stats
-                    .op_mut(rq.op)
-                    .record(bytes, lat, rq.status.is_success());
-                f(rq);
+                report_done(&mut h.pool[tag], now, block_size, &mut self.stats, &mut f);
             }
             h.tags.put_batch(&mut h.put_hint, &h.done);
             total += n;
@@ -617,6 +650,29 @@ impl BdevQueue {
             None => h.tags.busy(),
         }
     }
+}
+
+/// Stamps `rq` complete at `now`, records it in `stats` and reports it to `f`.
+// Always inlined: it runs per I/O, and as a call it is not inlined into pmio-perf's poller.
+#[inline(always)]
+fn report_done<F: FnMut(&Request)>(
+    rq: &mut Request,
+    now: u64,
+    block_size: u64,
+    stats: &mut QueueStats,
+    f: &mut F,
+) {
+    rq.complete_ns = now;
+    let lat = now.saturating_sub(rq.submit_ns);
+    let bytes = if rq.op.has_data() {
+        u64::from(rq.nblocks) * block_size
+    } else {
+        0
+    };
+    stats
+        .op_mut(rq.op)
+        .record(bytes, lat, rq.status.is_success());
+    f(rq);
 }
 
 impl Drop for BdevQueue {

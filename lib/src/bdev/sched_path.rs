@@ -42,10 +42,10 @@
 use std::sync::Arc;
 
 use super::super::stats::{QueueStats, now_ns};
-use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError};
+use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError, report_done};
 use crate::hctx::{HCTX_MAX_TYPES, HctxType};
 use crate::plug::Plug;
-use crate::request::{Io, IoBuf, IoStatus, Op, PrioClass, ReqFlags, Request};
+use crate::request::{Io, IoBuf, IoStatus, PrioClass, ReqFlags, Request};
 use crate::sbitmap::AllocHint;
 use crate::sched::{Dispatched, SchedError, SchedRq, SharedDeadline};
 use crate::tags::{RequestPool, Tags, TagsOptions};
@@ -397,21 +397,11 @@ impl BdevQueue {
         if n == 0 {
             return (0, None);
         }
-        // The shape, once: a flush has no range or buffer to check.
-        let range = io.op != Op::Flush;
-        if !self.ops.contains(io.op)
-            || (range && (io.nblocks == 0 || io.nblocks > self.max_transfer))
-        {
-            return (0, self.validate(&io).err());
-        }
-        let (ty, flags) = self.queues.map(io.op, io.flags);
-        // Exactly `validate`'s range and buffer conditions for this shape.
-        let bytes = if io.op.has_data() {
-            u64::from(io.nblocks) * u64::from(self.block_size)
-        } else {
-            0
+        let shape = match self.burst_shape(&io) {
+            Ok(shape) => shape,
+            Err(e) => return (0, Some(e)),
         };
-        let last_lba = self.num_blocks.checked_sub(u64::from(io.nblocks));
+        let (ty, flags) = (shape.ty, shape.flags);
         let key = self.key;
         let Some(sp) = self.sp.as_deref_mut() else {
             return (0, Some(SubmitError::Busy));
@@ -435,10 +425,7 @@ impl BdevQueue {
         let mut refused = None;
         for _ in 0..n {
             (io.lba, io.buf, io.token) = next();
-            if range
-                && (last_lba.is_none_or(|l| io.lba > l)
-                    || (bytes != 0 && u64::from(io.buf.len()) != bytes))
-            {
+            if shape.may_be_invalid(&io) {
                 refused = Some(io);
                 break;
             }
@@ -725,28 +712,6 @@ impl BdevQueue {
     pub fn sched_busy_tags(&self) -> u32 {
         self.sp.as_ref().map_or(0, |sp| sp.busy())
     }
-}
-
-/// Stamps `rq` complete at `now`, records it in `stats` and reports it to `f`.
-#[inline]
-fn report_done<F: FnMut(&Request)>(
-    rq: &mut Request,
-    now: u64,
-    block_size: u64,
-    stats: &mut QueueStats,
-    f: &mut F,
-) {
-    rq.complete_ns = now;
-    let lat = now.saturating_sub(rq.submit_ns);
-    let bytes = if rq.op.has_data() {
-        u64::from(rq.nblocks) * block_size
-    } else {
-        0
-    };
-    stats
-        .op_mut(rq.op)
-        .record(bytes, lat, rq.status.is_success());
-    f(rq);
 }
 
 impl SchedPath {
