@@ -598,11 +598,7 @@ impl BdevQueue {
             return self.poll_sched(max, f);
         }
         let mut total = 0;
-        let nh = self.hctx.len();
-        let first = self.poll_first;
-        if nh > 1 {
-            self.poll_first = (first + 1) % nh;
-        }
+        let (first, nh) = self.rotate_poll();
         for i in 0..nh {
             if total >= max {
                 break;
@@ -626,6 +622,18 @@ impl BdevQueue {
             self.cell.publish(&self.stats);
         }
         total
+    }
+
+    /// The hctx a `poll` visits first and how many there are; the next `poll` starts at the
+    /// one after it, so a queue that keeps returning `max` completions cannot starve another.
+    #[inline]
+    fn rotate_poll(&mut self) -> (usize, usize) {
+        let nh = self.hctx.len();
+        let first = self.poll_first;
+        if nh > 1 {
+            self.poll_first = (first + 1) % nh;
+        }
+        (first, nh)
     }
 
     /// This queue's statistics so far.

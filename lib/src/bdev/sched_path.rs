@@ -534,17 +534,13 @@ impl BdevQueue {
         if self.sp.as_deref().is_some_and(|sp| !sp.failed.is_empty()) {
             members += self.fail_refused(&mut f);
         }
+        let (first, nh) = self.rotate_poll();
         let Some(sp) = self.sp.as_deref_mut() else {
             return 0;
         };
         let block_size = u64::from(self.block_size);
         let mut reaped = 0;
         let mut now = 0;
-        let nh = self.hctx.len();
-        let first = self.poll_first;
-        if nh > 1 {
-            self.poll_first = (first + 1) % nh;
-        }
         for i in 0..nh {
             if reaped >= max {
                 break;
@@ -636,11 +632,20 @@ impl BdevQueue {
             members += sp.freed.len();
             reaped += n;
         }
+        self.end_sched_poll(members, now)
+    }
+
+    /// The end of a scheduler `poll` that completed `members` requests (`now`: the clock of
+    /// its last batch, 0 if none): publish the statistics, then dispatch more if driver room
+    /// was freed or another reactor parked requests for this one.
+    fn end_sched_poll(&mut self, members: usize, mut now: u64) -> usize {
         if members > 0 {
             self.inflight -= members as u32;
             self.cell.publish(&self.stats);
         }
-        // Driver room was freed, or another reactor may have parked requests for us.
+        let Some(sp) = self.sp.as_deref_mut() else {
+            return members;
+        };
         if sp.dd.has_pending() {
             if now == 0 {
                 now = now_ns();
@@ -657,17 +662,13 @@ impl BdevQueue {
         if self.sp.as_deref().is_some_and(|sp| !sp.failed.is_empty()) {
             members += self.fail_refused(&mut f);
         }
+        let (first, nh) = self.rotate_poll();
         let Some(sp) = self.sp.as_deref_mut() else {
             return 0;
         };
         let block_size = u64::from(self.block_size);
         let mut reaped = 0;
         let mut now = 0;
-        let nh = self.hctx.len();
-        let first = self.poll_first;
-        if nh > 1 {
-            self.poll_first = (first + 1) % nh;
-        }
         for i in 0..nh {
             if reaped >= max {
                 break;
@@ -694,18 +695,7 @@ impl BdevQueue {
             members += sp.freed.len();
             reaped += n;
         }
-        if members > 0 {
-            self.inflight -= members as u32;
-            self.cell.publish(&self.stats);
-        }
-        // Driver room was freed, or another reactor may have parked requests for us.
-        if sp.dd.has_pending() {
-            if now == 0 {
-                now = now_ns();
-            }
-            sp.dispatch(&mut self.hctx, &self.slot, now);
-        }
-        members
+        self.end_sched_poll(members, now)
     }
 
     /// Scheduler tags in use by this queue (0 without a scheduler).
