@@ -497,11 +497,20 @@ impl BdevQueue {
     /// `poll` with a scheduler: reap driver completions, complete them through the scheduler
     /// (every merged member once; requests handed out by count, by count), then dispatch
     /// more if the scheduler has work.
-    pub(super) fn poll_sched<F: FnMut(&Request)>(&mut self, max: usize, f: F) -> usize {
-        match self.sp.as_deref() {
-            Some(sp) if sp.shared => self.poll_shared(max, f),
-            Some(_) => self.poll_copy(max, f),
-            None => 0,
+    pub(super) fn poll_sched<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        let Some(sp) = self.sp.as_deref() else {
+            return 0;
+        };
+        let shared = sp.shared;
+        let refused = if sp.failed.is_empty() {
+            0
+        } else {
+            self.fail_refused(&mut f)
+        };
+        if shared {
+            self.poll_shared(max, f, refused)
+        } else {
+            self.poll_copy(max, f, refused)
         }
     }
 
@@ -528,15 +537,13 @@ impl BdevQueue {
     /// scheduler tags. Requests handed out by count complete with one counter add per class
     /// per batch and free their tags straight from the driver's done list; the others (the
     /// scheduler chose them, maybe merged) get their own extent and clock back and complete
-    /// through the scheduler, every member once.
-    fn poll_shared<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
-        let mut members = 0;
-        if self.sp.as_deref().is_some_and(|sp| !sp.failed.is_empty()) {
-            members += self.fail_refused(&mut f);
-        }
+    /// through the scheduler, every member once. `refused`: requests `poll_sched` already
+    /// completed in this call (counted in the return value).
+    fn poll_shared<F: FnMut(&Request)>(&mut self, max: usize, mut f: F, refused: usize) -> usize {
+        let mut members = refused;
         let (first, nh) = self.rotate_poll();
         let Some(sp) = self.sp.as_deref_mut() else {
-            return 0;
+            return members;
         };
         let block_size = u64::from(self.block_size);
         let mut reaped = 0;
@@ -657,14 +664,12 @@ impl BdevQueue {
 
     /// `poll` when started requests are copies in the driver pools: map each driver tag back
     /// to its scheduler request, free the driver tags, complete through the scheduler.
-    fn poll_copy<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
-        let mut members = 0;
-        if self.sp.as_deref().is_some_and(|sp| !sp.failed.is_empty()) {
-            members += self.fail_refused(&mut f);
-        }
+    /// `refused` as in `poll_shared`.
+    fn poll_copy<F: FnMut(&Request)>(&mut self, max: usize, mut f: F, refused: usize) -> usize {
+        let mut members = refused;
         let (first, nh) = self.rotate_poll();
         let Some(sp) = self.sp.as_deref_mut() else {
-            return 0;
+            return members;
         };
         let block_size = u64::from(self.block_size);
         let mut reaped = 0;
