@@ -35,6 +35,7 @@
 //! ```
 
 mod device;
+mod enter;
 mod error;
 pub mod nvme;
 mod options;

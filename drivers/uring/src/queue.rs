@@ -28,6 +28,7 @@ use std::thread::ThreadId;
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use pmio::{DriverQueue, IoStatus, Op, OpSet, PrioClass, ReqFlags, Request};
 
+use crate::enter::{ENTER_GETEVENTS, KernelTimespec, RingFd};
 use crate::error::UringError;
 use crate::nvme::{self, DsmRange, NVME_URING_CMD_IO, NvmeUringCmd};
 
@@ -35,8 +36,6 @@ use crate::nvme::{self, DsmRange, NVME_URING_CMD_IO, NvmeUringCmd};
 pub(crate) const MAX_QUEUE_DEPTH: u32 = 4096;
 /// Largest single transfer the kernel does in one read/write call.
 pub(crate) const MAX_RW_BYTES: u32 = 0x7fff_f000;
-/// `IORING_ENTER_GETEVENTS` (the crate keeps its enter flags private).
-const IORING_ENTER_GETEVENTS: u32 = 1;
 /// Largest region one registered buffer may cover (a kernel limit).
 const MAX_REG_BUF: usize = 1 << 30;
 /// With the task-run flag and no wait, a poll that finds nothing to do makes no system call;
@@ -573,6 +572,8 @@ impl State {
 
 /// The driver side of one hardware queue: one ring, used only by the reactor that opened it.
 pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
+    /// Declared before `ring`, so it is dropped (unregistered) while the ring is open.
+    ring_fd: RingFd,
     ring: IoUring<S, C>,
     prep: Prep,
     st: State,
@@ -583,7 +584,7 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     buffers_seen: u64,
     buffers_gen: u64,
     /// `cfg.wait_us` as the kernel's timespec, when waiting is on.
-    wait: Option<types::Timespec>,
+    wait: Option<KernelTimespec>,
     /// Not Send: the ring was created for (SINGLE_ISSUER) and belongs to one thread.
     _not_send: PhantomData<*const ()>,
 }
@@ -609,15 +610,15 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
         // DEFER_TASKRUN without the flag (no such kernel is known) asks every time.
         let taskrun_flag = flags.taskrun_flag && !flags.iopoll;
         let enter_flags = if flags.iopoll || (flags.defer_taskrun && !taskrun_flag) {
-            IORING_ENTER_GETEVENTS
+            ENTER_GETEVENTS
         } else {
             0
         };
-        let wait = (cfg.wait_us > 0).then(|| {
-            types::Timespec::from(std::time::Duration::from_micros(u64::from(cfg.wait_us)))
-        });
+        let wait = (cfg.wait_us > 0).then(|| KernelTimespec::from_micros(cfg.wait_us));
+        let ring_fd = RingFd::register(ring.as_raw_fd(), &cfg.name);
         let d = depth as usize;
         Ok(UringQueue {
+            ring_fd,
             ring,
             prep: Prep { cfg, bufs },
             st: State {
@@ -735,7 +736,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
 /// The ring's three halves for one `submit` or `poll` call: taken once per call, so the SQ
 /// tail and CQ head are published once per batch rather than once per entry.
 struct RingIo<'a, S: squeue::EntryMarker, C: cqueue::EntryMarker> {
-    sub: io_uring::Submitter<'a>,
+    ring_fd: &'a RingFd,
     sq: io_uring::SubmissionQueue<'a, S>,
     cq: io_uring::CompletionQueue<'a, C>,
     enter_flags: u32,
@@ -750,7 +751,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         let to_submit = self.sq.len() as u32;
         let mut flags = self.enter_flags;
         if force_getevents {
-            flags |= IORING_ENTER_GETEVENTS;
+            flags |= ENTER_GETEVENTS;
         }
         if to_submit == 0 && flags == 0 {
             st.pending_sqes = 0;
@@ -761,9 +762,9 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         } else {
             st.enters.task_work += 1;
         }
-        // SAFETY: no argument struct is passed (size 0, null pointer); the SQEs queued point at
-        // buffers their submitters keep valid until completion (IoBuf's contract).
-        let r = unsafe { self.sub.enter::<libc::sigset_t>(to_submit, 0, flags, None) };
+        // SAFETY: the SQEs queued point at buffers their submitters keep valid until
+        // completion (IoBuf's contract).
+        let r = unsafe { self.ring_fd.enter(to_submit, 0, flags, None) };
         if let Err(e) = r {
             enter_failed(st, name, e);
         }
@@ -776,11 +777,16 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     /// Submits what is queued and waits up to `ts` for `want` completions (fewer when the
     /// time runs out).
     #[cold]
-    fn enter_and_wait(&mut self, st: &mut State, name: &str, want: usize, ts: &types::Timespec) {
+    fn enter_and_wait(&mut self, st: &mut State, name: &str, want: usize, ts: &KernelTimespec) {
         self.sq.sync();
         st.enters.wait += 1;
-        let args = types::SubmitArgs::new().timespec(ts);
-        match self.sub.submit_with_args(want, &args) {
+        let to_submit = self.sq.len() as u32;
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        // SAFETY: as in `enter`.
+        match unsafe {
+            self.ring_fd
+                .enter(to_submit, want, ENTER_GETEVENTS, Some(ts))
+        } {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => {}
             Err(e) => enter_failed(st, name, e),
@@ -993,18 +999,11 @@ fn sqe_with_tag<S: squeue::EntryMarker>(mut sqe: S, tag: u16) -> S {
 impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
     /// The ring's halves for one call.
     #[inline]
-    fn io(
-        &mut self,
-    ) -> (
-        RingIo<'_, S, C>,
-        &Prep,
-        &mut State,
-        Option<&types::Timespec>,
-    ) {
-        let (sub, sq, cq) = self.ring.split();
+    fn io(&mut self) -> (RingIo<'_, S, C>, &Prep, &mut State, Option<&KernelTimespec>) {
+        let (_, sq, cq) = self.ring.split();
         (
             RingIo {
-                sub,
+                ring_fd: &self.ring_fd,
                 sq,
                 cq,
                 enter_flags: self.enter_flags,
