@@ -14,6 +14,7 @@ pub mod bdev;
 pub mod dma;
 pub mod hctx;
 pub mod plug;
+pub mod prefetch;
 pub mod request;
 pub mod sbitmap;
 pub mod sched;

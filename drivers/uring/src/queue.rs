@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use pmio::prefetch::prefetch;
 use pmio::{DriverQueue, IoStatus, Op, OpSet, PrioClass, ReqFlags, Request};
 
 use crate::enter::{ENTER_GETEVENTS, KernelTimespec, RingFd};
@@ -42,6 +43,8 @@ const MAX_REG_BUF: usize = 1 << 30;
 /// every this many such polls in a row it enters with GETEVENTS anyway (a safety net should a
 /// kernel not flag some task work; counted as `idle` enters).
 const IDLE_ENTER_EVERY: u32 = 1024;
+/// CQEs taken (and their requests prefetched) at a time by `reap`.
+const REAP_CHUNK: usize = 32;
 
 /// What the queue's file descriptor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,9 +331,15 @@ impl Prep {
     /// The fixed-buffer index covering `[addr, addr + len)`, if any.
     #[inline(always)]
     fn fixed_index(&self, addr: usize, len: usize) -> Option<u16> {
-        self.bufs
+        let end = addr + len;
+        // Most devices have one region (a reactor's DMA pool): test it before looping.
+        let first = self.bufs.first()?;
+        if addr >= first.start && end <= first.end {
+            return Some(first.index);
+        }
+        self.bufs[1..]
             .iter()
-            .find(|b| addr >= b.start && addr + len <= b.end)
+            .find(|b| addr >= b.start && end <= b.end)
             .map(|b| b.index)
     }
 
@@ -801,15 +810,21 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     fn push(&mut self, st: &mut State, name: &str, sqe: &S) -> bool {
         // SAFETY: the SQE's buffer belongs to a request between submit and completion, which
         // its submitter keeps valid (IoBuf's contract); a DSM range lives in `st.dsm`.
+        // `pending_sqes` is set from the SQ's length at the end of `submit`.
         if unsafe { self.sq.push(sqe) }.is_ok() {
-            st.pending_sqes += 1;
             return true;
         }
+        self.push_after_enter(st, name, sqe)
+    }
+
+    /// `push` on a full SQ: enters the kernel, then retries once. Kept out of line so the
+    /// submit loop's registers are not spent on the system call's path.
+    #[cold]
+    #[inline(never)]
+    fn push_after_enter(&mut self, st: &mut State, name: &str, sqe: &S) -> bool {
         self.enter(st, name, false);
-        // SAFETY: as above.
-        let ok = unsafe { self.sq.push(sqe) }.is_ok();
-        st.pending_sqes += u32::from(ok);
-        ok
+        // SAFETY: as in `push`.
+        unsafe { self.sq.push(sqe) }.is_ok()
     }
 
     /// `start` for a file target. Inlined into `submit`'s loop (a call per request showed in
@@ -865,9 +880,15 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         }
         st.progress[t] = done;
         self.start(prep, st, rqs, tag, done);
+        // Owed: the next poll enters the kernel for it.
+        st.pending_sqes = self.sq.len() as u32;
     }
 
     /// Reaps up to `max` CQEs; resubmits short transfers.
+    ///
+    /// CQEs are taken a chunk at a time and their requests prefetched before any is completed:
+    /// after a wait in the kernel the requests' lines are cold, and touching them one CQE at a
+    /// time would queue the misses one behind another.
     fn reap(
         &mut self,
         prep: &Prep,
@@ -879,27 +900,40 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         let file = prep.cfg.target == Target::File;
         let shift = prep.cfg.block_shift;
         let mut n = 0;
+        let mut chunk = [(0u16, 0i32); REAP_CHUNK];
         while n < max {
-            let Some(cqe) = self.cq.next() else {
-                break;
-            };
-            let cqe: cqueue::Entry = cqe.into();
-            let tag = cqe.user_data() as u16;
-            let res = cqe.result();
-            // The usual case first: a file read or write that moved everything in one go (a
-            // resumed remainder is shorter than the whole, so nothing was done before).
-            if file
-                && let Some(rq) = rqs.get_mut(usize::from(tag))
-                && rq.op.has_data()
-                && res > 0
-                && u64::from(res as u32) == u64::from(rq.nblocks) << shift
-            {
-                rq.status = IoStatus::Success;
-                done.push(tag);
-                n += 1;
-                continue;
+            let mut k = 0;
+            while k < REAP_CHUNK.min(max - n) {
+                let Some(cqe) = self.cq.next() else {
+                    break;
+                };
+                let cqe: cqueue::Entry = cqe.into();
+                let tag = cqe.user_data() as u16;
+                if let Some(rq) = rqs.get(usize::from(tag)) {
+                    prefetch(rq);
+                }
+                chunk[k] = (tag, cqe.result());
+                k += 1;
             }
-            n += usize::from(self.complete_one(prep, st, rqs, done, tag, res));
+            if k == 0 {
+                break;
+            }
+            for &(tag, res) in &chunk[..k] {
+                // The usual case first: a file read or write that moved everything in one go
+                // (a resumed remainder is shorter than the whole, so nothing was done before).
+                if file
+                    && let Some(rq) = rqs.get_mut(usize::from(tag))
+                    && rq.op.has_data()
+                    && res > 0
+                    && u64::from(res as u32) == u64::from(rq.nblocks) << shift
+                {
+                    rq.status = IoStatus::Success;
+                    done.push(tag);
+                    n += 1;
+                    continue;
+                }
+                n += usize::from(self.complete_one(prep, st, rqs, done, tag, res));
+            }
         }
         st.outstanding -= n;
         n
@@ -1034,6 +1068,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         }
         // No system call here: the SQ tail is published when `io` drops, and the next `poll`
         // submits what is owed together with reaping (see the module documentation).
+        st.pending_sqes = io.sq.len() as u32;
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
