@@ -224,6 +224,34 @@ fn put_batch_clears_directly_in_the_words() {
     assert_eq!(hint.value(), 255);
 }
 
+/// Tags freed in any order (as a device completes them) are freed exactly, whether the map is
+/// small enough to gather its bits per word or large enough to clear run by run.
+#[test]
+fn put_batch_in_completion_order_frees_exactly_those_tags() {
+    for depth in [128u32, 4000, 8192] {
+        let sb = map(depth);
+        let mut hint = AllocHint::with_start(0);
+        assert_eq!(drain(&sb, &mut hint).len(), depth as usize);
+        // A scattered order touching every word, with a tag out of range in the middle.
+        let mut tags: Vec<u16> = (0..depth / 3)
+            .map(|i| ((i * 37 + 11) % depth) as u16)
+            .collect();
+        tags.insert(tags.len() / 2, depth as u16);
+        sb.put_batch(&mut hint, &tags);
+        let freed: std::collections::BTreeSet<u16> = tags
+            .iter()
+            .copied()
+            .filter(|&t| u32::from(t) < depth)
+            .collect();
+        assert_eq!(sb.busy(), depth - freed.len() as u32, "depth {depth}");
+        let again: std::collections::BTreeSet<u16> = drain(&sb, &mut hint)
+            .into_iter()
+            .map(|t| t as u16)
+            .collect();
+        assert_eq!(again, freed, "depth {depth}");
+    }
+}
+
 #[test]
 fn out_of_range_frees_are_ignored() {
     let sb = map(100);
