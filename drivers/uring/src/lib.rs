@@ -12,7 +12,8 @@
 //!   calling reactor: SINGLE_ISSUER + DEFER_TASKRUN + COOP_TASKRUN + TASKRUN_FLAG + SUBMIT_ALL
 //!   where the kernel accepts them (falling back flag by flag on EINVAL), the file registered,
 //!   buffers registered through [`UringBdev::register_buffers`] used with
-//!   READ_FIXED/WRITE_FIXED.
+//!   READ_FIXED/WRITE_FIXED, and the ring itself registered with its thread so every
+//!   `io_uring_enter` names it by index (no file-table lookup per call).
 //! - `submit` pushes one SQE per request; the next `poll` enters the kernel once (submitting
 //!   them, with GETEVENTS only when the kernel flags task work), reaps CQEs in a batch (the
 //!   tag rides in `user_data`), resubmits the rest of short transfers, and turns errors into
