@@ -562,17 +562,12 @@ impl Sbitmap {
     /// the batch, then one atomic per word touched.
     #[inline]
     fn put_batch_gathered(&self, tags: &[u16]) {
-        // Fields copied to locals: the atomics would otherwise make the compiler reload them.
-        let (shift, capacity) = (self.shift, self.capacity);
+        // Copied to a local: the atomics would otherwise make the compiler reload it.
+        let shift = self.shift;
         let bit_mask = (1u32 << shift) - 1;
         let mut masks = [0u64; GATHER_WORDS];
         let mut touched = 0u64;
-        for &tag in tags {
-            let tag = u32::from(tag);
-            if tag >= capacity {
-                self.bad_put(tag);
-                continue;
-            }
+        for tag in self.tags_in_map(tags) {
             let i = (tag >> shift) as usize;
             masks[i] |= 1u64 << (tag & bit_mask);
             touched |= 1u64 << i;
@@ -586,16 +581,11 @@ impl Sbitmap {
 
     /// `put_batch` for larger maps: one atomic per run of consecutive tags in one word.
     fn put_batch_runs(&self, tags: &[u16]) {
-        let (shift, capacity) = (self.shift, self.capacity);
+        let shift = self.shift;
         let bit_mask = (1u32 << shift) - 1;
         let mut index = u32::MAX;
         let mut mask = 0u64;
-        for &tag in tags {
-            let tag = u32::from(tag);
-            if tag >= capacity {
-                self.bad_put(tag);
-                continue;
-            }
+        for tag in self.tags_in_map(tags) {
             let i = tag >> shift;
             if i != index {
                 self.clear_word_bits(index, mask);
@@ -605,6 +595,19 @@ impl Sbitmap {
             mask |= 1u64 << (tag & bit_mask);
         }
         self.clear_word_bits(index, mask);
+    }
+
+    /// The tags of a batch to free that lie inside the map; the others are logged and skipped.
+    #[inline]
+    fn tags_in_map<'a>(&'a self, tags: &'a [u16]) -> impl Iterator<Item = u32> + 'a {
+        let capacity = self.capacity;
+        tags.iter().map(|&t| u32::from(t)).filter(move |&t| {
+            let inside = t < capacity;
+            if !inside {
+                self.bad_put(t);
+            }
+            inside
+        })
     }
 
     /// Logs a free of a tag outside the map (a caller bug; the tag is ignored).
