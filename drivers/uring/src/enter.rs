@@ -228,6 +228,31 @@ mod tests {
         }
     }
 
+    /// With every slot of the thread taken (the kernel has 16), a ring is not registered and
+    /// enters through its descriptor instead, with the same result.
+    #[test]
+    fn a_ring_without_a_slot_enters_by_fd() {
+        let mut held = Vec::new();
+        let mut ring: IoUring = IoUring::new(8).unwrap();
+        let fd = loop {
+            let fd = RingFd::register(ring.as_raw_fd(), "test");
+            if !fd.is_registered() {
+                break fd;
+            }
+            held.push(fd);
+            assert!(held.len() <= 64, "the kernel never ran out of slots");
+        };
+        assert!(!held.is_empty());
+        let nop = opcode::Nop::new().build().user_data(9);
+        // SAFETY: a NOP points at no memory.
+        unsafe { ring.submission().push(&nop) }.unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { fd.enter(1, 1, ENTER_GETEVENTS, None) }.unwrap(), 1);
+        assert_eq!(ring.completion().next().map(|c| c.user_data()), Some(9));
+        // The held registrations name the same ring; release them before it closes.
+        drop(held);
+    }
+
     /// A wait with nothing in flight ends at its timeout with ETIME.
     #[test]
     fn wait_ends_at_its_timeout() {
