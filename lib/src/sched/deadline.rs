@@ -237,6 +237,20 @@ pub struct PrioStats {
     pub queued: u64,
 }
 
+/// Asserts that every class has drained: everything inserted was dispatched and completed,
+/// and nothing is queued (tests of the scheduler and of the block layer over it).
+#[cfg(test)]
+pub(crate) fn assert_drained(stats: impl Fn(PrioClass) -> PrioStats) {
+    for p in PrioClass::ALL {
+        let s = stats(p);
+        assert_eq!(
+            (s.inserted, s.completed, s.queued),
+            (s.dispatched, s.dispatched, 0),
+            "{p:?}"
+        );
+    }
+}
+
 /// Per-class "limit the tag depth" answer for the tag layer (`dd_limit_depth`): the shallow
 /// depth for everything that is not a synchronous read, `None` (no limit, batching allowed)
 /// for reads and for flush/FUA requests, which Linux never limits.

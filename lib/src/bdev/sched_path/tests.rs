@@ -109,6 +109,25 @@ fn sched(owners: u16, depth: u32) -> Arc<SharedDeadline> {
     Arc::new(SharedDeadline::new(DeadlineOptions::for_queues(depth, owners, 256, BS)).unwrap())
 }
 
+/// Opens `dev` with `depth` requests under `dd`'s mq-deadline, as `owner`.
+fn open_sched(
+    dev: Arc<dyn BlockDevice>,
+    dd: &Arc<SharedDeadline>,
+    depth: u32,
+    owner: u16,
+) -> Result<BdevQueue, BdevError> {
+    BdevQueue::open(
+        dev,
+        BdevQueueOptions {
+            depth,
+            sched: SchedMode::MqDeadline {
+                dd: Arc::clone(dd),
+                owner,
+            },
+        },
+    )
+}
+
 fn io(op: Op, lba: u64, buf: &mut [u8], token: u64, prio: PrioClass) -> Io {
     Io {
         op,
@@ -139,17 +158,7 @@ fn merged_writes_complete_each_member_once_and_data_is_right() {
 fn merged_writes_case(max_depth: u32) {
     let (dev, max_inflight) = ram_max(1024, max_depth);
     let dd = sched(1, 8);
-    let mut q = BdevQueue::open(
-        dev,
-        BdevQueueOptions {
-            depth: 8,
-            sched: SchedMode::MqDeadline {
-                dd: Arc::clone(&dd),
-                owner: 0,
-            },
-        },
-    )
-    .unwrap();
+    let mut q = open_sched(dev, &dd, 8, 0).unwrap();
     assert_eq!(q.sp.as_ref().unwrap().shared, max_depth >= 16);
     let mut plug = Plug::default();
     q.register_plug(&mut plug);
@@ -220,17 +229,7 @@ fn merged_writes_case(max_depth: u32) {
 fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
     let (dev, max_inflight) = ram(4096);
     let dd = sched(1, 16);
-    let mut q = BdevQueue::open(
-        dev,
-        BdevQueueOptions {
-            depth: 16,
-            sched: SchedMode::MqDeadline {
-                dd: Arc::clone(&dd),
-                owner: 0,
-            },
-        },
-    )
-    .unwrap();
+    let mut q = open_sched(dev, &dd, 16, 0).unwrap();
     let via = |q: &BdevQueue| {
         let sp = q.sp.as_ref().unwrap();
         assert!(
@@ -299,17 +298,7 @@ fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
 fn submit_with_sched_queues_a_shaped_burst() {
     let (dev, _) = ram(64);
     let dd = sched(1, 4);
-    let mut q = BdevQueue::open(
-        dev,
-        BdevQueueOptions {
-            depth: 4,
-            sched: SchedMode::MqDeadline {
-                dd: Arc::clone(&dd),
-                owner: 0,
-            },
-        },
-    )
-    .unwrap();
+    let mut q = open_sched(dev, &dd, 4, 0).unwrap();
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 8 * 2 * BS as usize];
     let base = bufs.as_mut_ptr();
@@ -417,13 +406,7 @@ proptest::proptest! {
         const SLOTS: usize = 16;
         let (dev, max_inflight) = ram_max(256, if deep { 256 } else { 8 });
         let dd = sched(1, 8);
-        let mut q = BdevQueue::open(
-            dev,
-            BdevQueueOptions {
-                depth: 8,
-                sched: SchedMode::MqDeadline { dd: Arc::clone(&dd), owner: 0 },
-            },
-        )
+        let mut q = open_sched(dev, &dd, 8, 0)
         .unwrap();
         proptest::prop_assert_eq!(q.sp.as_ref().unwrap().shared, deep);
         let mut plug = Plug::default();
@@ -545,17 +528,7 @@ fn limit_depth_applies_to_writes_only() {
     let (dev, _) = ram(1024);
     let dd = sched(1, 16);
     dd.set_param("async_depth", 4).unwrap();
-    let mut q = BdevQueue::open(
-        dev,
-        BdevQueueOptions {
-            depth: 16,
-            sched: SchedMode::MqDeadline {
-                dd: Arc::clone(&dd),
-                owner: 0,
-            },
-        },
-    )
-    .unwrap();
+    let mut q = open_sched(dev, &dd, 16, 0).unwrap();
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 64 * BS as usize];
     let mut chunks = bufs.chunks_mut(BS as usize);
@@ -612,14 +585,7 @@ fn two_owners_every_completion_exactly_once() {
             let dev = Arc::clone(&dev);
             let dd = Arc::clone(&dd);
             std::thread::spawn(move || {
-                let mut q = BdevQueue::open(
-                    dev,
-                    BdevQueueOptions {
-                        depth: 16,
-                        sched: SchedMode::MqDeadline { dd, owner },
-                    },
-                )
-                .unwrap();
+                let mut q = open_sched(dev, &dd, 16, owner).unwrap();
                 let mut plug = Plug::default();
                 q.register_plug(&mut plug);
                 // One buffer slot per scheduler tag (32), each two blocks long.
@@ -681,24 +647,10 @@ fn two_owners_every_completion_exactly_once() {
 fn open_checks_the_scheduler() {
     let (dev, _) = ram(64);
     let dd = sched(1, 8);
-    let e = BdevQueue::open(
-        Arc::clone(&dev),
-        BdevQueueOptions {
-            depth: 8,
-            sched: SchedMode::MqDeadline { dd, owner: 1 },
-        },
-    )
-    .unwrap_err();
+    let e = open_sched(Arc::clone(&dev), &dd, 8, 1).unwrap_err();
     assert!(e.to_string().contains("owner 1"), "{e}");
     let dd = Arc::new(SharedDeadline::new(DeadlineOptions::for_queues(8, 1, 256, 4096)).unwrap());
-    let e = BdevQueue::open(
-        dev,
-        BdevQueueOptions {
-            depth: 8,
-            sched: SchedMode::MqDeadline { dd, owner: 0 },
-        },
-    )
-    .unwrap_err();
+    let e = open_sched(dev, &dd, 8, 0).unwrap_err();
     assert!(e.to_string().contains("block size"), "{e}");
 }
 
@@ -763,13 +715,7 @@ fn direct_dispatch_only_when_equivalent() {
     dd.dispatch_batch(0, 6, 32, &mut out);
     dd.complete_batch(out.iter().map(|d| (d.id, IoStatus::Success)), |_, _| {})
         .unwrap();
-    for p in PrioClass::ALL {
-        let s = dd.stats(p);
-        assert_eq!(
-            (s.inserted, s.completed, s.queued),
-            (s.dispatched, s.dispatched, 0)
-        );
-    }
+    crate::sched::deadline::assert_drained(|p| dd.stats(p));
     dd.teardown_check().unwrap();
 }
 
@@ -779,19 +725,7 @@ fn direct_dispatch_only_when_equivalent() {
 fn ready_list_requests_start_on_their_owner() {
     let (dev, _) = ram(1024);
     let dd = sched(2, 2);
-    let open = |owner| {
-        BdevQueue::open(
-            Arc::clone(&dev),
-            BdevQueueOptions {
-                depth: 2,
-                sched: SchedMode::MqDeadline {
-                    dd: Arc::clone(&dd),
-                    owner,
-                },
-            },
-        )
-        .unwrap()
-    };
+    let open = |owner| open_sched(Arc::clone(&dev), &dd, 2, owner).unwrap();
     let (mut a, mut b) = (open(0), open(1));
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 8 * BS as usize];

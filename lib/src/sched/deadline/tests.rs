@@ -640,13 +640,7 @@ fn counted_burst_only_when_nothing_waits_or_outranks_it() {
         "counted requests still in flight"
     );
     dd.complete_counted([0, 3, 0]);
-    for p in PrioClass::ALL {
-        let s = dd.stats(p);
-        assert_eq!(
-            (s.inserted, s.completed, s.queued),
-            (s.dispatched, s.dispatched, 0)
-        );
-    }
+    assert_drained(|p| dd.stats(p));
     dd.teardown_check().unwrap();
 }
 
