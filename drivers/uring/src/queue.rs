@@ -45,6 +45,8 @@ const MAX_REG_BUF: usize = 1 << 30;
 const IDLE_ENTER_EVERY: u32 = 1024;
 /// CQEs taken (and their requests prefetched) at a time by `reap`.
 const REAP_CHUNK: usize = 32;
+/// SQEs `submit` builds in its staging buffer before copying them into the ring at once.
+const STAGE_CHUNK: usize = 32;
 
 /// What the queue's file descriptor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -586,6 +588,9 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     ring: IoUring<S, C>,
     prep: Prep,
     st: State,
+    /// File SQEs of a `submit` call are built here, then copied into the ring together
+    /// (`RingIo::stage_file`).
+    staged: Vec<S>,
     enter_flags: u32,
     /// The ring reports pending task work in its SQ flags (`RingFlags::taskrun_flag`).
     taskrun_flag: bool,
@@ -640,6 +645,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 idle_polls: 0,
                 enters: EnterCounts::default(),
             },
+            staged: Vec::with_capacity(STAGE_CHUNK),
             enter_flags,
             taskrun_flag,
             buffers_seen,
@@ -748,6 +754,7 @@ struct RingIo<'a, S: squeue::EntryMarker, C: cqueue::EntryMarker> {
     ring_fd: &'a RingFd,
     sq: io_uring::SubmissionQueue<'a, S>,
     cq: io_uring::CompletionQueue<'a, C>,
+    staged: &'a mut Vec<S>,
     enter_flags: u32,
 }
 
@@ -846,6 +853,53 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             Err(errno) => errno,
         };
         st.failed.push((tag, errno));
+    }
+
+    /// Starts the first transfer of each of `tags` (a file target): builds their SQEs in the
+    /// staging buffer, `STAGE_CHUNK` at a time, and copies each chunk into the ring at once.
+    ///
+    /// Why not push each SQE as it is built: the builder's fields are stored to the stack piece
+    /// by piece, and the 64-byte copy into the ring that follows at once reads them back in
+    /// 16-byte loads that the CPU cannot forward from those narrower stores; each such load
+    /// waits for the stores to reach the cache (about half of `submit`'s time in a buffered
+    /// profile). Staged, the copy reads SQEs written a chunk earlier.
+    #[inline]
+    fn submit_file(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tags: &[u16]) {
+        let mut rest = tags;
+        while !rest.is_empty() {
+            let mut room = self.sq.capacity() - self.sq.len();
+            if room == 0 {
+                room = self.make_room(st, &prep.cfg.name);
+                if room == 0 {
+                    st.failed.extend(rest.iter().map(|&tag| (tag, libc::EBUSY)));
+                    return;
+                }
+            }
+            let (now, later) = rest.split_at(rest.len().min(room).min(STAGE_CHUNK));
+            self.staged.clear();
+            for &tag in now {
+                let rq = &rqs[tag as usize];
+                match prep.check(rq) {
+                    Ok(bytes) => self.staged.push(match prep.rw_sqe(rq, bytes, 0, tag) {
+                        Some(raw) => S::from(raw.into_entry()),
+                        None => sqe_with_tag(S::from(prep.file_sqe(rq, bytes, 0)), tag),
+                    }),
+                    Err(errno) => st.failed.push((tag, errno)),
+                }
+            }
+            // SAFETY: as in `push`; `now` is no longer than the room left, so all fit.
+            let pushed = unsafe { self.sq.push_multiple(self.staged) };
+            debug_assert!(pushed.is_ok());
+            rest = later;
+        }
+    }
+
+    /// A full SQ (only when an earlier enter failed): enters the kernel, returns the room now.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, st: &mut State, name: &str) -> usize {
+        self.enter(st, name, false);
+        self.sq.capacity() - self.sq.len()
     }
 
     /// Prepares and pushes the SQE of `tag`, `done` bytes in; refusals go to `st.failed`.
@@ -1040,6 +1094,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> UringQueue<S, C> {
                 ring_fd: &self.ring_fd,
                 sq,
                 cq,
+                staged: &mut self.staged,
                 enter_flags: self.enter_flags,
             },
             &self.prep,
@@ -1058,9 +1113,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         st.outstanding += tags.len();
         // One loop per target, so the per-request path has no target test.
         if prep.cfg.target == Target::File {
-            for &tag in tags {
-                io.start_file(prep, st, rqs, tag, 0);
-            }
+            io.submit_file(prep, st, rqs, tags);
         } else {
             for &tag in tags {
                 io.start(prep, st, rqs, tag, 0);
@@ -1244,14 +1297,46 @@ mod tests {
         assert!(fixed.rw_sqe(&flush, 0, 0, 1).is_none());
     }
 
+    /// A temporary file of 128 sectors, sector `i` filled with the byte `i`.
+    fn sector_file() -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i / 512) as u8).collect();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        f
+    }
+
+    /// One-sector reads, tag `t` reading sector `t * 3 % 128` into `bufs[t]`.
+    fn sector_reads(bufs: &mut [[u8; 512]]) -> Vec<Request> {
+        let mut rqs = Vec::with_capacity(bufs.len());
+        for (t, b) in bufs.iter_mut().enumerate() {
+            rqs.push(Request {
+                tag: t as u16,
+                op: Op::Read,
+                lba: (t as u64 * 3) % 128,
+                nblocks: 1,
+                // SAFETY: the caller keeps `bufs` alive and untouched until the reads complete.
+                buf: unsafe { pmio::IoBuf::from_raw_parts(b.as_mut_ptr(), 512) },
+                ..Request::default()
+            });
+        }
+        rqs
+    }
+
+    /// Every read of `sector_reads` succeeded with its sector's bytes.
+    fn assert_sectors_read(rqs: &[Request], bufs: &[[u8; 512]]) {
+        for (t, b) in bufs.iter().enumerate() {
+            assert!(rqs[t].status.is_success(), "tag {t}: {:?}", rqs[t].status);
+            let want = ((t * 3) % 128) as u8;
+            assert!(b.iter().all(|&x| x == want), "tag {t}'s data");
+        }
+    }
+
     /// With `wait_us`, a poll that finds less than a batch in the CQ submits and waits for the
     /// batch in one enter; every request completes, with its data.
     #[test]
     fn waiting_poll_collects_whole_batches() {
         use pmio::BlockDevice;
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        let data: Vec<u8> = (0..64 * 1024).map(|i| (i / 512) as u8).collect();
-        std::io::Write::write_all(&mut f, &data).unwrap();
+        let f = sector_file();
         let mut opts = crate::UringOptions::new(f.path());
         opts.direct = false;
         opts.wait_us = 200_000;
@@ -1260,19 +1345,7 @@ mod tests {
             .open_queue(pmio::HctxType::Default, 0, 16)
             .expect("queue");
         let mut bufs = vec![[0u8; 512]; 16];
-        let mut rqs: Vec<Request> = (0..16u16)
-            .map(|t| Request {
-                tag: t,
-                op: Op::Read,
-                lba: u64::from(t) * 3,
-                nblocks: 1,
-                ..Request::default()
-            })
-            .collect();
-        for (rq, b) in rqs.iter_mut().zip(bufs.iter_mut()) {
-            // SAFETY: `bufs` outlives every request and is not touched until they complete.
-            rq.buf = unsafe { pmio::IoBuf::from_raw_parts(b.as_mut_ptr(), 512) };
-        }
+        let mut rqs = sector_reads(&mut bufs);
         let tags: Vec<u16> = (0..16).collect();
         q.submit(&mut rqs, &tags);
         let mut done = Vec::with_capacity(16);
@@ -1288,14 +1361,41 @@ mod tests {
         assert_eq!(q.outstanding(), 0);
         done.sort_unstable();
         assert_eq!(done, tags);
-        for (t, b) in bufs.iter().enumerate() {
-            assert!(rqs[t].status.is_success());
-            assert!(b.iter().all(|&x| x == (t * 3) as u8), "tag {t}'s data");
-        }
+        assert_sectors_read(&rqs, &bufs);
         // Nothing in flight: no wait at all.
         let start = std::time::Instant::now();
         assert_eq!(q.poll(&mut rqs, &mut done, 16), 0);
         assert!(start.elapsed() < std::time::Duration::from_millis(100));
+    }
+
+    /// One `submit` of more requests than the SQ holds (and than one staging chunk): the SQ is
+    /// emptied into the kernel as it fills, and every request completes with its data.
+    #[test]
+    fn submit_beyond_the_sq_enters_to_make_room() {
+        use pmio::BlockDevice;
+        let f = sector_file();
+        let mut opts = crate::UringOptions::new(f.path());
+        opts.direct = false;
+        let bdev = crate::UringBdev::create(&opts).unwrap();
+        let mut q = bdev
+            .open_queue(pmio::HctxType::Default, 0, 4)
+            .expect("queue");
+        let n = STAGE_CHUNK + 9;
+        let mut bufs = vec![[0u8; 512]; n];
+        let mut rqs = sector_reads(&mut bufs);
+        let tags: Vec<u16> = (0..n as u16).collect();
+        q.submit(&mut rqs, &tags);
+        let mut done = Vec::with_capacity(n);
+        let mut polls = 0;
+        while done.len() < n {
+            q.poll(&mut rqs, &mut done, n);
+            polls += 1;
+            assert!(polls < 100_000, "{} of {n} completed", done.len());
+        }
+        assert_eq!(q.outstanding(), 0);
+        done.sort_unstable();
+        assert_eq!(done, tags);
+        assert_sectors_read(&rqs, &bufs);
     }
 
     #[test]
