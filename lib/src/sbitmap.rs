@@ -98,6 +98,10 @@ pub struct SbitmapOptions {
 
 /// Maps of at most this many words gather a `put_batch`'s bits per word before clearing them.
 const GATHER_WORDS: usize = 64;
+/// Maps of at most this many words (every map up to 512 tags) gather into a smaller local
+/// array: zeroing `GATHER_WORDS` words takes a `memset` call and eight cache lines of stack per
+/// batch, where a handful of words is all a typical queue has.
+const GATHER_WORDS_SMALL: usize = 8;
 
 /// Pads (and aligns) its content to a cache line of its own.
 #[repr(align(64))]
@@ -545,8 +549,10 @@ impl Sbitmap {
     /// one atomic per two tags on a 128-deep map of four words); gathering each word's bits over
     /// the whole batch first costs a few register operations per tag instead.
     pub fn put_batch(&self, hint: &mut AllocHint, tags: &[u16]) {
-        if self.map.len() <= GATHER_WORDS {
-            self.put_batch_gathered(tags);
+        if self.map.len() <= GATHER_WORDS_SMALL {
+            self.put_batch_gathered::<GATHER_WORDS_SMALL>(tags);
+        } else if self.map.len() <= GATHER_WORDS {
+            self.put_batch_gathered::<GATHER_WORDS>(tags);
         } else {
             self.put_batch_runs(tags);
         }
@@ -558,14 +564,14 @@ impl Sbitmap {
         }
     }
 
-    /// `put_batch` for a map of at most `GATHER_WORDS` words: each word's bits gathered over
-    /// the batch, then one atomic per word touched.
+    /// `put_batch` for a map of at most `N` (≤ 64) words: each word's bits gathered over the
+    /// batch, then one atomic per word touched.
     #[inline]
-    fn put_batch_gathered(&self, tags: &[u16]) {
+    fn put_batch_gathered<const N: usize>(&self, tags: &[u16]) {
         // Copied to a local: the atomics would otherwise make the compiler reload it.
         let shift = self.shift;
         let bit_mask = (1u32 << shift) - 1;
-        let mut masks = [0u64; GATHER_WORDS];
+        let mut masks = [0u64; N];
         let mut touched = 0u64;
         for tag in self.tags_in_map(tags) {
             let i = (tag >> shift) as usize;
