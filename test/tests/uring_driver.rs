@@ -711,12 +711,28 @@ fn uring_buffers_registered_after_open() {
     drop(q);
 }
 
-/// pmio-perf's buffers: a DMA region registered as fixed buffers, data round-trips.
+/// pmio-perf's buffers: a DMA region of the pages the device asks for (base pages, see
+/// `UringBdev::dma_options`), registered as fixed buffers; data round-trips.
 #[test]
 fn uring_dma_region_as_fixed_buffers() {
     let f = temp_file(Path::new("/var/tmp"), 1 << 20);
     let bdev = UringBdev::create(&UringOptions::new(f.path())).unwrap();
+    let region = pmio::dma::DmaRegion::with_options(64 * 4096, bdev.dma_options()).unwrap();
+    assert_eq!(region.page_kind(), pmio::dma::PageKind::Base);
+    dma_region_round_trip(&bdev, &region);
+}
+
+/// The same with a huge-page region (the default kinds, as another application may pass).
+#[test]
+fn uring_huge_page_region_as_fixed_buffers() {
+    let f = temp_file(Path::new("/var/tmp"), 1 << 20);
+    let bdev = UringBdev::create(&UringOptions::new(f.path())).unwrap();
     let region = pmio::dma::DmaRegion::new(64 * 4096).unwrap();
+    dma_region_round_trip(&bdev, &region);
+}
+
+/// Registers `region` (64 pages), writes 32 pages from it and reads them back into the other 32.
+fn dma_region_round_trip(bdev: &UringBdev, region: &pmio::dma::DmaRegion) {
     // SAFETY: `region` outlives the queue (dropped after it, below).
     unsafe { bdev.register_memory(&[(region.as_ptr(), region.len())]) };
     let mut q = bdev.open_queue(HctxType::Default, 0, 64).unwrap();

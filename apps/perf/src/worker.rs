@@ -177,7 +177,7 @@ impl Worker {
             )
             .map_err(|e| e.to_string())?;
             q.register_plug(&mut plug);
-            let bufs = DmaRegion::new((s.depth as u64 * s.bs) as usize)
+            let bufs = DmaRegion::with_options((s.depth as u64 * s.bs) as usize, dev.dma_options())
                 .map_err(|e| format!("bdev {name}: I/O buffers: {e}"))?;
             // SAFETY: `bufs` lives in this job next to its queue, which is dropped first (field
             // order of `Job`); no I/O uses the region after that.

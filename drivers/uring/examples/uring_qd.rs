@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bs = bdev.info().block_size;
     let per = 4096 / bs;
     let units = bdev.info().num_blocks / u64::from(per);
-    let region = pmio::dma::DmaRegion::new(qd * 4096)?;
+    let region = pmio::dma::DmaRegion::with_options(qd * 4096, bdev.dma_options())?;
     // SAFETY: the region outlives the queue (dropped after it, at the end of main).
     unsafe { bdev.register_memory(&[(region.as_ptr(), region.len())]) };
     let mut q = bdev.open_queue(HctxType::Default, 0, qd as u32)?;

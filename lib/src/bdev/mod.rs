@@ -186,6 +186,12 @@ pub trait BlockDevice: Send + Sync + 'static {
     unsafe fn register_memory(&self, regions: &[(*mut u8, usize)]) {
         let _ = regions;
     }
+
+    /// The page kinds this device's I/O buffers are best allocated from (for
+    /// [`crate::dma::DmaRegion::with_options`]). Default: any, huge pages first.
+    fn dma_options(&self) -> crate::dma::DmaOptions {
+        crate::dma::DmaOptions::default()
+    }
 }
 
 /// The driver side of one hardware queue, owned by one reactor.
