@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """pmio-perf on a uring bdev side by side with t/io_uring and fio's io_uring engine: 4 KiB
-random reads, QD128, batches of 32, one CPU, alternating rounds in one run, medians.
+random reads, QD128, batches of 32, one CPU, alternating rounds in one run; medians, and each
+tool's per-round ratios to t/io_uring.
 CPU per I/O = the child's user+system time (getrusage) / I/Os, the same for every tool.
 The order of the tools rotates from round to round.
 
@@ -95,5 +96,16 @@ print(f"== {MODE}: medians over {ROUNDS} rounds of {T}s on CPU {CPU}")
 for name, v in res.items():
     print(f"{name:24s} IOPS={statistics.median(x[0] for x in v)/1e3:8.1f}K "
           f"CPU/IO={statistics.median(x[1] for x in v)*1e9:7.0f} ns")
+# Per-round ratios to t/io_uring: both ran within the same round, minutes apart at most, so
+# these carry less of the machine's swing than the ratio of the medians above.
+print("== per round, vs t/io_uring (IOPS ratio; CPU per I/O ratio)")
+tio_res = res["t/io_uring"]
+for name, v in res.items():
+    if name == "t/io_uring":
+        continue
+    ri = [a[0] / b[0] for a, b in zip(v, tio_res)]
+    rc = [a[1] / b[1] for a, b in zip(v, tio_res)]
+    print(f"{name:24s} IOPS {' '.join(f'{x:.2f}' for x in ri)} (median {statistics.median(ri):.3f}); "
+          f"CPU/IO {' '.join(f'{x:.2f}' for x in rc)} (median {statistics.median(rc):.3f})")
 for name, c in cmds.items():
     print(f"{name}: {c}")
