@@ -421,6 +421,16 @@ impl Prep {
         })
     }
 
+    /// The tagged SQE of a file request: reads and writes written field by field
+    /// (`rw_sqe`), other ops through the builder (`file_sqe`).
+    #[inline(always)]
+    fn file_entry<S: Sqe>(&self, rq: &Request, bytes: u32, done: u32, tag: u16) -> S {
+        match self.rw_sqe(rq, bytes, done, tag) {
+            Some(raw) => S::from(raw.into_entry()),
+            None => sqe_with_tag(S::from(self.file_sqe(rq, bytes, done)), tag),
+        }
+    }
+
     #[inline(always)]
     fn file_sqe(&self, rq: &Request, bytes: u32, done: u32) -> squeue::Entry {
         let fd = types::Fixed(0);
@@ -589,7 +599,7 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     prep: Prep,
     st: State,
     /// File SQEs of a `submit` call are built here, then copied into the ring together
-    /// (`RingIo::stage_file`).
+    /// (`RingIo::submit_file`).
     staged: Vec<S>,
     enter_flags: u32,
     /// The ring reports pending task work in its SQ flags (`RingFlags::taskrun_flag`).
@@ -834,17 +844,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         unsafe { self.sq.push(sqe) }.is_ok()
     }
 
-    /// `start` for a file target. Inlined into `submit`'s loop (a call per request showed in
-    /// profiles); a read or write is written field by field (`Prep::rw_sqe`).
-    #[inline(always)]
+    /// `start` for a file target (a remainder's resubmission; first submissions go through
+    /// `submit_file`).
     fn start_file(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
         let rq = &rqs[tag as usize];
         let errno = match prep.check(rq) {
             Ok(bytes) => {
-                let sqe = match prep.rw_sqe(rq, bytes, done, tag) {
-                    Some(raw) => S::from(raw.into_entry()),
-                    None => sqe_with_tag(S::from(prep.file_sqe(rq, bytes, done)), tag),
-                };
+                let sqe: S = prep.file_entry(rq, bytes, done, tag);
                 if self.push(st, &prep.cfg.name, &sqe) {
                     return;
                 }
@@ -880,10 +886,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             for &tag in now {
                 let rq = &rqs[tag as usize];
                 match prep.check(rq) {
-                    Ok(bytes) => self.staged.push(match prep.rw_sqe(rq, bytes, 0, tag) {
-                        Some(raw) => S::from(raw.into_entry()),
-                        None => sqe_with_tag(S::from(prep.file_sqe(rq, bytes, 0)), tag),
-                    }),
+                    Ok(bytes) => self.staged.push(prep.file_entry(rq, bytes, 0, tag)),
                     Err(errno) => st.failed.push((tag, errno)),
                 }
             }
