@@ -1309,7 +1309,10 @@ mod tests {
     }
 
     /// One-sector reads, tag `t` reading sector `t * 3 % 128` into `bufs[t]`.
-    fn sector_reads(bufs: &mut [[u8; 512]]) -> Vec<Request> {
+    ///
+    /// # Safety
+    /// `bufs` must stay alive and untouched until every read has completed.
+    unsafe fn sector_reads(bufs: &mut [[u8; 512]]) -> Vec<Request> {
         let mut rqs = Vec::with_capacity(bufs.len());
         for (t, b) in bufs.iter_mut().enumerate() {
             rqs.push(Request {
@@ -1317,7 +1320,7 @@ mod tests {
                 op: Op::Read,
                 lba: (t as u64 * 3) % 128,
                 nblocks: 1,
-                // SAFETY: the caller keeps `bufs` alive and untouched until the reads complete.
+                // SAFETY: the caller's contract (above).
                 buf: unsafe { pmio::IoBuf::from_raw_parts(b.as_mut_ptr(), 512) },
                 ..Request::default()
             });
@@ -1348,7 +1351,8 @@ mod tests {
             .open_queue(pmio::HctxType::Default, 0, 16)
             .expect("queue");
         let mut bufs = vec![[0u8; 512]; 16];
-        let mut rqs = sector_reads(&mut bufs);
+        // SAFETY: `bufs` outlives the queue's I/O and is read only after every completion.
+        let mut rqs = unsafe { sector_reads(&mut bufs) };
         let tags: Vec<u16> = (0..16).collect();
         q.submit(&mut rqs, &tags);
         let mut done = Vec::with_capacity(16);
@@ -1385,7 +1389,8 @@ mod tests {
             .expect("queue");
         let n = STAGE_CHUNK + 9;
         let mut bufs = vec![[0u8; 512]; n];
-        let mut rqs = sector_reads(&mut bufs);
+        // SAFETY: `bufs` outlives the queue's I/O and is read only after every completion.
+        let mut rqs = unsafe { sector_reads(&mut bufs) };
         let tags: Vec<u16> = (0..n as u16).collect();
         q.submit(&mut rqs, &tags);
         let mut done = Vec::with_capacity(n);
