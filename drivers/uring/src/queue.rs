@@ -831,17 +831,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         if unsafe { self.sq.push(sqe) }.is_ok() {
             return true;
         }
-        self.push_after_enter(st, name, sqe)
-    }
-
-    /// `push` on a full SQ: enters the kernel, then retries once. Kept out of line so the
-    /// submit loop's registers are not spent on the system call's path.
-    #[cold]
-    #[inline(never)]
-    fn push_after_enter(&mut self, st: &mut State, name: &str, sqe: &S) -> bool {
-        self.enter(st, name, false);
-        // SAFETY: as in `push`.
-        unsafe { self.sq.push(sqe) }.is_ok()
+        // SAFETY: as above.
+        self.make_room(st, name) > 0 && unsafe { self.sq.push(sqe) }.is_ok()
     }
 
     /// `start` for a file target (a remainder's resubmission; first submissions go through
@@ -898,6 +889,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     }
 
     /// A full SQ (only when an earlier enter failed): enters the kernel, returns the room now.
+    /// Kept out of line so the submit loops' registers are not spent on the system call's path.
     #[cold]
     #[inline(never)]
     fn make_room(&mut self, st: &mut State, name: &str) -> usize {
