@@ -5,7 +5,7 @@ tool's per-round ratios to t/io_uring.
 CPU per I/O = the child's user+system time (getrusage) / I/Os, the same for every tool.
 The order of the tools rotates from round to round.
 
-usage: drivers/uring/bench_peers.py FILE buffered|direct ROUNDS SECONDS [CPU]
+usage: drivers/uring/bench_peers.py FILE buffered|direct|nop ROUNDS SECONDS [CPU]
   FILE: e.g. a 1 GiB file on ext4 filled from /dev/urandom (buffered rounds `cat` it into the
   page cache first). Needs target/release/pmio-perf (cargo build --release -p pmio-perf), fio
   (apt-get install fio) and t/io_uring built from fio's source outside the repository, at
@@ -14,18 +14,23 @@ usage: drivers/uring/bench_peers.py FILE buffered|direct ROUNDS SECONDS [CPU]
   driver changes in one run, e.g. before=/tmp/pmio-perf-old,after=target/release/pmio-perf).
   direct: $PMIO_WAIT_US sets pmio-perf's wait_us (default 1000); PMIO_POLL=0 skips its
   pure-polling runs.
+  nop: every I/O is an IORING_OP_NOP (pmio-perf's uring `nop=1` against t/io_uring -N1; fio has
+  no such mode): the I/O path's own cost, with no file system or page cache under it.
 """
 import json, os, re, resource, subprocess, sys, statistics
 
 F = sys.argv[1]
-MODE = sys.argv[2]          # buffered | direct
+MODE = sys.argv[2]          # buffered | direct | nop
 ROUNDS = int(sys.argv[3])
 T = int(sys.argv[4])
 CPU = sys.argv[5] if len(sys.argv) > 5 else "1"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PERF = os.path.join(ROOT, "target/release/pmio-perf")
 TIO = os.environ.get("T_IO_URING", "/tmp/fio-src/fio-3.33/t/io_uring")
+if MODE not in ("buffered", "direct", "nop"):
+    sys.exit(f"mode {MODE!r}: expected buffered, direct or nop\n{__doc__}")
 direct = MODE == "direct"
+nop = MODE == "nop"
 
 def run(cmd):
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -36,6 +41,8 @@ def run(cmd):
 
 def pmio(wait_us=0, perf=PERF):
     spec = f"uring:path={F},direct={1 if direct else 0}" + (f",wait_us={wait_us}" if wait_us else "")
+    if nop:
+        spec += ",nop=1"
     cmd = [perf, "-m", f"[{CPU}]", "-d", "128", "-s", "32", "-c", "32", "-b", "4096", "-w", "randread",
            "-t", str(T), "--dev", spec, "--json"]
     p, cpu = run(cmd)
@@ -45,7 +52,7 @@ def pmio(wait_us=0, perf=PERF):
 
 def tio():
     cmd = ["taskset", "-c", CPU, TIO, "-d128", "-s32", "-c32", "-b4096", "-p0", "-r", str(T),
-           "-F1", "-B1", "-O1" if direct else "-O0", "-n1", F]
+           "-F1", "-B1", "-O1" if direct else "-O0", "-n1"] + (["-N1"] if nop else []) + [F]
     p, cpu = run(cmd)
     mult = {"": 1, "K": 1e3, "M": 1e6}
     vals = [float(a) * mult[b] for a, b in re.findall(r"^IOPS=([\d.]+)([KM]?),", p.stdout, re.M)]
@@ -78,7 +85,7 @@ for label, binary in builds:
         tools.append((f"pmio-perf{label}", lambda b=binary: pmio(0, b)))
     if direct:
         tools.append((f"pmio-perf{label} wait_us={WAIT_US}", lambda b=binary: pmio(WAIT_US, b)))
-tools += [("t/io_uring", tio), ("fio", fio)]
+tools += [("t/io_uring", tio)] + ([] if nop else [("fio", fio)])
 res = {name: [] for name, _ in tools}
 cmds = {}
 for r in range(ROUNDS):
@@ -86,7 +93,7 @@ for r in range(ROUNDS):
     # the page-cache refresh or right after another given tool.
     k = r % len(tools)
     for name, f in tools[k:] + tools[:k]:
-        if not direct:
+        if MODE == "buffered":
             subprocess.run(["cat", F], stdout=subprocess.DEVNULL)
         iops, cpu_io, cmd = f()
         res[name].append((iops, cpu_io))

@@ -280,6 +280,59 @@ fn uring_truncated_while_in_use_fails_without_hang() {
 }
 
 /// A file whose size is not a multiple of the block size: the tail is not part of the device.
+/// `nop=1`: every request completes successfully without reaching the file (t/io_uring -N1's
+/// measure of the ring alone): reads leave their buffers as they were, writes leave the file as
+/// it was, and requests the device refuses are still refused.
+#[test]
+fn uring_nop_mode_completes_without_moving_data() {
+    let mut f = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+    f.write_all(&[0x5a; 64 << 10]).unwrap();
+    let mut o = UringOptions::new(f.path());
+    o.direct = false;
+    o.nop = true;
+    let bdev = UringBdev::create(&o).unwrap();
+    assert!(bdev.is_nop());
+    let nb = bdev.info().num_blocks;
+    let bs = bdev.info().block_size as usize;
+    let mut buf = Buf::new(8 * 4096);
+    buf.slice_mut().fill(0x11);
+    let mut q = bdev.open_queue(HctxType::Default, 0, 64).unwrap();
+    let mut r: Vec<Request> = (0..4)
+        .map(|i| {
+            rq(
+                Op::Read,
+                i * 8,
+                (4096 / bs) as u32,
+                buf.io(i as usize * 4096, 4096),
+            )
+        })
+        .chain((4..8).map(|i| {
+            rq(
+                Op::Write,
+                i * 8,
+                (4096 / bs) as u32,
+                buf.io(i as usize * 4096, 4096),
+            )
+        }))
+        .chain([
+            rq(Op::Flush, 0, 0, IoBuf::EMPTY),
+            rq(Op::Read, nb, 1, buf.io(0, bs)),
+        ])
+        .collect();
+    run(q.as_mut(), &mut r);
+    for x in &r[..9] {
+        assert_eq!(x.status, IoStatus::Success, "{x:?}");
+    }
+    assert_eq!(r[9].status, IoStatus::Errno(libc::EINVAL), "past the end");
+    assert!(
+        buf.slice().iter().all(|&b| b == 0x11),
+        "a NOP read moved data"
+    );
+    drop(q);
+    let on_disk = std::fs::read(f.path()).unwrap();
+    assert!(on_disk.iter().all(|&b| b == 0x5a), "a NOP write moved data");
+}
+
 #[test]
 fn uring_file_shorter_than_the_io_range() {
     let f = temp_file(Path::new("/var/tmp"), 3 * 4096 + 100);

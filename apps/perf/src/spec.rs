@@ -60,7 +60,7 @@ pub const DRIVERS: &[DriverEntry] = &[
     },
     DriverEntry {
         name: "uring",
-        help: "uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,wait_us=0,name=Uring0]",
+        help: "uring:path=FILE[,direct=0|1,hipri=0|1,bs=BYTES,wait_us=0,nop=0|1,name=Uring0]",
         create: uring_spec,
     },
     DriverEntry {
@@ -285,11 +285,12 @@ fn uring_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
         block_size,
         wait_us: u32::try_from(a.u64("wait_us")?.unwrap_or(0))
             .map_err(|_| "wait_us: too large".to_string())?,
+        nop: bool_key(a, "nop", false)?,
     };
     let dev = pmio_uring::UringBdev::create(&opts).map_err(|e| e.to_string())?;
     Ok(Created {
+        stores_data: !dev.is_nop(),
         dev: Arc::new(dev),
-        stores_data: true,
     })
 }
 
@@ -403,6 +404,11 @@ mod tests {
         assert!(c.stores_data);
         assert_eq!(c.dev.info().name, "Uring0");
         assert_eq!(c.dev.info().num_blocks, 2048, "buffered: 512-byte blocks");
+        let c = parse_dev(&format!("uring:path={},nop=1", f.display()), 0).unwrap();
+        assert!(
+            !c.stores_data,
+            "nop=1 moves no data: --verify must refuse it"
+        );
         for (spec, needle) in [
             ("uring".to_string(), "path=FILE is required"),
             ("uring:path=/nonexistent/x".to_string(), "no such file"),

@@ -45,6 +45,7 @@ pub struct UringBdev {
     iopoll_fallback: Option<String>,
     buffers: Arc<BufferSet>,
     wait_us: u32,
+    nop: bool,
 }
 
 impl std::fmt::Debug for UringBdev {
@@ -114,19 +115,25 @@ impl UringBdev {
             iopoll_fallback: None,
             buffers: Arc::default(),
             wait_us: opts.wait_us,
+            nop: opts.nop,
         };
         if opts.hipri {
             bdev.setup_iopoll(opened.rdev);
         }
         log::info!(
-            "uring bdev {name}: {} ({:?}), {} blocks of {} bytes, direct={}, iopoll={}{}",
+            "uring bdev {name}: {} ({:?}), {} blocks of {} bytes, direct={}, iopoll={}{}{}",
             bdev.path.display(),
             bdev.kind,
             num_blocks,
             block_size,
             bdev.direct,
             bdev.iopoll,
-            if bdev.read_only { ", read-only" } else { "" }
+            if bdev.read_only { ", read-only" } else { "" },
+            if bdev.nop {
+                ", nop (no data moves: every request is an IORING_OP_NOP)"
+            } else {
+                ""
+            }
         );
         Ok(bdev)
     }
@@ -155,6 +162,11 @@ impl UringBdev {
     /// the device then offers one `Poll` hardware queue, served by an IOPOLL ring.
     pub fn iopoll(&self) -> bool {
         self.iopoll
+    }
+
+    /// Whether every request goes to the kernel as a NOP (`UringOptions::nop`).
+    pub fn is_nop(&self) -> bool {
+        self.nop
     }
 
     /// Why `hipri=1` fell back to interrupt-driven rings, if it did.
@@ -187,6 +199,7 @@ impl UringBdev {
 
     fn queue_config(&self, iopoll: bool) -> QueueConfig {
         let target = match self.kind {
+            _ if self.nop => Target::Nop,
             DeviceKind::NvmeGeneric { nsid } => Target::Nvme { nsid },
             _ => Target::File,
         };

@@ -2,7 +2,7 @@
 //! devices, through the kernel's io_uring.
 //!
 //! - [`UringOptions`]: path, O_DIRECT (default on), hipri/IOPOLL, name, block size; also parsed
-//!   from `path=FILE[,direct=0|1][,hipri=1]` (pmio-perf's `--dev uring:...`).
+//!   from `path=FILE[,direct=0|1][,hipri=1][,nop=1]` (pmio-perf's `--dev uring:...`).
 //! - [`UringBdev`]: checked at create time (missing path, directory, not a file or block
 //!   device, no O_DIRECT on the file system, smaller than one block: each a typed
 //!   [`UringError`]). Block size from the device (`BLKSSZGET`) or the file system (statx
@@ -21,6 +21,8 @@
 //! - Flush is `fdatasync`; write zeroes and discard are `fallocate` ZERO_RANGE / PUNCH_HOLE
 //!   (with KEEP_SIZE) where the file system or device supports them.
 //! - [`nvme`]: NVMe passthrough (`IORING_OP_URING_CMD`, 128-byte SQEs) on `/dev/ngXnY`.
+//! - `nop=1` ([`UringOptions::nop`]): a benchmark mode that sends every request as
+//!   `IORING_OP_NOP`, measuring pmio's I/O path over the ring alone (t/io_uring's `-N1`).
 //!
 //! ```no_run
 //! use pmio::{BlockDevice, HctxType};

@@ -33,6 +33,10 @@ pub struct UringOptions {
     /// delaying the reactor's messages, other devices and completions already reaped by up
     /// to this long.
     pub wait_us: u32,
+    /// Benchmark mode: every request goes to the kernel as `IORING_OP_NOP` and completes
+    /// without touching the file, so pmio's whole I/O path is measured over the ring alone
+    /// (t/io_uring's `-N1`). Reads return no data and writes store none. Default: false.
+    pub nop: bool,
 }
 
 impl Default for UringOptions {
@@ -44,6 +48,7 @@ impl Default for UringOptions {
             hipri: false,
             block_size: None,
             wait_us: 0,
+            nop: false,
         }
     }
 }
@@ -57,8 +62,8 @@ impl UringOptions {
         }
     }
 
-    /// Parses `path=FILE[,direct=0|1][,hipri=0|1][,name=NAME][,bs=BYTES][,wait_us=N]` (the part after
-    /// `uring:` in `--dev uring:...`). `iopoll` is accepted for `hipri`, `block_size` for `bs`.
+    /// Parses `path=FILE[,direct=0|1][,hipri=0|1][,name=NAME][,bs=BYTES][,wait_us=N][,nop=0|1]`
+    /// (the part after `uring:` in `--dev uring:...`). `iopoll` is accepted for `hipri`, `block_size` for `bs`.
     pub fn parse(spec: &str) -> Result<UringOptions, UringError> {
         let bad = |reason: String| UringError::BadSpec {
             spec: spec.to_string(),
@@ -76,6 +81,7 @@ impl UringOptions {
                 "hipri" | "iopoll" => {
                     o.hipri = parse_bool(value).ok_or_else(|| bad(bool_msg(key)))?
                 }
+                "nop" => o.nop = parse_bool(value).ok_or_else(|| bad(bool_msg(key)))?,
                 "wait_us" => {
                     o.wait_us = value
                         .parse::<u32>()
@@ -89,7 +95,7 @@ impl UringOptions {
                 }
                 other => {
                     return Err(bad(format!(
-                        "unknown key {other:?} (known: path, direct, hipri, name, bs, wait_us)"
+                        "unknown key {other:?} (known: path, direct, hipri, name, bs, wait_us, nop)"
                     )));
                 }
             }
@@ -139,9 +145,13 @@ mod tests {
         assert!(o.direct && !o.hipri && o.block_size.is_none());
         assert_eq!(o.bdev_name(), "uring:f");
 
-        let o = UringOptions::parse("path=/dev/loop0,direct=0,hipri=1,name=U0,bs=4096,wait_us=50")
-            .unwrap();
+        assert!(!o.nop);
+        let o = UringOptions::parse(
+            "path=/dev/loop0,direct=0,hipri=1,name=U0,bs=4096,wait_us=50,nop=1",
+        )
+        .unwrap();
         assert_eq!(o.wait_us, 50);
+        assert!(o.nop);
         assert_eq!(o.path, PathBuf::from("/dev/loop0"));
         assert!(!o.direct && o.hipri);
         assert_eq!(o.block_size, Some(4096));
@@ -158,6 +168,8 @@ mod tests {
         assert!(e.to_string().contains("direct must be 0 or 1"), "{e}");
         let e = UringOptions::parse("path=/f,colour=blue").unwrap_err();
         assert!(e.to_string().contains("unknown key \"colour\""), "{e}");
+        let e = UringOptions::parse("path=/f,nop=yes please").unwrap_err();
+        assert!(e.to_string().contains("nop must be 0 or 1"), "{e}");
         let e = UringOptions::parse("path=/f,bs=4k").unwrap_err();
         assert!(e.to_string().contains("not a number"), "{e}");
         let e = UringOptions::parse("/f").unwrap_err();

@@ -55,6 +55,9 @@ pub(crate) enum Target {
     File,
     /// An NVMe generic character device: `IORING_OP_URING_CMD` with NVMe commands.
     Nvme { nsid: u32 },
+    /// Any of the above in benchmark mode (`UringOptions::nop`): `IORING_OP_NOP` for every
+    /// request; nothing reaches the file.
+    Nop,
 }
 
 /// Everything a queue needs from its device, fixed at open.
@@ -374,6 +377,7 @@ impl Prep {
         let bytes = self.check(rq)?;
         let e = match self.cfg.target {
             Target::File => S::from(self.file_sqe(rq, bytes, done)),
+            Target::Nop => S::from(opcode::Nop::new().build()),
             Target::Nvme { nsid } => {
                 S::from_cmd80(self.nvme_sqe(rq, nsid, bytes, dsm)).ok_or(libc::EOPNOTSUPP)?
             }
@@ -599,7 +603,7 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     prep: Prep,
     st: State,
     /// File SQEs of a `submit` call are built here, then copied into the ring together
-    /// (`RingIo::submit_file`).
+    /// (`RingIo::submit_staged`).
     staged: Vec<S>,
     enter_flags: u32,
     /// The ring reports pending task work in its SQ flags (`RingFlags::taskrun_flag`).
@@ -836,7 +840,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     }
 
     /// `start` for a file target (a remainder's resubmission; first submissions go through
-    /// `submit_file`).
+    /// `submit_staged`).
     fn start_file(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
         let rq = &rqs[tag as usize];
         let errno = match prep.check(rq) {
@@ -852,8 +856,9 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         st.failed.push((tag, errno));
     }
 
-    /// Starts the first transfer of each of `tags` (a file target): builds their SQEs in the
-    /// staging buffer, `STAGE_CHUNK` at a time, and copies each chunk into the ring at once.
+    /// Starts the first transfer of each of `tags` (a file target; NOPs with `NOP`): builds
+    /// their SQEs in the staging buffer, `STAGE_CHUNK` at a time, and copies each chunk into
+    /// the ring at once.
     ///
     /// Why not push each SQE as it is built: the builder's fields are stored to the stack piece
     /// by piece, and the 64-byte copy into the ring that follows at once reads them back in
@@ -861,7 +866,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     /// waits for the stores to reach the cache (about half of `submit`'s time in a buffered
     /// profile). Staged, the copy reads SQEs written a chunk earlier.
     #[inline]
-    fn submit_file(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tags: &[u16]) {
+    fn submit_staged<const NOP: bool>(
+        &mut self,
+        prep: &Prep,
+        st: &mut State,
+        rqs: &[Request],
+        tags: &[u16],
+    ) {
         let mut rest = tags;
         while !rest.is_empty() {
             let mut room = self.sq.capacity() - self.sq.len();
@@ -877,6 +888,9 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             for &tag in now {
                 let rq = &rqs[tag as usize];
                 match prep.check(rq) {
+                    Ok(_) if NOP => self
+                        .staged
+                        .push(sqe_with_tag(S::from(opcode::Nop::new().build()), tag)),
                     Ok(bytes) => self.staged.push(prep.file_entry(rq, bytes, 0, tag)),
                     Err(errno) => st.failed.push((tag, errno)),
                 }
@@ -886,6 +900,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             debug_assert!(pushed.is_ok());
             rest = later;
         }
+    }
+
+    /// `submit_staged` of NOPs (benchmark mode), out of line: the file path's code stays as
+    /// if this one did not exist.
+    #[inline(never)]
+    fn submit_nops(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tags: &[u16]) {
+        self.submit_staged::<true>(prep, st, rqs, tags);
     }
 
     /// A full SQ (only when an earlier enter failed): enters the kernel, returns the room now.
@@ -902,10 +923,10 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
     fn start(&mut self, prep: &Prep, st: &mut State, rqs: &[Request], tag: u16, done: u32) {
         let t = tag as usize;
         let rq = &rqs[t];
-        // NVMe passthrough goes through the general path.
+        // NVMe passthrough and NOPs go through the general path.
         let errno = match prep.cfg.target {
             Target::File => return self.start_file(prep, st, rqs, tag, done),
-            Target::Nvme { .. } => match prep.sqe::<S>(rq, done, st.dsm_of(t)) {
+            Target::Nvme { .. } | Target::Nop => match prep.sqe::<S>(rq, done, st.dsm_of(t)) {
                 Ok(sqe) => {
                     if self.push(st, &prep.cfg.name, &sqe_with_tag(sqe, tag)) {
                         return;
@@ -947,6 +968,7 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
         max: usize,
     ) -> usize {
         let file = prep.cfg.target == Target::File;
+        let nop = prep.cfg.target == Target::Nop;
         let shift = prep.cfg.block_shift;
         let mut n = 0;
         let mut chunk = [(0u16, 0i32); REAP_CHUNK];
@@ -975,6 +997,16 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
                     && rq.op.has_data()
                     && res > 0
                     && u64::from(res as u32) == u64::from(rq.nblocks) << shift
+                {
+                    rq.status = IoStatus::Success;
+                    done.push(tag);
+                    n += 1;
+                    continue;
+                }
+                // A NOP that succeeded (benchmark mode).
+                if nop
+                    && res == 0
+                    && let Some(rq) = rqs.get_mut(usize::from(tag))
                 {
                     rq.status = IoStatus::Success;
                     done.push(tag);
@@ -1012,6 +1044,8 @@ impl<S: Sqe, C: cqueue::EntryMarker> RingIo<'_, S, C> {
             };
             let step = match prep.cfg.target {
                 Target::Nvme { .. } => Step::Complete(nvme::decode_status(res)),
+                Target::Nop if res < 0 => Step::Complete(IoStatus::Errno(-res)),
+                Target::Nop => Step::Complete(IoStatus::Success),
                 Target::File => {
                     let total = if rq.op.has_data() {
                         (u64::from(rq.nblocks) << prep.cfg.block_shift) as u32
@@ -1107,11 +1141,13 @@ impl<S: Sqe, C: cqueue::EntryMarker> DriverQueue for UringQueue<S, C> {
         let (mut io, prep, st, _) = self.io();
         st.outstanding += tags.len();
         // One loop per target, so the per-request path has no target test.
-        if prep.cfg.target == Target::File {
-            io.submit_file(prep, st, rqs, tags);
-        } else {
-            for &tag in tags {
-                io.start(prep, st, rqs, tag, 0);
+        match prep.cfg.target {
+            Target::File => io.submit_staged::<false>(prep, st, rqs, tags),
+            Target::Nop => io.submit_nops(prep, st, rqs, tags),
+            Target::Nvme { .. } => {
+                for &tag in tags {
+                    io.start(prep, st, rqs, tag, 0);
+                }
             }
         }
         // No system call here: the SQ tail is published when `io` drops, and the next `poll`
