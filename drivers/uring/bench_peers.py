@@ -13,7 +13,7 @@ usage: drivers/uring/bench_peers.py FILE buffered|direct|nop ROUNDS SECONDS [CPU
   $PMIO_PERF="LABEL=BINARY[,LABEL=BINARY...]" runs these pmio-perf builds instead (A/B of
   driver changes in one run, e.g. before=/tmp/pmio-perf-old,after=target/release/pmio-perf).
   direct: $PMIO_WAIT_US sets pmio-perf's wait_us (default 1000); PMIO_POLL=0 skips its
-  pure-polling runs.
+  pure-polling runs. buffered: with $PMIO_WAIT_US set, pmio-perf also runs with that wait.
   nop: every I/O is an IORING_OP_NOP (pmio-perf's uring `nop=1` against t/io_uring -N1; fio has
   no such mode): the I/O path's own cost, with no file system or page cache under it.
 """
@@ -77,13 +77,16 @@ if os.environ.get("PMIO_PERF"):
     builds = [(" " + b.split("=", 1)[0], b.split("=", 1)[1]) for b in os.environ["PMIO_PERF"].split(",")]
 # O_DIRECT runs pmio-perf both pure-polling and with a wait of $PMIO_WAIT_US (default 1000);
 # PMIO_POLL=0 leaves out the pure-polling runs (they burn the core: compare IOPS only).
+# Buffered runs add the waiting runs when $PMIO_WAIT_US is set (a tmpfs file's reads go to an
+# io-wq worker on the reactor's core, which a polling reactor starves; see BENCHMARKS.md).
 WAIT_US = int(os.environ.get("PMIO_WAIT_US", "1000"))
-POLL = os.environ.get("PMIO_POLL", "1") != "0"
+WAIT = direct or (MODE == "buffered" and "PMIO_WAIT_US" in os.environ)
+POLL = os.environ.get("PMIO_POLL", "1") != "0" or not WAIT
 tools = []
 for label, binary in builds:
-    if not direct or POLL:
+    if POLL:
         tools.append((f"pmio-perf{label}", lambda b=binary: pmio(0, b)))
-    if direct:
+    if WAIT:
         tools.append((f"pmio-perf{label} wait_us={WAIT_US}", lambda b=binary: pmio(WAIT_US, b)))
 tools += [("t/io_uring", tio)] + ([] if nop else [("fio", fio)])
 res = {name: [] for name, _ in tools}

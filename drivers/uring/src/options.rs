@@ -31,7 +31,9 @@ pub struct UringOptions {
     /// and burns its core). A disk-bound O_DIRECT job that owns its reactor saves that CPU
     /// with a wait (t/io_uring waits for its completion batch the same way), at the price of
     /// delaying the reactor's messages, other devices and completions already reaped by up
-    /// to this long.
+    /// to this long. Reads the kernel hands to an io-wq worker thread (buffered reads of a
+    /// tmpfs file) want a wait too: the worker inherits the reactor's CPU affinity, and a
+    /// polling reactor leaves it only part of that core.
     pub wait_us: u32,
     /// Benchmark mode: every request goes to the kernel as `IORING_OP_NOP` and completes
     /// without touching the file, so pmio's whole I/O path is measured over the ring alone
