@@ -602,8 +602,8 @@ pub(crate) struct UringQueue<S: Sqe, C: cqueue::EntryMarker> {
     ring: IoUring<S, C>,
     prep: Prep,
     st: State,
-    /// File SQEs of a `submit` call are built here, then copied into the ring together
-    /// (`RingIo::submit_staged`).
+    /// File (or NOP) SQEs of a `submit` call are built here, then copied into the ring
+    /// together (`RingIo::submit_staged`).
     staged: Vec<S>,
     enter_flags: u32,
     /// The ring reports pending task work in its SQ flags (`RingFlags::taskrun_flag`).
