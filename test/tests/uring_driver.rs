@@ -333,6 +333,41 @@ fn uring_nop_mode_completes_without_moving_data() {
     assert!(on_disk.iter().all(|&b| b == 0x5a), "a NOP write moved data");
 }
 
+/// Whether `/dev/shm` is a tmpfs mount here (from /proc/mounts).
+fn dev_shm_is_tmpfs() -> bool {
+    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
+        m.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[1] == "/dev/shm" && f[2] == "tmpfs"
+        })
+    })
+}
+
+/// Buffered reads of a tmpfs file are served by io-wq workers (pmio-perf then suggests a
+/// wait); O_DIRECT, NOPs and other file systems' buffered reads are not flagged.
+#[test]
+fn uring_reports_reads_served_by_io_wq() {
+    let f = temp_file(Path::new("/var/tmp"), 64 << 10);
+    let bdev = UringBdev::create(&UringOptions::new(f.path())).unwrap();
+    assert!(!bdev.reads_use_io_wq(), "O_DIRECT");
+    if !dev_shm_is_tmpfs() {
+        eprintln!("/dev/shm is not a tmpfs mount here; only the O_DIRECT case was checked");
+        return;
+    }
+    let shm = temp_file(Path::new("/dev/shm"), 64 << 10);
+    let mut o = UringOptions::new(shm.path());
+    o.direct = false;
+    assert!(
+        UringBdev::create(&o).unwrap().reads_use_io_wq(),
+        "buffered on tmpfs"
+    );
+    o.nop = true;
+    assert!(
+        !UringBdev::create(&o).unwrap().reads_use_io_wq(),
+        "NOPs read nothing"
+    );
+}
+
 #[test]
 fn uring_file_shorter_than_the_io_range() {
     let f = temp_file(Path::new("/var/tmp"), 3 * 4096 + 100);

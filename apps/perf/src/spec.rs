@@ -288,6 +288,14 @@ fn uring_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
         nop: bool_key(a, "nop", false)?,
     };
     let dev = pmio_uring::UringBdev::create(&opts).map_err(|e| e.to_string())?;
+    if dev.reads_use_io_wq() && opts.wait_us == 0 {
+        log::warn!(
+            "{}: buffered reads of a tmpfs file run on io_uring worker threads that share the \
+             reactor's core, and a polling reactor leaves them only part of it; add wait_us=1000 \
+             to wait for completions instead (as t/io_uring does)",
+            dev.info().name
+        );
+    }
     Ok(Created {
         stores_data: !dev.is_nop(),
         dev: Arc::new(dev),

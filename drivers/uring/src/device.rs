@@ -46,6 +46,7 @@ pub struct UringBdev {
     buffers: Arc<BufferSet>,
     wait_us: u32,
     nop: bool,
+    reads_use_io_wq: bool,
 }
 
 impl std::fmt::Debug for UringBdev {
@@ -116,7 +117,12 @@ impl UringBdev {
             buffers: Arc::default(),
             wait_us: opts.wait_us,
             nop: opts.nop,
+            reads_use_io_wq: false,
         };
+        bdev.reads_use_io_wq = bdev.kind == DeviceKind::File
+            && !bdev.direct
+            && !bdev.nop
+            && sys::fs_magic(&bdev.file) == Some(sys::TMPFS_MAGIC);
         if opts.hipri {
             bdev.setup_iopoll(opened.rdev);
         }
@@ -162,6 +168,16 @@ impl UringBdev {
     /// the device then offers one `Poll` hardware queue, served by an IOPOLL ring.
     pub fn iopoll(&self) -> bool {
         self.iopoll
+    }
+
+    /// Whether reads are served by io_uring's io-wq worker threads rather than inside the
+    /// submitting call: buffered reads of a tmpfs file (tmpfs cannot try a read without
+    /// blocking, so io_uring hands each one to a worker). The worker inherits the submitting
+    /// reactor's CPU affinity: a pure-polling reactor (`wait_us` = 0) then shares its core with
+    /// the thread that produces its completions, and a wait (`UringOptions::wait_us`) leaves
+    /// the worker the core instead.
+    pub fn reads_use_io_wq(&self) -> bool {
+        self.reads_use_io_wq
     }
 
     /// Whether every request goes to the kernel as a NOP (`UringOptions::nop`).

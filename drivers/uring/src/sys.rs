@@ -60,24 +60,31 @@ pub(crate) fn dio_align(f: &File) -> Option<(u32, u32)> {
     Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
 
-/// Name of the file system an open file lives on (for error messages).
-pub(crate) fn fs_type_name(f: &File) -> String {
+/// `statfs` magic number of the file system an open file lives on.
+pub(crate) fn fs_magic(f: &File) -> Option<u64> {
     let mut sfs = MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: fstatfs writes one `statfs` into the buffer, which is that large; the fd is open.
     let rc = unsafe { libc::fstatfs(f.as_raw_fd(), sfs.as_mut_ptr()) };
     if rc < 0 {
-        return "unknown".to_string();
+        return None;
     }
     // SAFETY: fstatfs succeeded and filled the struct.
-    let magic = unsafe { sfs.assume_init() }.f_type as u64;
-    fs_magic_name(magic)
+    Some(unsafe { sfs.assume_init() }.f_type as u64)
 }
+
+/// Name of the file system an open file lives on (for error messages).
+pub(crate) fn fs_type_name(f: &File) -> String {
+    fs_magic(f).map_or_else(|| "unknown".to_string(), fs_magic_name)
+}
+
+/// `statfs` magic of tmpfs (`/dev/shm`, `/run`, most `/tmp`s).
+pub(crate) const TMPFS_MAGIC: u64 = 0x0102_1994;
 
 /// Human name for a statfs magic number.
 pub(crate) fn fs_magic_name(magic: u64) -> String {
     let name = match magic {
         0xEF53 => "ext4",
-        0x0102_1994 => "tmpfs",
+        TMPFS_MAGIC => "tmpfs",
         0x8584_58f6 => "ramfs",
         0x5846_5342 => "xfs",
         0x9123_683E => "btrfs",
