@@ -1,9 +1,8 @@
-//! The thin OS layer: CPU affinity, eventfd, clocks. Every `unsafe` of the crate lives here.
+//! The thin OS layer: CPU affinity, eventfd, thread CPU time. Every `unsafe` of the crate lives here.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Largest number of cores a mask can name (`CPU_SETSIZE`, as SPDK's `SPDK_CPUSET_SIZE`).
 pub const MAX_CORES: u32 = libc::CPU_SETSIZE as u32;
@@ -69,124 +68,10 @@ pub fn thread_cpu_time_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Monotonic nanoseconds since a process-wide epoch (the first call).
-///
-/// Reads the TSC (`rdtsc`, scaled by a multiply and a shift) when the kernel itself trusts
-/// it (clocksource `tsc`, CPU flags `constant_tsc` and `nonstop_tsc`); otherwise
-/// `clock_gettime(CLOCK_MONOTONIC)`. Reactors read it once per loop turn and hand the value to
-/// pollers as [`crate::ReactorCtx::now_ns`]; apps can use it for batched latency stamps.
-/// Values from different threads are comparable (the TSC is synchronised when the kernel uses
-/// it as clocksource); the first call calibrates for ~10 ms, asleep.
-#[inline]
-pub fn now_ns() -> u64 {
-    CLOCK.get_or_init(Clock::init).now_ns()
-}
-
-/// Which clock [`now_ns`] reads: `"tsc"` or `"monotonic"`.
-pub fn clock_source() -> &'static str {
-    match CLOCK.get_or_init(Clock::init) {
-        Clock::Monotonic { .. } => "monotonic",
-        #[cfg(target_arch = "x86_64")]
-        Clock::Tsc { .. } => "tsc",
-    }
-}
-
-static CLOCK: OnceLock<Clock> = OnceLock::new();
-
-enum Clock {
-    Monotonic {
-        epoch: Instant,
-    },
-    /// ns = (tsc - base) * mult >> 32
-    #[cfg(target_arch = "x86_64")]
-    Tsc {
-        base: u64,
-        mult: u64,
-    },
-}
-
-impl Clock {
-    fn init() -> Clock {
-        let epoch = Instant::now();
-        #[cfg(target_arch = "x86_64")]
-        if tsc_is_reliable() {
-            return Clock::calibrate_tsc();
-        }
-        Clock::Monotonic { epoch }
-    }
-
-    /// Measures the TSC rate against the monotonic clock over a ~10 ms window spent asleep
-    /// (no CPU burnt): each end of the window is a TSC read bracketed by two monotonic reads,
-    /// the tightest of a few tries, so a preemption inside a bracket cannot skew the rate.
-    #[cfg(target_arch = "x86_64")]
-    fn calibrate_tsc() -> Clock {
-        let origin = Instant::now();
-        let (t0, c0) = tsc_sample(origin);
-        std::thread::sleep(Duration::from_millis(10));
-        let (t1, c1) = tsc_sample(origin);
-        let ns = t1.saturating_sub(t0).max(1);
-        let ticks = c1.saturating_sub(c0).max(1);
-        let mult = ((ns as u128) << 32) / ticks as u128;
-        log::debug!("clock: TSC at {:.3} GHz", ticks as f64 / ns.max(1) as f64);
-        Clock::Tsc {
-            base: c0,
-            mult: mult.min(u64::MAX as u128) as u64,
-        }
-    }
-
-    #[inline]
-    fn now_ns(&self) -> u64 {
-        match self {
-            Clock::Monotonic { epoch } => epoch.elapsed().as_nanos() as u64,
-            #[cfg(target_arch = "x86_64")]
-            Clock::Tsc { base, mult } => {
-                ((rdtsc().saturating_sub(*base) as u128 * *mult as u128) >> 32) as u64
-            }
-        }
-    }
-}
-
-/// One (monotonic ns since `origin`, TSC) pair: the TSC read between two monotonic reads, the
-/// pair with the shortest bracket of five tries, its time the bracket's midpoint.
-#[cfg(target_arch = "x86_64")]
-fn tsc_sample(origin: Instant) -> (u64, u64) {
-    let mut best = (u64::MAX, 0, 0);
-    for _ in 0..5 {
-        let a = origin.elapsed().as_nanos() as u64;
-        let c = rdtsc();
-        let b = origin.elapsed().as_nanos() as u64;
-        let width = b.saturating_sub(a);
-        if width < best.0 {
-            best = (width, a + width / 2, c);
-        }
-    }
-    (best.1, best.2)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline]
-fn rdtsc() -> u64 {
-    // SAFETY: RDTSC has no memory effects and exists on every x86_64 CPU.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-/// The kernel uses the TSC as clocksource and the CPU says it is invariant.
-#[cfg(target_arch = "x86_64")]
-fn tsc_is_reliable() -> bool {
-    let source =
-        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-            .unwrap_or_default();
-    if source.trim() != "tsc" {
-        return false;
-    }
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("flags"))
-        .unwrap_or_default();
-    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
-    has("constant_tsc") && has("nonstop_tsc")
-}
+/// The reactors' clock, shared with the block layer (turns, timed pollers and I/O stamps
+/// compare): monotonic nanoseconds, read once per loop turn and handed to pollers as
+/// [`crate::ReactorCtx::now_ns`].
+pub use pmio_clock::{clock_source, now_ns};
 
 /// A non-blocking eventfd used to wake a sleeping reactor (modelled by loom under `cfg(loom)`).
 #[cfg_attr(loom, allow(dead_code))]
@@ -261,6 +146,8 @@ impl EventFd {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
 
     #[test]
@@ -290,21 +177,6 @@ mod tests {
         .join()
         .unwrap();
         assert!(pin_current_thread(MAX_CORES).is_err());
-    }
-
-    #[test]
-    fn now_ns_tracks_wall_time() {
-        let (a, t) = (now_ns(), Instant::now());
-        std::thread::sleep(Duration::from_millis(50));
-        let (b, el) = (now_ns(), t.elapsed().as_nanos() as u64);
-        // Within 2% + 1 ms of the monotonic clock, whichever source is used.
-        let diff = (b - a).abs_diff(el);
-        assert!(
-            diff < el / 50 + 1_000_000,
-            "{} vs {el} ({})",
-            b - a,
-            clock_source()
-        );
     }
 
     #[test]
