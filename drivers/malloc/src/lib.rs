@@ -1,14 +1,14 @@
 //! The malloc block device: a RAM disk. Reads return what was written; any reactor's queue
 //! may address any LBA, because the memory is shared by every queue of the device.
 //!
-//! Memory model: the disk is an array of `AtomicU64` words, copied with relaxed loads and
-//! stores. That keeps two reactors writing the same block at the same time *defined*
-//! behaviour in Rust (no data race on non-atomic memory): the block ends up with some mix
-//! of the two writes at 8-byte granularity, exactly the "torn write" a real disk may show.
-//! Ordering writes to the same block is the user's job, as on any block device. The cost
-//! over `memcpy` is small next to the rest of an I/O (relaxed atomics are plain moves on
-//! x86-64; only vectorisation is lost). The memory is a zero-filled [`pmio::dma::DmaRegion`]
-//! (2 MiB pages where the machine has them), populated at creation.
+//! Memory model: the disk is an array of `AtomicU64` words, shared by every queue, and only
+//! ever accessed atomically or by the copy routines of [`copy`] (relaxed atomics, or on
+//! x86-64 `rep movsb` in assembly, whose accesses are the hardware's). That keeps two
+//! reactors writing the same block at the same time *defined* behaviour in Rust (no data
+//! race on non-atomic memory): the block ends up with some mix of the two writes, exactly the
+//! "torn write" a real disk may show. Ordering writes to the same block is the user's job, as
+//! on any block device. The memory is a zero-filled [`pmio::dma::DmaRegion`] (2 MiB pages
+//! where the machine has them), populated at creation.
 //!
 //! ```
 //! use pmio::BlockDevice;
@@ -17,6 +17,8 @@
 //! let dev = MallocDevice::new(MallocOptions { num_blocks: 2048, ..MallocOptions::default() }).unwrap();
 //! assert_eq!(dev.info().size_bytes(), 2048 * 512);
 //! ```
+
+mod copy;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -87,8 +89,8 @@ impl Memory {
     fn words(&self) -> &[AtomicU64] {
         // SAFETY: the region is a live mapping of at least `words * 8` bytes, page-aligned
         // (so 8-aligned), zero-filled by the kernel — and zero is a valid `AtomicU64`. It is
-        // only ever accessed through these atomics (never through `&mut [u8]`), and it lives
-        // as long as `self`.
+        // only ever accessed through these atomics or `copy`'s assembly (never through
+        // `&mut [u8]`), and it lives as long as `self`.
         unsafe { std::slice::from_raw_parts(self.region.as_ptr().cast::<AtomicU64>(), self.words) }
     }
 }
@@ -221,22 +223,13 @@ impl MallocQueue {
                     {
                         self.maybe_corrupt_on_read(l, bs_words);
                     }
-                    for (i, w) in words.iter().enumerate() {
-                        // SAFETY: the submitter guarantees (IoBuf::from_raw_parts) that the
-                        // buffer is valid and exclusively ours until completion; its length
-                        // was checked above to cover `count` words.
-                        unsafe {
-                            p.cast::<u64>()
-                                .add(i)
-                                .write_unaligned(w.load(Ordering::Relaxed))
-                        };
-                    }
+                    // SAFETY: the submitter guarantees (IoBuf::from_raw_parts) that the
+                    // buffer is valid and exclusively ours until completion; its length was
+                    // checked above to cover `count` words.
+                    unsafe { copy::disk_to_buf(words, p) };
                 } else {
-                    for (i, w) in words.iter().enumerate() {
-                        // SAFETY: as above, for reads of the submitter's buffer.
-                        let v = unsafe { p.cast::<u64>().add(i).read_unaligned() };
-                        w.store(v, Ordering::Relaxed);
-                    }
+                    // SAFETY: as above, for reads of the submitter's buffer.
+                    unsafe { copy::buf_to_disk(p, words) };
                     if let Some(l) = self.corrupt_lba
                         && (rq.lba..end).contains(&l)
                     {
@@ -249,11 +242,7 @@ impl MallocQueue {
                     }
                 }
             }
-            Op::WriteZeroes | Op::Discard => {
-                for w in words {
-                    w.store(0, Ordering::Relaxed);
-                }
-            }
+            Op::WriteZeroes | Op::Discard => copy::zero_disk(words),
             Op::Flush => {}
         }
         IoStatus::Success
