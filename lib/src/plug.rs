@@ -115,8 +115,10 @@ struct Entry {
     ty: HctxType,
     /// Requests expected in this burst and not yet allocated.
     pending: u32,
-    /// Allocated, not yet taken (capacity `max_cached`, never grown).
-    cache: Vec<u16>,
+    /// Allocated, not yet taken: batches as the bitmap handed them out, never empty, taken
+    /// from the last one, lowest tag first. A fill pushes one entry per batch, not one per tag.
+    /// Capacity `max_cached` (every batch holds a tag), never grown.
+    cache: Vec<TagBatch>,
     /// The tags the cache came from; bound at the first take.
     tags: Option<Arc<Tags>>,
     /// The address of `tags` (0 while unbound), for the take fast path's check.
@@ -138,14 +140,41 @@ impl Entry {
         }
     }
 
+    /// Takes a cached tag.
+    #[inline]
+    fn pop(&mut self) -> Option<u16> {
+        let b = self.cache.last_mut()?;
+        let tag = b.offset + b.mask.trailing_zeros();
+        b.mask &= b.mask - 1;
+        if b.mask == 0 {
+            self.cache.pop();
+        }
+        Some(tag as u16)
+    }
+
+    /// Tags cached.
+    fn cached(&self) -> usize {
+        self.cache.iter().map(|b| b.len() as usize).sum()
+    }
+
     /// Returns the cached tags to their bitmap; counts them.
     fn free_cache(&mut self, stats: &mut PlugStats) {
         if self.cache.is_empty() {
             return;
         }
         if let (Some(tags), Some(hint)) = (&self.tags, &mut self.put_hint) {
-            tags.put_batch(hint, &self.cache);
-            stats.leftovers_freed += self.cache.len() as u64;
+            let mut buf = [0u16; 64];
+            let mut n = 0;
+            for tag in self.cache.iter().flat_map(TagBatch::iter) {
+                if n == buf.len() {
+                    tags.put_batch(hint, &buf);
+                    n = 0;
+                }
+                buf[n] = tag;
+                n += 1;
+                stats.leftovers_freed += 1;
+            }
+            tags.put_batch(hint, &buf[..n]);
         }
         self.cache.clear();
     }
@@ -270,7 +299,7 @@ impl Plug {
             && e.dev == dev
             && e.ty == ty
             && e.tags_addr == Arc::as_ptr(tags) as usize
-            && let Some(tag) = e.cache.pop()
+            && let Some(tag) = e.pop()
         {
             self.stats.cache_hits += 1;
             return Some(tag);
@@ -295,13 +324,13 @@ impl Plug {
         if !e.tags.as_ref().is_some_and(|t| Arc::ptr_eq(t, tags)) {
             e.bind(tags, stats);
         }
-        if let Some(tag) = e.cache.pop() {
+        if let Some(tag) = e.pop() {
             stats.cache_hits += 1;
             return Some(tag);
         }
         if e.pending > 0 && self.depth > 0 {
             fill(e, tags, hint, self.max_cached, stats);
-            if let Some(tag) = e.cache.pop() {
+            if let Some(tag) = e.pop() {
                 stats.cache_hits += 1;
                 return Some(tag);
             }
@@ -341,7 +370,7 @@ impl Plug {
         self.entries
             .iter()
             .find(|e| e.dev == dev && e.ty == ty)
-            .map_or(0, |e| e.cache.len())
+            .map_or(0, Entry::cached)
     }
 
     /// Counters since creation (or the last [`Plug::reset_stats`]).
@@ -439,7 +468,7 @@ fn fill_batches(
             got = need;
         }
         stats.batch_tags += u64::from(got);
-        e.cache.extend(batch);
+        e.cache.push(batch);
         need -= got;
         short = got < ask;
     }
@@ -474,7 +503,10 @@ fn fill_single(e: &mut Entry, tags: &Tags, hint: &mut AllocHint, n: u32) -> u64 
     let mut got = 0;
     for _ in 0..n {
         let Some(tag) = tags.get(hint) else { break };
-        e.cache.push(tag);
+        e.cache.push(TagBatch {
+            mask: 1,
+            offset: u32::from(tag),
+        });
         got += 1;
     }
     got
