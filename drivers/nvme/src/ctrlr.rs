@@ -7,7 +7,7 @@
 //! deadline: CAP.TO × 500 ms for ready transitions, the admin timeout for commands.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use pmio::hctx::HctxQueues;
@@ -16,8 +16,9 @@ use crate::admin::{AdminQueue, check_alive};
 use crate::dma::{DmaMapper, Mappings};
 use crate::error::NvmeError;
 use crate::prp;
+use crate::recovery::ResetStep;
 use crate::regs::{Cap, Cc, Csts, RegisterIo, off};
-use crate::spec::{IdentifyController, IdentifyNamespace, Sqe, Status, admin_opc, cns, fid};
+use crate::spec::{Cqe, IdentifyController, IdentifyNamespace, Sqe, Status, admin_opc, cns, fid};
 
 /// Host memory page size the driver uses (CC.MPS = 0).
 pub const PAGE_SIZE: u64 = 4096;
@@ -297,7 +298,7 @@ impl Init {
         &mut self,
         sqe: Option<Sqe>,
         what: &'static str,
-    ) -> Result<Option<crate::spec::Cqe>, NvmeError> {
+    ) -> Result<Option<Cqe>, NvmeError> {
         let name = self.name.clone();
         let regs = self.regs.clone();
         let admin = self
@@ -403,12 +404,11 @@ impl Init {
                 }
             }
             InitState::Disable => {
-                let cc = self.regs.read32(off::CC);
-                self.regs.write32(off::CC, cc & !(Cc::EN | Cc::SHN_MASK));
+                nvme_disable(&*self.regs);
                 self.enter(InitState::DisableWaitForReady0, now);
             }
             InitState::DisableWaitForReady0 => {
-                if !self.csts()?.rdy() {
+                if nvme_ready(&*self.regs, &self.name, false, self.state.describe())? {
                     self.enter(InitState::ConfigureAdmin, now);
                 }
             }
@@ -420,29 +420,17 @@ impl Init {
                         self.cap.dstrd(),
                         PAGE_SIZE as usize,
                     )?);
-                } else if let Some(a) = self.admin.as_mut() {
-                    a.reset(self.cap.dstrd(), PAGE_SIZE as usize);
                 }
-                let admin = self.admin.as_ref().expect("just created");
-                admin.program(&*self.regs);
-                self.regs
-                    .write32(off::CC, Cc::for_enable(self.cap, PAGE_SIZE).0);
+                let admin = self.admin.as_mut().expect("just created");
+                nvme_configure_admin(&*self.regs, admin, self.cap);
                 self.enter(InitState::Enable, now);
             }
             InitState::Enable => {
-                let cc = self.regs.read32(off::CC);
-                self.regs.write32(off::CC, cc | Cc::EN);
+                nvme_enable(&*self.regs);
                 self.enter(InitState::EnableWaitForReady1, now);
             }
             InitState::EnableWaitForReady1 => {
-                let csts = self.csts()?;
-                if csts.cfs() {
-                    return Err(NvmeError::ControllerFatal {
-                        ctrlr: self.name.clone(),
-                        state: self.state.describe(),
-                    });
-                }
-                if csts.rdy() {
+                if nvme_ready(&*self.regs, &self.name, true, self.state.describe())? {
                     self.enter(InitState::IdentifyController, now);
                 }
             }
@@ -530,17 +518,9 @@ impl Init {
                 }
             }
             InitState::SetNumQueues => {
-                let n = u32::from(self.opts.max_io_queues - 1);
-                let mut sqe = Sqe::new(admin_opc::SET_FEATURES, 0);
-                sqe.cdw10 = fid::NUMBER_OF_QUEUES;
-                sqe.cdw11 = n << 16 | n;
-                if let Some(cqe) = self.admin_cmd(Some(sqe), "Set Features Number of Queues")? {
-                    let nsqa = (cqe.dw0 & 0xffff) as u16;
-                    let ncqa = (cqe.dw0 >> 16) as u16;
-                    self.io_queues = nsqa
-                        .min(ncqa)
-                        .saturating_add(1)
-                        .min(self.opts.max_io_queues);
+                let sqe = set_num_queues_sqe(self.opts.max_io_queues);
+                if let Some(cqe) = self.admin_cmd(Some(sqe), SET_NUM_QUEUES)? {
+                    self.io_queues = granted_queues(&cqe).min(self.opts.max_io_queues);
                     log::debug!("{}: {} I/O queue pairs granted", self.name, self.io_queues);
                     self.enter(InitState::Ready, now);
                     return Ok(true);
@@ -628,13 +608,90 @@ impl Init {
             detached: AtomicBool::new(false),
             open_qpairs: AtomicUsize::new(0),
             reset_gen: std::sync::atomic::AtomicU64::new(0),
+            reset: Mutex::new(None),
             dead: std::sync::atomic::AtomicU8::new(crate::recovery::ALIVE),
+            epoch: Instant::now(),
             opts: self.opts,
         };
         Ok(Controller {
             inner: Arc::new(ctrlr),
         })
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Register steps shared by bring-up (`Init`) and the controller reset (`recovery.rs`), so the
+// CC / CSTS sequence exists once. Each is one non-blocking step; the callers wait between them.
+
+/// What Set Features Number of Queues is called in errors.
+pub(crate) const SET_NUM_QUEUES: &str = "Set Features Number of Queues";
+
+/// Locks `m` unless another thread holds it (a poisoned lock is still usable: its users
+/// leave the data consistent).
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Clears CC.EN (and any shutdown request): the controller resets, CSTS.RDY follows to 0.
+pub(crate) fn nvme_disable(regs: &dyn RegisterIo) {
+    let cc = regs.read32(off::CC);
+    regs.write32(off::CC, cc & !(Cc::EN | Cc::SHN_MASK));
+}
+
+/// With the controller disabled: empties the admin queue, programs AQA / ASQ / ACQ from it,
+/// and CC with EN still 0.
+pub(crate) fn nvme_configure_admin(regs: &dyn RegisterIo, admin: &mut AdminQueue, cap: Cap) {
+    admin.reset(cap.dstrd(), PAGE_SIZE as usize);
+    admin.program(regs);
+    regs.write32(off::CC, Cc::for_enable(cap, PAGE_SIZE).0);
+}
+
+/// Sets CC.EN (after [`nvme_configure_admin`]); CSTS.RDY follows to 1.
+pub(crate) fn nvme_enable(regs: &dyn RegisterIo) {
+    let cc = regs.read32(off::CC);
+    regs.write32(off::CC, cc | Cc::EN);
+}
+
+/// Whether CSTS.RDY equals `ready` now. Fails when the registers read all ones and, while
+/// waiting for RDY=1, on a fatal status (`state` names the wait in that error).
+pub(crate) fn nvme_ready(
+    regs: &dyn RegisterIo,
+    ctrlr: &str,
+    ready: bool,
+    state: &'static str,
+) -> Result<bool, NvmeError> {
+    if ready {
+        return check_alive(regs, ctrlr, state).map(|csts| csts.rdy());
+    }
+    // A controller in fatal status is being reset: CFS may stay set until RDY=0.
+    let csts = Csts(regs.read32(off::CSTS));
+    if csts.is_all_ones() {
+        return Err(NvmeError::DeviceRemoved {
+            ctrlr: ctrlr.to_string(),
+        });
+    }
+    Ok(!csts.rdy())
+}
+
+/// Set Features Number of Queues asking for `count` I/O submission and completion queues.
+pub(crate) fn set_num_queues_sqe(count: u16) -> Sqe {
+    let n = u32::from(count.saturating_sub(1));
+    let mut sqe = Sqe::new(admin_opc::SET_FEATURES, 0);
+    sqe.cdw10 = fid::NUMBER_OF_QUEUES;
+    sqe.cdw11 = n << 16 | n;
+    sqe
+}
+
+/// I/O queue pairs a Set Features Number of Queues completion grants (the fewer of SQs and
+/// CQs; the fields are 0-based).
+pub(crate) fn granted_queues(cqe: &Cqe) -> u16 {
+    let nsqa = (cqe.dw0 & 0xffff) as u16;
+    let ncqa = (cqe.dw0 >> 16) as u16;
+    nsqa.min(ncqa).saturating_add(1)
 }
 
 /// What queue pairs and bdevs share of a controller.
@@ -657,10 +714,16 @@ pub(crate) struct CtrlrInner {
     pub reset_at_attach: bool,
     pub detached: AtomicBool,
     pub open_qpairs: AtomicUsize,
-    /// Controller resets done so far (queue pairs recreate their queues when it moves).
+    /// Controller reset generation: odd while a reset is in progress, even otherwise. It moves
+    /// by one when a reset starts and when it ends, by two when the device is found removed;
+    /// queue pairs recreate their queues when it moved (and is even again).
     pub reset_gen: std::sync::atomic::AtomicU64,
+    /// The step a reset in progress is at (`None` when none is), see `recovery.rs`.
+    pub(crate) reset: Mutex<Option<ResetStep>>,
     /// `recovery::ALIVE`, `REMOVED` (registers read all ones) or `FAILED` (reset failed).
     pub dead: std::sync::atomic::AtomicU8,
+    /// Origin of the driver's clock (`now_ns`): reset deadlines and queue pairs' timestamps.
+    pub epoch: Instant,
     pub opts: NvmeOptions,
 }
 
@@ -671,15 +734,26 @@ impl CtrlrInner {
         self.admin.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs one admin command to completion.
-    pub fn admin_exec(&self, sqe: Sqe, what: &'static str) -> Result<crate::spec::Cqe, NvmeError> {
+    /// The admin queue if no one holds it now (reactors never wait for it on a reset).
+    pub(crate) fn try_admin(&self) -> Option<MutexGuard<'_, AdminQueue>> {
+        try_lock(&self.admin)
+    }
+
+    /// Runs one admin command to completion (not while a controller reset is in progress:
+    /// the admin queue is being reprogrammed).
+    pub fn admin_exec(&self, sqe: Sqe, what: &'static str) -> Result<Cqe, NvmeError> {
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
                 ctrlr: self.name.clone(),
             });
         }
-        self.admin()
-            .exec(&*self.regs, sqe, self.opts.admin_timeout, &self.name, what)
+        let mut admin = self.admin();
+        if self.reset_in_progress() {
+            return Err(NvmeError::Resetting {
+                ctrlr: self.name.clone(),
+            });
+        }
+        admin.exec(&*self.regs, sqe, self.opts.admin_timeout, &self.name, what)
     }
 
     /// Takes a free I/O queue ID.
@@ -746,6 +820,11 @@ impl CtrlrInner {
     /// Normal shutdown: CC.SHN = 01b, then wait for CSTS.SHST = complete (bounded by
     /// max(RTD3E, the shutdown timeout)). Idempotent.
     pub fn shutdown(&self) -> Result<(), NvmeError> {
+        if self.detached.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // Detaching is not on the I/O path: a reset in progress is finished first.
+        self.reset_wait();
         if self.detached.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

@@ -133,6 +133,10 @@ pub enum NvmeError {
     #[error("{ctrlr}: controller detached")]
     Detached { ctrlr: String },
 
+    /// A controller reset is in progress: admin commands must wait until it ends.
+    #[error("{ctrlr}: controller reset in progress")]
+    Resetting { ctrlr: String },
+
     /// An option is out of range.
     #[error("invalid NVMe option: {0}")]
     InvalidOption(String),

@@ -14,6 +14,11 @@
 //! resubmits what was outstanding, up to `recovery_retries` times per command, then fails it
 //! with `IoStatus::Timeout`. Registers reading all ones fail every request with
 //! `IoStatus::DeviceRemoved`, now and later.
+//!
+//! A controller reset never blocks the poller (`recovery.rs`): while one is in progress, every
+//! submit or poll advances it one non-blocking step and otherwise leaves the hardware queues
+//! alone; new submissions are held in software (in order, still counted by `outstanding()`)
+//! and submitted once the queues are recreated, or failed if the reset fails.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,6 +35,10 @@ use crate::recovery::{ALIVE, FAILED, REMOVED};
 use crate::regs::{Csts, RegisterIo, off};
 use crate::ring::{Rings, ring_bytes};
 use crate::spec::{Cqe, DSM_ATTR_DEALLOCATE, DsmRange, IdentifyController, Sqe, nvm_opc};
+
+/// Queue-pair-local liveness: a controller reset is in progress (or wanted and not yet
+/// started); the hardware queues are not touched and new submissions are held.
+const RESETTING: u8 = 3;
 
 /// Largest block count of one read, write or write-zeroes command (NLB is 16 bits, 0-based).
 const MAX_NLB: u32 = 1 << 16;
@@ -86,6 +95,8 @@ struct Slot {
     aborted: bool,
     /// Completed since its last submission (a later completion is a duplicate).
     done_once: bool,
+    /// Submitted during a controller reset and held in software (not in the device).
+    held: bool,
     /// Submission time (ns since `epoch`), one clock read per submit batch.
     ts: u64,
 }
@@ -134,10 +145,16 @@ pub struct NvmeQpair {
     /// Abort deadline, ns.
     abort_ns: u64,
     max_recoveries: u8,
-    /// The controller's reset generation this queue pair's queues belong to.
+    /// The controller's reset generation this queue pair's queues belong to (always even).
     reset_gen: u64,
-    /// `ALIVE`, or why every request fails (`REMOVED`, `FAILED`).
+    /// `ALIVE`; `RESETTING` while the queues are down for a controller reset; or why every
+    /// request fails (`REMOVED`, `FAILED`).
     liveness: u8,
+    /// This queue pair needs a controller reset it could not start yet (the reset or admin
+    /// lock was busy): it tries again at its next submit or poll.
+    want_reset: bool,
+    /// Tags submitted during a controller reset, in submission order (capacity `depth`).
+    held: Vec<u16>,
     ctrlr: Arc<CtrlrInner>,
     // Freed (unmapped) in Drop once the queues are deleted, leaked if they could not be.
     mem: std::mem::ManuallyDrop<DmaMem>,
@@ -166,6 +183,9 @@ impl NvmeQpair {
         let page = PAGE_SIZE as usize;
         let (_, rings_len) = ring_bytes(entries, page);
         let mem = DmaMem::new(ctrlr.mapper.clone(), rings_len + depth as usize * page)?;
+        // Opening a queue pair is not on the I/O path: it may wait for a reset to end.
+        ctrlr.reset_wait();
+        let reset_gen = ctrlr.reset_gen.load(Ordering::Acquire);
         let qid = ctrlr.alloc_qid()?;
         let rings = Rings::new(&mem, 0, qid, entries, ctrlr.cap.dstrd(), page);
         if let Err(e) = ctrlr.create_io_queue(qid, entries, rings.sq_iova, rings.cq_iova) {
@@ -202,7 +222,7 @@ impl NvmeQpair {
             last_error: None,
             dma_ranges: Vec::new(),
             dma_gen: u64::MAX,
-            epoch: Instant::now(),
+            epoch: ctrlr.epoch,
             timeout_ns: ctrlr
                 .opts
                 .io_timeout
@@ -223,8 +243,10 @@ impl NvmeQpair {
                 .as_nanos()
                 .min(u128::from(u64::MAX / 2)) as u64,
             max_recoveries: ctrlr.opts.recovery_retries,
-            reset_gen: ctrlr.reset_gen.load(Ordering::Acquire),
+            reset_gen,
             liveness: ALIVE,
+            want_reset: false,
+            held: Vec::with_capacity(depth as usize),
             ctrlr,
             mem: std::mem::ManuallyDrop::new(mem),
         })
@@ -238,6 +260,12 @@ impl NvmeQpair {
     /// Counters.
     pub fn stats(&self) -> QpairStats {
         self.stats
+    }
+
+    /// Whether the queues are down for a controller reset in progress (submissions are held
+    /// until it is done); for diagnostics.
+    pub fn resetting(&self) -> bool {
+        self.liveness == RESETTING
     }
 
     /// The most recent per-I/O error (rejections and device statuses), for diagnostics.
@@ -435,6 +463,74 @@ impl NvmeQpair {
         true
     }
 
+    /// Writes one SQE per request and rings the SQ doorbell once.
+    #[inline]
+    fn submit_batch(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        // One clock read per batch, only when timeouts are on.
+        let now = if self.timeout_ns != 0 {
+            self.last_now = self.now_ns();
+            self.last_now
+        } else {
+            0
+        };
+        if self.timeout_ns != 0 && self.next_scan == u64::MAX {
+            self.next_scan = now + self.timeout_ns;
+        }
+        let mut pushed = false;
+        for &tag in tags {
+            let Some(idx) = self.free_tag(rqs, tag) else {
+                continue;
+            };
+            match self.build(&rqs[idx]) {
+                Ok(sqe) => {
+                    if self.rings.push(&sqe) {
+                        self.slots[idx] = Slot {
+                            outstanding: true,
+                            ts: now,
+                            ..Slot::default()
+                        };
+                        self.outstanding += 1;
+                        self.stats.submitted += 1;
+                        pushed = true;
+                    } else {
+                        self.reject(rqs, tag, IoError::Removed);
+                    }
+                }
+                Err(e) => self.reject(rqs, tag, e),
+            }
+        }
+        if pushed {
+            self.rings.ring_sq(&*self.regs);
+        }
+    }
+
+    /// The slot index of `tag` when it can be submitted; otherwise the request is rejected
+    /// (a tag beyond the depth) or ignored (already outstanding or held), and `None`.
+    #[inline]
+    fn free_tag(&mut self, rqs: &mut [Request], tag: u16) -> Option<usize> {
+        let idx = usize::from(tag);
+        if idx >= self.slots.len() || idx >= rqs.len() {
+            self.reject(
+                rqs,
+                tag,
+                IoError::BadTag {
+                    tag,
+                    depth: self.depth,
+                },
+            );
+            return None;
+        }
+        let slot = self.slots[idx];
+        if slot.outstanding || slot.held {
+            log::error!(
+                "{}: request {tag} submitted while outstanding; ignored",
+                self.ctrlr.name
+            );
+            return None;
+        }
+        Some(idx)
+    }
+
     #[cold]
     fn unknown(&mut self, cqe: Cqe) {
         if self
@@ -534,6 +630,7 @@ impl NvmeQpair {
                     recoveries: slot.recoveries + 1,
                     aborted: false,
                     done_once: false,
+                    held: false,
                     ts: now,
                 };
                 self.stats.submitted += 1;
@@ -568,7 +665,7 @@ impl NvmeQpair {
         }
     }
 
-    /// Fails every command in the device with `err`.
+    /// Fails every command in the device, and every held submission, with `err`.
     #[cold]
     fn fail_all(&mut self, rqs: &mut [Request], err: IoError) {
         for idx in 0..self.slots.len() {
@@ -577,31 +674,139 @@ impl NvmeQpair {
                 self.fail_slot(rqs, idx, err);
             }
         }
+        let held = self.take_held();
+        for &tag in &held {
+            self.stats.failed_dead += 1;
+            self.reject(rqs, tag, err);
+        }
+        self.restore_held(held);
         self.next_scan = u64::MAX;
     }
 
-    /// The controller was reset, removed or failed since this queue pair last looked.
+    /// Holds submissions in software while a controller reset is in progress (in order;
+    /// counted as outstanding).
+    #[cold]
+    fn hold(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        for &tag in tags {
+            let Some(idx) = self.free_tag(rqs, tag) else {
+                continue;
+            };
+            self.slots[idx].held = true;
+            self.held.push(tag);
+            self.outstanding += 1;
+        }
+    }
+
+    /// After a controller reset: submits what was held, in order.
+    #[cold]
+    fn submit_held(&mut self, rqs: &mut [Request]) {
+        let held = self.take_held();
+        if !held.is_empty() {
+            self.submit_batch(rqs, &held);
+        }
+        self.restore_held(held);
+    }
+
+    /// Takes the held tags out (no longer held nor counted); give the vector back with
+    /// [`NvmeQpair::restore_held`] so its capacity is kept (no allocation).
+    fn take_held(&mut self) -> Vec<u16> {
+        let held = std::mem::take(&mut self.held);
+        self.outstanding -= held.len();
+        for &tag in &held {
+            self.slots[usize::from(tag)].held = false;
+        }
+        held
+    }
+
+    fn restore_held(&mut self, mut held: Vec<u16>) {
+        held.clear();
+        self.held = held;
+    }
+
+    /// The controller's reset generation moved, or this queue pair waits for a reset: starts
+    /// the reset it wants or advances the one in progress by one non-blocking step, then
+    /// follows the controller: queues down (`RESETTING`) while the reset is in progress,
+    /// recreated once it is done, every request failed if the controller is removed or failed.
     #[cold]
     fn sync_ctrlr(&mut self, rqs: &mut [Request]) {
-        self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
-        // Aborts submitted before a reset never complete (the admin queue was reset too).
-        self.aborts_pending.clear();
+        let now = self.now_ns();
+        if self.want_reset && !self.start_reset(rqs, now) {
+            return;
+        }
+        let mut cur_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+        if cur_gen & 1 == 1 {
+            self.ctrlr.reset_poll(now);
+            cur_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+        }
         match self.ctrlr.liveness() {
             REMOVED => {
+                self.reset_gen = cur_gen;
                 self.liveness = REMOVED;
+                self.aborts_pending.clear();
                 self.fail_all(rqs, IoError::Removed);
             }
             FAILED => {
+                self.reset_gen = cur_gen;
                 self.liveness = FAILED;
+                self.aborts_pending.clear();
                 self.fail_all(rqs, IoError::ControllerFailed);
+            }
+            _ if cur_gen & 1 == 1 || self.want_reset => {
+                if self.liveness != RESETTING {
+                    log::debug!(
+                        "{}: qpair {}: queues down for a controller reset",
+                        self.ctrlr.name,
+                        self.rings.qid
+                    );
+                    self.liveness = RESETTING;
+                    // Aborts submitted before a reset never complete (the admin queue is
+                    // reset too); the reset recovers their commands.
+                    self.aborts_pending.clear();
+                }
+            }
+            _ if cur_gen == self.reset_gen => {
+                // No reset happened after all: the queues are intact.
+                self.liveness = ALIVE;
+                self.submit_held(rqs);
             }
             _ => {
                 // A queue pair that could not recreate its queues after an earlier reset
                 // gets another chance with this one.
+                self.reset_gen = cur_gen;
                 self.liveness = ALIVE;
+                self.aborts_pending.clear();
                 self.recreate(rqs);
+                if self.liveness == ALIVE {
+                    self.submit_held(rqs);
+                    if self.timeout_ns != 0 {
+                        self.next_scan = self.now_ns() + self.timeout_ns;
+                    }
+                }
             }
         }
+    }
+
+    /// Starts the controller reset this queue pair wants, unless another queue pair's already
+    /// did (it stays wanted when the reset cannot start without waiting). Returns false when
+    /// it cannot be reset at all and this queue pair failed everything instead.
+    #[cold]
+    fn start_reset(&mut self, rqs: &mut [Request], now: u64) -> bool {
+        match self.ctrlr.reset_start(self.reset_gen, now) {
+            Ok(started) => self.want_reset = !started,
+            Err(e) => {
+                self.want_reset = false;
+                log::error!("{e}");
+                // Removed or failed: followed like any other queue pair. Detached: no
+                // controller to reset.
+                if self.ctrlr.liveness() == ALIVE {
+                    self.liveness = FAILED;
+                    self.aborts_pending.clear();
+                    self.fail_all(rqs, IoError::ControllerFailed);
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     /// After a controller reset: reaps what completed before it, recreates the queues on the
@@ -642,6 +847,11 @@ impl NvmeQpair {
             self.ctrlr
                 .create_io_queue(qid, entries, self.rings.sq_iova, self.rings.cq_iova)
         {
+            if matches!(e, NvmeError::Resetting { .. }) {
+                // Another reset began meanwhile: the queues are recreated after it.
+                self.liveness = RESETTING;
+                return;
+            }
             log::error!(
                 "{}: qpair {qid}: cannot recreate the queues after a reset: {e}",
                 self.ctrlr.name
@@ -729,7 +939,13 @@ impl NvmeQpair {
                 self.rings.qid
             );
             match self.ctrlr.abort_submit(self.rings.qid, idx as u16) {
-                Ok(abort_cid) => {
+                Ok(None) => {
+                    // The admin queue is busy, or a controller reset is in progress (the
+                    // next poll follows it): scan again at the next poll.
+                    next = now;
+                    break;
+                }
+                Ok(Some(abort_cid)) => {
                     self.stats.aborts += 1;
                     self.aborts_pending.push(PendingAbort {
                         abort_cid,
@@ -812,18 +1028,12 @@ impl NvmeQpair {
         true
     }
 
-    /// Resets the controller (unless another queue pair just did), then recreates this
-    /// queue pair's queues.
+    /// Resets the controller (unless another queue pair already did): starts the reset and
+    /// takes this queue pair's queues down until it is done, without waiting for it.
     #[cold]
     fn reset_controller(&mut self, rqs: &mut [Request]) {
-        if let Err(e) = self.ctrlr.reset(self.reset_gen) {
-            log::error!("{e}");
-        }
-        self.next_scan = 0;
+        self.want_reset = true;
         self.sync_ctrlr(rqs);
-        if self.liveness == ALIVE && self.timeout_ns != 0 {
-            self.next_scan = self.now_ns() + self.timeout_ns;
-        }
     }
 }
 
@@ -832,69 +1042,22 @@ impl DriverQueue for NvmeQpair {
         if self.ctrlr.mapper.generation() != self.dma_gen {
             self.refresh_dma_ranges();
         }
-        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen {
+        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen
+            || self.liveness == RESETTING
+        {
             self.sync_ctrlr(rqs);
         }
-        if self.liveness != ALIVE {
-            self.reject_dead(rqs, tags);
-            return;
-        }
-        // One clock read per batch, only when timeouts are on.
-        let now = if self.timeout_ns != 0 {
-            self.last_now = self.now_ns();
-            self.last_now
-        } else {
-            0
-        };
-        if self.timeout_ns != 0 && self.next_scan == u64::MAX {
-            self.next_scan = now + self.timeout_ns;
-        }
-        let mut pushed = false;
-        for &tag in tags {
-            let idx = usize::from(tag);
-            if idx >= self.slots.len() || idx >= rqs.len() {
-                self.reject(
-                    rqs,
-                    tag,
-                    IoError::BadTag {
-                        tag,
-                        depth: self.depth,
-                    },
-                );
-                continue;
-            }
-            if self.slots[idx].outstanding {
-                log::error!(
-                    "{}: request {tag} submitted while outstanding; ignored",
-                    self.ctrlr.name
-                );
-                continue;
-            }
-            match self.build(&rqs[idx]) {
-                Ok(sqe) => {
-                    if self.rings.push(&sqe) {
-                        self.slots[idx] = Slot {
-                            outstanding: true,
-                            ts: now,
-                            ..Slot::default()
-                        };
-                        self.outstanding += 1;
-                        self.stats.submitted += 1;
-                        pushed = true;
-                    } else {
-                        self.reject(rqs, tag, IoError::Removed);
-                    }
-                }
-                Err(e) => self.reject(rqs, tag, e),
-            }
-        }
-        if pushed {
-            self.rings.ring_sq(&*self.regs);
+        match self.liveness {
+            ALIVE => self.submit_batch(rqs, tags),
+            RESETTING => self.hold(rqs, tags),
+            _ => self.reject_dead(rqs, tags),
         }
     }
 
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
-        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen {
+        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen
+            || self.liveness == RESETTING
+        {
             self.sync_ctrlr(rqs);
         }
         let mut n = 0;
@@ -910,6 +1073,10 @@ impl DriverQueue for NvmeQpair {
             }
             done.push(tag);
             n += 1;
+        }
+        if self.liveness == RESETTING {
+            // The queues are down until the controller reset is done.
+            return n;
         }
         let sq_before = self.stats.submitted;
         let mut consumed = 0u32;
@@ -955,11 +1122,14 @@ impl Drop for NvmeQpair {
             );
         }
         let mut device_may_use_rings = false;
-        // A removed or failed controller has no queues to delete (and may never answer);
-        // the ring memory is unmapped from the device before it is freed either way.
+        // A removed or failed controller has no queues to delete (and may never answer), nor
+        // has one reset since the queues were created (the reset deleted them); the ring
+        // memory is unmapped from the device before it is freed either way.
         if !self.ctrlr.detached.load(Ordering::Acquire)
             && self.ctrlr.liveness() == ALIVE
+            && self.ctrlr.reset_gen.load(Ordering::Acquire) == self.reset_gen
             && let Err(e) = self.ctrlr.delete_io_queue(qid)
+            && !matches!(e, NvmeError::Resetting { .. })
         {
             // The controller may still write completions into the rings: never give their
             // memory back to the process.

@@ -2,20 +2,31 @@
 //! fails: Abort, controller reset (CC.EN 1 → 0 → 1, admin queue reprogrammed, queues granted
 //! again), and the controller's liveness state.
 //!
-//! A reset is done by the queue pair that needs it, under the admin-queue lock; it bumps
-//! `CtrlrInner::reset_gen`, and every queue pair notices the change at its next submit or
-//! poll (one atomic load) and recreates its own I/O queues on its own rings, then resubmits
-//! (or fails) what was outstanding. SPDK does the same for PCIe: reuse the qpair memory,
-//! re-create each I/O qpair after the controller is re-initialised.
+//! A reset never blocks a reactor. It is a state machine ([`ResetStep`], SPDK's
+//! `spdk_nvme_ctrlr_reset_poll_async`): the queue pair that needs it starts it (clearing CC.EN
+//! and making `CtrlrInner::reset_gen` odd), and every submit or poll of any queue pair of the
+//! controller advances it by what the controller has done meanwhile, taking the reset and
+//! admin-queue locks only with `try_lock`: Disabling (CSTS.RDY=0, then the admin queue is
+//! reprogrammed) → Enabling (CSTS.RDY=1) → SettingQueues (Set Features Number of Queues) →
+//! done (`reset_gen` even again). Each step has a deadline on the driver's clock (CAP.TO for
+//! the ready bit, the admin timeout for the command).
+//!
+//! Queue pairs notice the odd generation at their next submit or poll (one atomic load), stop
+//! touching their hardware queues and hold new submissions in software; once the generation is
+//! even again they recreate their own I/O queues on their own rings, resubmit (or fail) what
+//! was outstanding, then submit what they held. SPDK does the same for PCIe: reuse the qpair
+//! memory, re-create each I/O qpair after the controller is re-initialised.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::admin::{AdminQueue, check_alive};
-use crate::ctrlr::{CtrlrInner, PAGE_SIZE};
+use crate::ctrlr::{
+    CtrlrInner, SET_NUM_QUEUES, granted_queues, nvme_configure_admin, nvme_disable, nvme_enable,
+    nvme_ready, set_num_queues_sqe, try_lock,
+};
 use crate::error::NvmeError;
-use crate::regs::{Cc, Csts, off};
-use crate::spec::{Sqe, admin_opc, fid};
+use crate::spec::{Cqe, Sqe, admin_opc};
 
 /// The controller works.
 pub(crate) const ALIVE: u8 = 0;
@@ -39,14 +50,17 @@ impl CtrlrInner {
                 "{}: device removed (registers read all ones): failing all I/O",
                 self.name
             );
-            self.reset_gen.fetch_add(1, Ordering::AcqRel);
+            // By two: a reset in progress stays in progress (it ends at its next step).
+            self.reset_gen.fetch_add(2, Ordering::AcqRel);
         }
     }
 
     /// Submits an Abort of command `cid` of SQ `sqid` without waiting; returns the Abort's
-    /// own command identifier, for [`CtrlrInner::abort_poll`].
+    /// own command identifier, for [`CtrlrInner::abort_poll`], or `None` when nothing was
+    /// submitted: another thread holds the admin queue right now (try again later), or a
+    /// controller reset is in progress (it recovers the command anyway).
     #[cold]
-    pub(crate) fn abort_submit(&self, sqid: u16, cid: u16) -> Result<u16, NvmeError> {
+    pub(crate) fn abort_submit(&self, sqid: u16, cid: u16) -> Result<Option<u16>, NvmeError> {
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
                 ctrlr: self.name.clone(),
@@ -54,8 +68,15 @@ impl CtrlrInner {
         }
         let mut sqe = Sqe::new(admin_opc::ABORT, 0);
         sqe.cdw10 = u32::from(cid) << 16 | u32::from(sqid);
-        self.admin()
+        let Some(mut admin) = self.try_admin() else {
+            return Ok(None);
+        };
+        if self.reset_in_progress() {
+            return Ok(None);
+        }
+        admin
             .submit(&*self.regs, sqe)
+            .map(Some)
             .ok_or_else(|| NvmeError::Timeout {
                 ctrlr: self.name.clone(),
                 state: "waiting for a free admin queue slot for an Abort",
@@ -68,9 +89,16 @@ impl CtrlrInner {
     /// status "command abort requested", follows on the I/O queue); `Some(false)` when it did
     /// not (not found, or already completing). Fails on an error status, a fatal controller
     /// status or a vanished device.
+    /// While another thread holds the admin queue, or a controller reset is in progress, the
+    /// Abort stays pending (a reset makes it moot: the queue pair drops it then).
     #[cold]
     pub(crate) fn abort_poll(&self, abort_cid: u16) -> Result<Option<bool>, NvmeError> {
-        let mut admin = self.admin();
+        let Some(mut admin) = self.try_admin() else {
+            return Ok(None);
+        };
+        if self.reset_in_progress() {
+            return Ok(None);
+        }
         match admin.poll_for(&*self.regs, abort_cid) {
             Some(cqe) if cqe.status().is_success() => Ok(Some(cqe.dw0 & 1 == 0)),
             Some(cqe) => Err(NvmeError::AdminCommand {
@@ -85,15 +113,34 @@ impl CtrlrInner {
         }
     }
 
-    /// Resets the controller unless another queue pair did since generation `seen_gen` was
-    /// read: disable, wait for not-ready, reprogram the admin queue, enable, wait for ready,
-    /// ask for the same number of I/O queues. Every queue pair then recreates its queues.
-    /// A failure leaves the controller `FAILED` (or `REMOVED`).
+    /// Whether a controller reset is in progress (the queues are down).
+    #[inline]
+    pub(crate) fn reset_in_progress(&self) -> bool {
+        self.reset_gen.load(Ordering::Acquire) & 1 == 1
+    }
+
+    /// The driver's clock: ns since `epoch` (the queue pairs read the same clock).
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn ready_timeout_ns(&self) -> u64 {
+        // CAP.TO = 0 is not allowed; treat it as the smallest unit.
+        self.cap.timeout_ms().max(500) * 1_000_000
+    }
+
+    /// Starts a controller reset unless one started since generation `seen_gen` was read
+    /// (another queue pair's). Clears CC.EN and returns at once: [`CtrlrInner::reset_poll`]
+    /// does the rest. Returns `Ok(false)` when it cannot start now without waiting (another
+    /// thread holds the reset or the admin queue): the caller asks again at its next poll.
+    /// Fails when the controller is removed, failed or detached.
     #[cold]
-    pub(crate) fn reset(&self, seen_gen: u64) -> Result<(), NvmeError> {
-        let mut admin = self.admin();
+    pub(crate) fn reset_start(&self, seen_gen: u64, now: u64) -> Result<bool, NvmeError> {
+        let Some(mut step) = try_lock(&self.reset) else {
+            return Ok(false);
+        };
         if self.reset_gen.load(Ordering::Acquire) != seen_gen {
-            return Ok(());
+            return Ok(true);
         }
         match self.liveness() {
             REMOVED => {
@@ -114,90 +161,179 @@ impl CtrlrInner {
                 ctrlr: self.name.clone(),
             });
         }
+        // Held so that no admin command is in flight when the admin queue goes away.
+        let Some(_admin) = self.try_admin() else {
+            return Ok(false);
+        };
         log::warn!("{}: resetting the controller", self.name);
-        let r = self.reset_locked(&mut admin);
-        match &r {
-            Ok(()) => log::info!("{}: controller reset done", self.name),
-            Err(NvmeError::DeviceRemoved { .. }) => {
-                self.dead.store(REMOVED, Ordering::Release);
-            }
-            Err(e) => {
-                log::error!("{}: controller reset failed: {e}", self.name);
-                self.dead.store(FAILED, Ordering::Release);
-            }
-        }
+        nvme_disable(&*self.regs);
+        *step = Some(ResetStep::Disabling {
+            deadline: now.saturating_add(self.ready_timeout_ns()),
+        });
         self.reset_gen.fetch_add(1, Ordering::AcqRel);
-        r
+        Ok(true)
     }
 
-    fn reset_locked(&self, admin: &mut AdminQueue) -> Result<(), NvmeError> {
+    /// Advances the reset in progress as far as it goes without waiting (nothing when no
+    /// reset is in progress, or when another thread holds the reset or the admin queue right
+    /// now). When it ends, `reset_gen` moves to even; a failure leaves the controller `FAILED`
+    /// (or `REMOVED`).
+    #[cold]
+    pub(crate) fn reset_poll(&self, now: u64) {
+        let Some(mut step) = try_lock(&self.reset) else {
+            return;
+        };
+        let Some(mut admin) = step.as_ref().and_then(|_| self.try_admin()) else {
+            return;
+        };
+        // A controller that answers at once goes through every step in one call.
+        for _ in 0..RESET_STEPS {
+            let Some(cur) = *step else { return };
+            let next = if self.detached.load(Ordering::Acquire) {
+                Err(NvmeError::Detached {
+                    ctrlr: self.name.clone(),
+                })
+            } else {
+                self.reset_advance(cur, &mut admin, now)
+            };
+            match next {
+                Ok(Some(next)) if next == cur => return,
+                Ok(Some(next)) => {
+                    log::trace!("{}: reset step {next:?}", self.name);
+                    *step = Some(next);
+                }
+                Ok(None) => {
+                    log::info!("{}: controller reset done", self.name);
+                    *step = None;
+                    self.reset_gen.fetch_add(1, Ordering::AcqRel);
+                }
+                Err(e) => {
+                    if matches!(e, NvmeError::DeviceRemoved { .. }) {
+                        log::error!("{e}");
+                        self.dead.store(REMOVED, Ordering::Release);
+                    } else {
+                        log::error!("{}: controller reset failed: {e}", self.name);
+                        self.dead.store(FAILED, Ordering::Release);
+                    }
+                    *step = None;
+                    self.reset_gen.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    /// Drives a reset in progress to its end, sleeping briefly between steps: for callers off
+    /// the I/O path (opening a queue pair), never for a reactor's poll or submit.
+    pub(crate) fn reset_wait(&self) {
+        while self.reset_in_progress() {
+            self.reset_poll(self.now_ns());
+            if self.reset_in_progress() {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// One step of a reset: what `cur` waits for, checked once. Returns the next step (`cur`
+    /// itself while still waiting), `None` when the reset is done.
+    fn reset_advance(
+        &self,
+        cur: ResetStep,
+        admin: &mut AdminQueue,
+        now: u64,
+    ) -> Result<Option<ResetStep>, NvmeError> {
         let regs = &*self.regs;
-        let ready_timeout = Duration::from_millis(self.cap.timeout_ms().max(500));
-        let cc = regs.read32(off::CC);
-        regs.write32(off::CC, cc & !(Cc::EN | Cc::SHN_MASK));
-        self.wait_ready(false, ready_timeout)?;
-        admin.reset(self.cap.dstrd(), PAGE_SIZE as usize);
-        admin.program(regs);
-        let cc = Cc::for_enable(self.cap, PAGE_SIZE).0;
-        regs.write32(off::CC, cc);
-        regs.write32(off::CC, cc | Cc::EN);
-        self.wait_ready(true, ready_timeout)?;
-        let n = u32::from(self.io_queues.saturating_sub(1));
-        let mut sqe = Sqe::new(admin_opc::SET_FEATURES, 0);
-        sqe.cdw10 = fid::NUMBER_OF_QUEUES;
-        sqe.cdw11 = n << 16 | n;
-        let cqe = admin.exec(
-            regs,
-            sqe,
-            self.opts.admin_timeout,
-            &self.name,
-            "Set Features Number of Queues",
-        )?;
-        let granted = ((cqe.dw0 & 0xffff) as u16).min((cqe.dw0 >> 16) as u16);
-        if granted.saturating_add(1) < self.io_queues {
+        let (deadline, state, ms) = match cur {
+            ResetStep::Disabling { deadline } => {
+                if nvme_ready(regs, &self.name, false, RDY0)? {
+                    nvme_configure_admin(regs, admin, self.cap);
+                    nvme_enable(regs);
+                    return Ok(Some(ResetStep::Enabling {
+                        deadline: now.saturating_add(self.ready_timeout_ns()),
+                    }));
+                }
+                (deadline, RDY0, self.ready_timeout_ns() / 1_000_000)
+            }
+            ResetStep::Enabling { deadline } => {
+                if nvme_ready(regs, &self.name, true, RDY1)? {
+                    let sqe = set_num_queues_sqe(self.io_queues);
+                    let cid = admin.submit(regs, sqe).ok_or_else(|| NvmeError::Timeout {
+                        ctrlr: self.name.clone(),
+                        state: "waiting for a free admin queue slot",
+                        ms: 0,
+                    })?;
+                    let admin_ns = self
+                        .opts
+                        .admin_timeout
+                        .as_nanos()
+                        .min(u128::from(u64::MAX / 2));
+                    return Ok(Some(ResetStep::SettingQueues {
+                        cid,
+                        deadline: now.saturating_add(admin_ns as u64),
+                    }));
+                }
+                (deadline, RDY1, self.ready_timeout_ns() / 1_000_000)
+            }
+            ResetStep::SettingQueues { cid, deadline } => {
+                if let Some(cqe) = admin.poll_for(regs, cid) {
+                    return self.queues_granted(&cqe).map(|()| None);
+                }
+                check_alive(regs, &self.name, SET_NUM_QUEUES)?;
+                let ms = self.opts.admin_timeout.as_millis() as u64;
+                (deadline, SET_NUM_QUEUES, ms)
+            }
+        };
+        if now > deadline {
+            return Err(NvmeError::Timeout {
+                ctrlr: self.name.clone(),
+                state,
+                ms,
+            });
+        }
+        Ok(Some(cur))
+    }
+
+    /// Checks the Set Features Number of Queues completion of a reset: the controller must
+    /// grant as many I/O queue pairs as at attach (the queue IDs in use stay valid).
+    fn queues_granted(&self, cqe: &Cqe) -> Result<(), NvmeError> {
+        let st = cqe.status();
+        if !st.is_success() {
+            return Err(NvmeError::AdminCommand {
+                ctrlr: self.name.clone(),
+                what: SET_NUM_QUEUES,
+                status: st,
+            });
+        }
+        let granted = granted_queues(cqe);
+        if granted < self.io_queues {
             return Err(NvmeError::Unsupported {
                 ctrlr: self.name.clone(),
                 reason: format!(
-                    "{} I/O queue pairs granted after the reset, {} before",
-                    granted + 1,
+                    "{granted} I/O queue pairs granted after the reset, {} before",
                     self.io_queues
                 ),
             });
         }
         Ok(())
     }
+}
 
-    /// Waits until CSTS.RDY equals `ready` (fails on all ones, or on CFS while enabling).
-    fn wait_ready(&self, ready: bool, timeout: Duration) -> Result<(), NvmeError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let csts = Csts(self.regs.read32(off::CSTS));
-            if csts.is_all_ones() {
-                return Err(NvmeError::DeviceRemoved {
-                    ctrlr: self.name.clone(),
-                });
-            }
-            if ready && csts.cfs() {
-                return Err(NvmeError::ControllerFatal {
-                    ctrlr: self.name.clone(),
-                    state: "waiting for CSTS.RDY=1 after a reset",
-                });
-            }
-            if csts.rdy() == ready {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(NvmeError::Timeout {
-                    ctrlr: self.name.clone(),
-                    state: if ready {
-                        "waiting for CSTS.RDY=1 after a reset"
-                    } else {
-                        "waiting for CSTS.RDY=0 after a reset"
-                    },
-                    ms: timeout.as_millis() as u64,
-                });
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
+/// What a reset waits for, in timeout messages.
+const RDY0: &str = "waiting for CSTS.RDY=0 after a reset";
+const RDY1: &str = "waiting for CSTS.RDY=1 after a reset";
+
+/// Most steps one [`CtrlrInner::reset_poll`] takes (Disabling → Enabling → SettingQueues →
+/// done).
+const RESET_STEPS: usize = 3;
+
+/// The step a controller reset is at (SPDK's `spdk_nvme_ctrlr_reset_poll_async`): each is
+/// checked once per poll, never waited for. Deadlines are ns on the driver's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ResetStep {
+    /// CC.EN cleared: waiting for CSTS.RDY=0; then the admin queue is reprogrammed and
+    /// CC.EN set.
+    Disabling { deadline: u64 },
+    /// Waiting for CSTS.RDY=1; then Set Features Number of Queues is submitted.
+    Enabling { deadline: u64 },
+    /// Waiting for the Set Features Number of Queues completion (admin command `cid`).
+    SettingQueues { cid: u16, deadline: u64 },
 }

@@ -52,6 +52,9 @@ pub struct EmuConfig {
     pub max_io_queues: u16,
     /// CAP.TO (500 ms units).
     pub to: u8,
+    /// How long CSTS.RDY takes to follow a change of CC.EN (a real controller resets and
+    /// initialises meanwhile). Default zero: at once. See also [`Emu::set_ready_delays`].
+    pub ready_delay: Duration,
 }
 
 impl Default for EmuConfig {
@@ -63,6 +66,7 @@ impl Default for EmuConfig {
             mqes: 1023,
             max_io_queues: 8,
             to: 1,
+            ready_delay: Duration::ZERO,
         }
     }
 }
@@ -241,6 +245,10 @@ struct State {
     rng: u64,
     held: Vec<Held>,
     stats: EmuStats,
+    /// Delay of CSTS.RDY after CC.EN, indexed by the new RDY value (0: disable, 1: enable).
+    ready_delay: [Duration; 2],
+    /// A CSTS.RDY change not yet visible: the new value and when (`None`: never).
+    ready_pending: Option<(bool, Option<Instant>)>,
 }
 
 /// The emulated controller: registers and DMA mapping in one (share it as `Arc<Emu>`).
@@ -267,6 +275,7 @@ impl Emu {
         let nq = usize::from(cfg.max_io_queues) + 1;
         let cap = u64::from(cfg.mqes) | 1 << 16 | u64::from(cfg.to) << 24 | 1 << 37 | 4 << 52;
         let disk = vec![0u8; (cfg.blocks << cfg.block_shift) as usize];
+        let ready_delay = [cfg.ready_delay; 2];
         Arc::new(Emu {
             st: Mutex::new(State {
                 cfg,
@@ -284,6 +293,8 @@ impl Emu {
                 rng: 0x9e37_79b9_7f4a_7c15,
                 held: Vec::new(),
                 stats: EmuStats::default(),
+                ready_delay,
+                ready_pending: None,
             }),
             doorbells: (0..2 * nq).map(|_| AtomicU32::new(0)).collect(),
             vanished: AtomicBool::new(false),
@@ -330,6 +341,12 @@ impl Emu {
     pub fn vanish(&self) {
         self.vanished.store(true, Ordering::Release);
         self.lock().stats.vanished += 1;
+    }
+
+    /// How long CSTS.RDY takes to become 0 after CC.EN is cleared (`disable`) and 1 after it
+    /// is set (`enable`), from the next change of CC.EN on; `Duration::MAX`: never.
+    pub fn set_ready_delays(&self, disable: Duration, enable: Duration) {
+        self.lock().ready_delay = [disable, enable];
     }
 
     /// Sets CSTS.CFS now.
@@ -739,6 +756,44 @@ impl State {
         }
     }
 
+    /// CC.EN changed to `en`: the controller enables or resets, and CSTS.RDY follows after
+    /// the configured delay (at once without one).
+    fn set_enabled(&mut self, en: bool, db: &[AtomicU32]) {
+        let was_ready = self.csts & 1 != 0;
+        self.ready_pending = None;
+        if !en {
+            // The controller stops at once; RDY stays 1 until its reset is "done".
+            self.disable(db);
+        }
+        let delay = self.ready_delay[usize::from(en)];
+        if delay.is_zero() {
+            if en {
+                self.enable();
+            }
+            return;
+        }
+        if !en && was_ready {
+            self.csts |= 1;
+        }
+        self.ready_pending = Some((en, Instant::now().checked_add(delay)));
+    }
+
+    /// Makes a delayed CSTS.RDY change visible once due.
+    fn settle_ready(&mut self, now: Instant) {
+        let Some((en, due)) = self.ready_pending else {
+            return;
+        };
+        if due.is_none_or(|d| now < d) {
+            return;
+        }
+        self.ready_pending = None;
+        if en {
+            self.enable();
+        } else {
+            self.csts &= !1;
+        }
+    }
+
     fn enable(&mut self) {
         for q in self.sqs.iter_mut() {
             *q = None;
@@ -975,7 +1030,8 @@ impl RegisterIo for Emu {
         if self.vanished.load(Ordering::Acquire) {
             return u32::MAX;
         }
-        let s = self.lock();
+        let mut s = self.lock();
+        s.settle_ready(Instant::now());
         match o {
             off::CAP => s.cap as u32,
             0x04 => (s.cap >> 32) as u32,
@@ -1021,10 +1077,8 @@ impl RegisterIo for Emu {
             off::CC => {
                 let was = s.cc & 1 != 0;
                 s.cc = v;
-                if v & 1 != 0 && !was {
-                    s.enable();
-                } else if v & 1 == 0 && was {
-                    s.disable(&self.doorbells);
+                if (v & 1 != 0) != was {
+                    s.set_enabled(v & 1 != 0, &self.doorbells);
                 }
                 if (v >> 14) & 3 != 0 {
                     s.csts = (s.csts & !(3 << 2)) | 2 << 2;

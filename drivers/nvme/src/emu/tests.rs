@@ -207,28 +207,7 @@ impl Workload {
                     continue;
                 }
                 let (op, unit, version) = ios[next];
-                let lba = unit as u64 * u64::from(NB);
-                if op == Op::Write {
-                    let mut data = vec![0u8; IO_BYTES];
-                    for (b, chunk) in data.chunks_mut(512).enumerate() {
-                        block_pattern(lba + b as u64, version, chunk);
-                    }
-                    self.buf.fill(t * IO_BYTES, &data);
-                } else {
-                    self.buf.fill(t * IO_BYTES, &[0xee; IO_BYTES]);
-                }
-                let io = Io {
-                    op,
-                    lba,
-                    nblocks: if op == Op::Flush { 0 } else { NB },
-                    buf: if op == Op::Flush {
-                        IoBuf::EMPTY
-                    } else {
-                        self.buf.io(t * IO_BYTES, IO_BYTES)
-                    },
-                    ..Io::default()
-                };
-                self.rqs[t].prepare(&io, 0);
+                self.prepare(t, op, unit, version);
                 *slot = Some(next);
                 tags.push(t as u16);
                 next += 1;
@@ -271,6 +250,33 @@ impl Workload {
         statuses
     }
 
+    /// Prepares request `t` (its own 4 KiB of the buffer) for `op` on `unit`; a write carries
+    /// the block pattern of `version`.
+    fn prepare(&mut self, t: usize, op: Op, unit: usize, version: u64) {
+        let lba = unit as u64 * u64::from(NB);
+        if op == Op::Write {
+            let mut data = vec![0u8; IO_BYTES];
+            for (b, chunk) in data.chunks_mut(512).enumerate() {
+                block_pattern(lba + b as u64, version, chunk);
+            }
+            self.buf.fill(t * IO_BYTES, &data);
+        } else {
+            self.buf.fill(t * IO_BYTES, &[0xee; IO_BYTES]);
+        }
+        let io = Io {
+            op,
+            lba,
+            nblocks: if op == Op::Flush { 0 } else { NB },
+            buf: if op == Op::Flush {
+                IoBuf::EMPTY
+            } else {
+                self.buf.io(t * IO_BYTES, IO_BYTES)
+            },
+            ..Io::default()
+        };
+        self.rqs[t].prepare(&io, 0);
+    }
+
     fn check_unit(&self, data: &[u8], unit: usize, version: u64) {
         let mut want = [0u8; 512];
         for (b, chunk) in data.chunks(512).enumerate() {
@@ -292,6 +298,16 @@ impl Workload {
         assert!(!ios.is_empty());
         let st = self.run(&ios);
         assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    }
+
+    /// Closes the queue pair and detaches the controller (whatever its state): quickly.
+    fn detach_promptly(self) {
+        let Workload { q, c, buf, .. } = self;
+        drop(q);
+        drop(buf);
+        let t = Instant::now();
+        let _ = c.detach();
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 
     /// Every acknowledged unit, read from the emulator's RAM.
@@ -801,10 +817,167 @@ fn fault_failed_reset_fails_every_io_with_a_clear_error() {
     assert_eq!(w.run(&writes(3, 3)), vec![IoStatus::Errno(libc::EIO); 3]);
     assert_eq!(emu.stats().disables, 1);
     w.verify_in_emulator();
-    let Workload { q, c, buf, .. } = w;
-    drop(q);
-    drop(buf);
-    let t = Instant::now();
-    let _ = c.detach();
-    assert!(t.elapsed() < Duration::from_secs(1));
+    w.detach_promptly();
+}
+
+/// Times every submit and poll of a queue pair (the longest call is what a reactor would
+/// have stalled for).
+#[derive(Default)]
+struct CallTimer {
+    max: Duration,
+    calls: u32,
+}
+
+impl CallTimer {
+    fn time<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        self.max = self.max.max(t.elapsed());
+        self.calls += 1;
+        r
+    }
+}
+
+impl Workload {
+    /// Writes of `version` to units `tags` (unit = tag), submitted in one batch.
+    fn submit_writes(&mut self, tags: std::ops::Range<usize>, version: u64, timer: &mut CallTimer) {
+        let list: Vec<u16> = tags.clone().map(|t| t as u16).collect();
+        for t in tags {
+            self.prepare(t, Op::Write, t, version);
+        }
+        timer.time(|| self.q.submit(&mut self.rqs, &list));
+    }
+
+    /// Steps the emulator and polls (timed) until the queue pair is down for a reset.
+    fn poll_until_resetting(&mut self, timer: &mut CallTimer, done: &mut Vec<u16>) {
+        let t0 = Instant::now();
+        while !self.q.resetting() {
+            assert!(t0.elapsed() < Duration::from_secs(2), "no reset started");
+            self.emu.step();
+            timer.time(|| self.q.poll(&mut self.rqs, done, 64));
+            assert!(timer.max < MAX_CALL, "a poll took {:?}", timer.max);
+        }
+    }
+
+    /// Steps the emulator and polls (timed) until `n` requests are done in all.
+    fn poll_until_done(&mut self, n: usize, timer: &mut CallTimer, done: &mut Vec<u16>) {
+        let t0 = Instant::now();
+        while done.len() < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "hang: {done:?}, {:?}",
+                self.q.stats()
+            );
+            self.emu.step();
+            timer.time(|| self.q.poll(&mut self.rqs, done, 64));
+        }
+        assert_eq!(self.q.outstanding(), 0);
+    }
+}
+
+/// The longest submit or poll allowed while a reset waits for the controller (whose ready
+/// bit takes 200 ms or more): anything close to that means a call waited for it.
+const MAX_CALL: Duration = Duration::from_millis(20);
+
+#[test]
+fn fault_reset_does_not_block_the_poller() {
+    let ready_delay = Duration::from_millis(200);
+    let emu = Emu::new(EmuConfig {
+        ready_delay,
+        ..EmuConfig::default()
+    });
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    w.run(&writes(16, 1));
+    let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+    // Writes of version 2 to units 0..8 are in the device when it fails.
+    w.submit_writes(0..8, 2, &mut timer);
+    emu.make_fatal();
+    let t0 = Instant::now();
+    w.poll_until_resetting(&mut timer, &mut done);
+    assert!(done.is_empty(), "nothing completes before the reset");
+    assert_eq!(emu.stats().disables, 1, "the reset disabled the controller");
+    // Writes of version 2 to units 8..16, submitted during the reset: held, still counted.
+    w.submit_writes(8..16, 2, &mut timer);
+    assert!(w.q.resetting());
+    assert_eq!(w.q.outstanding(), 16);
+    let polls_before = timer.calls;
+    w.poll_until_done(16, &mut timer, &mut done);
+    let elapsed = t0.elapsed();
+    done.sort_unstable();
+    assert_eq!(done, (0..16).collect::<Vec<u16>>(), "each completed once");
+    for t in 0..16 {
+        assert_eq!(w.rqs[t].status, IoStatus::Success, "tag {t}");
+        w.acked[t] = Some(2);
+    }
+    // RDY took 200 ms to clear, then 200 ms to set: the reset waited for both, the calls
+    // for neither.
+    assert!(elapsed >= 2 * ready_delay, "{elapsed:?}");
+    assert!(
+        timer.max < MAX_CALL,
+        "a call took {:?} ({} calls)",
+        timer.max,
+        timer.calls
+    );
+    assert!(
+        timer.calls - polls_before > 10,
+        "the reset was polled, not waited for"
+    );
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((e.fatal, e.disables), (1, 1));
+    assert_eq!(s.resets, 1);
+    assert_eq!(
+        s.recovered, 8,
+        "the writes caught in the reset were resubmitted"
+    );
+    assert_eq!(s.completed, 16 + 16);
+    assert_eq!(emu.io_queues(), (1, 1), "queues recreated");
+    log::info!(
+        "reset over {elapsed:?}: {} calls, the longest {:?}",
+        timer.calls,
+        timer.max
+    );
+    w.verify_by_reading();
+    w.verify_in_emulator();
+}
+
+#[test]
+fn fault_reset_that_never_gets_ready_fails_every_io_without_blocking() {
+    // CSTS.RDY never clears after CC.EN=0, or never sets after CC.EN=1.
+    for (disable, enable) in [
+        (Duration::MAX, Duration::ZERO),
+        (Duration::ZERO, Duration::MAX),
+    ] {
+        let emu = Emu::new(EmuConfig::default());
+        emu.set_inline(false);
+        let mut w = Workload::new(&emu, fast_opts(), 16);
+        w.run(&writes(16, 1));
+        emu.set_ready_delays(disable, enable);
+        let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+        w.submit_writes(0..4, 2, &mut timer);
+        emu.make_fatal();
+        let t0 = Instant::now();
+        w.poll_until_resetting(&mut timer, &mut done);
+        w.submit_writes(4..8, 2, &mut timer);
+        assert_eq!(w.q.outstanding(), 8);
+        w.poll_until_done(8, &mut timer, &mut done);
+        let elapsed = t0.elapsed();
+        // CAP.TO is 1 (500 ms): the reset gives up then, and fails everything at once.
+        assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+        assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
+        for t in 0..8 {
+            assert_eq!(w.rqs[t].status, IoStatus::Errno(libc::EIO), "tag {t}");
+        }
+        assert_eq!(w.q.last_error(), Some(crate::IoError::ControllerFailed));
+        assert_eq!(w.q.stats().failed_dead, 8);
+        // New I/O fails at once with the same error.
+        let t = Instant::now();
+        assert_eq!(w.run(&writes(3, 3)), vec![IoStatus::Errno(libc::EIO); 3]);
+        assert!(t.elapsed() < MAX_CALL);
+        assert_eq!(emu.stats().disables, 1);
+        // Every write of version 1 is intact: the failed ones never reached the device.
+        w.verify_in_emulator();
+        w.detach_promptly();
+    }
 }
