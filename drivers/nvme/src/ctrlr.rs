@@ -742,12 +742,21 @@ impl CtrlrInner {
     /// Runs one admin command to completion (not while a controller reset is in progress:
     /// the admin queue is being reprogrammed).
     pub fn admin_exec(&self, sqe: Sqe, what: &'static str) -> Result<Cqe, NvmeError> {
+        self.exec_locked(&mut self.admin(), sqe, what)
+    }
+
+    /// [`CtrlrInner::admin_exec`] with the admin queue already locked.
+    fn exec_locked(
+        &self,
+        admin: &mut AdminQueue,
+        sqe: Sqe,
+        what: &'static str,
+    ) -> Result<Cqe, NvmeError> {
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
                 ctrlr: self.name.clone(),
             });
         }
-        let mut admin = self.admin();
         if self.reset_in_progress() {
             return Err(NvmeError::Resetting {
                 ctrlr: self.name.clone(),
@@ -787,18 +796,32 @@ impl CtrlrInner {
         sq_iova: u64,
         cq_iova: u64,
     ) -> Result<(), NvmeError> {
+        self.create_io_queue_locked(&mut self.admin(), qid, entries, sq_iova, cq_iova)
+    }
+
+    /// [`CtrlrInner::create_io_queue`] with the admin queue already locked.
+    pub(crate) fn create_io_queue_locked(
+        &self,
+        admin: &mut AdminQueue,
+        qid: u16,
+        entries: u32,
+        sq_iova: u64,
+        cq_iova: u64,
+    ) -> Result<(), NvmeError> {
         let size = (entries - 1) << 16 | u32::from(qid);
         let mut cq = Sqe::new(admin_opc::CREATE_IO_CQ, 0);
         cq.prp1 = cq_iova;
         cq.cdw10 = size;
         cq.cdw11 = 1; // physically contiguous, interrupts disabled
-        self.admin_exec(cq, "Create I/O Completion Queue")?;
+        self.exec_locked(admin, cq, "Create I/O Completion Queue")?;
         let mut sq = Sqe::new(admin_opc::CREATE_IO_SQ, 0);
         sq.prp1 = sq_iova;
         sq.cdw10 = size;
         sq.cdw11 = u32::from(qid) << 16 | 1; // CQ qid, physically contiguous
-        if let Err(e) = self.admin_exec(sq, "Create I/O Submission Queue") {
-            let _ = self.delete_queue(admin_opc::DELETE_IO_CQ, qid, "Delete I/O Completion Queue");
+        if let Err(e) = self.exec_locked(admin, sq, "Create I/O Submission Queue") {
+            let mut del = Sqe::new(admin_opc::DELETE_IO_CQ, 0);
+            del.cdw10 = u32::from(qid);
+            let _ = self.exec_locked(admin, del, "Delete I/O Completion Queue");
             return Err(e);
         }
         Ok(())

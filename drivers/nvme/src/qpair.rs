@@ -770,12 +770,11 @@ impl NvmeQpair {
                 self.submit_held(rqs);
             }
             _ => {
-                // A queue pair that could not recreate its queues after an earlier reset
-                // gets another chance with this one.
-                self.reset_gen = cur_gen;
-                self.liveness = ALIVE;
-                self.aborts_pending.clear();
-                self.recreate(rqs);
+                if !self.recreate(rqs, cur_gen) {
+                    // The admin queue is busy: the queues stay down until the next poll.
+                    self.liveness = RESETTING;
+                    return;
+                }
                 if self.liveness == ALIVE {
                     self.submit_held(rqs);
                     if self.timeout_ns != 0 {
@@ -809,10 +808,21 @@ impl NvmeQpair {
         true
     }
 
-    /// After a controller reset: reaps what completed before it, recreates the queues on the
-    /// same rings, and resubmits (or fails) every command that was outstanding.
+    /// After the controller reset that made generation `cur_gen`: reaps what completed before
+    /// it, recreates the queues on the same rings, and resubmits (or fails) every command that
+    /// was outstanding. Returns false, having done nothing, when another thread holds the
+    /// admin queue right now (the caller tries again at its next poll).
     #[cold]
-    fn recreate(&mut self, rqs: &mut [Request]) {
+    fn recreate(&mut self, rqs: &mut [Request], cur_gen: u64) -> bool {
+        let ctrlr = self.ctrlr.clone();
+        let Some(mut admin) = ctrlr.try_admin() else {
+            return false;
+        };
+        // A queue pair that could not recreate its queues after an earlier reset gets
+        // another chance with this one.
+        self.reset_gen = cur_gen;
+        self.liveness = ALIVE;
+        self.aborts_pending.clear();
         self.stats.resets += 1;
         // The controller is disabled: entries already posted are final.
         let mut reaped = 0u32;
@@ -843,14 +853,19 @@ impl NvmeQpair {
             self.ctrlr.cap.dstrd(),
             PAGE_SIZE as usize,
         );
-        if let Err(e) =
-            self.ctrlr
-                .create_io_queue(qid, entries, self.rings.sq_iova, self.rings.cq_iova)
-        {
+        let created = ctrlr.create_io_queue_locked(
+            &mut admin,
+            qid,
+            entries,
+            self.rings.sq_iova,
+            self.rings.cq_iova,
+        );
+        drop(admin);
+        if let Err(e) = created {
             if matches!(e, NvmeError::Resetting { .. }) {
                 // Another reset began meanwhile: the queues are recreated after it.
                 self.liveness = RESETTING;
-                return;
+                return true;
             }
             log::error!(
                 "{}: qpair {qid}: cannot recreate the queues after a reset: {e}",
@@ -865,7 +880,7 @@ impl NvmeQpair {
             self.liveness = state;
             self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
             self.fail_all(rqs, err);
-            return;
+            return true;
         }
         let mut pushed = false;
         for idx in 0..self.slots.len() {
@@ -882,6 +897,7 @@ impl NvmeQpair {
         if pushed {
             self.rings.ring_sq(&*self.regs);
         }
+        true
     }
 
     /// Reads CSTS when due (fatal status → reset; all ones → removed) and looks for

@@ -300,6 +300,24 @@ impl Workload {
         assert!(st.iter().all(|s| s.is_success()), "{st:?}");
     }
 
+    /// A second queue pair of the controller (depth 8) with a read of unit 0 in flight
+    /// (tag 0), its buffer and its requests.
+    fn second_qpair_reading(&self) -> (NvmeQpair, Buf, Vec<Request>) {
+        let mut qb = self.c.bdev(1).unwrap().open_qpair(8).unwrap();
+        let bufb = Buf::new(&self.c, 4096);
+        let mut rqb = vec![Request::default(); 8];
+        let read = Io {
+            op: Op::Read,
+            lba: 0,
+            nblocks: 8,
+            buf: bufb.io(0, 4096),
+            ..Io::default()
+        };
+        rqb[0].prepare(&read, 0);
+        qb.submit(&mut rqb, &[0]);
+        (qb, bufb, rqb)
+    }
+
     /// Closes the queue pair and detaches the controller (whatever its state): quickly.
     fn detach_promptly(self) {
         let Workload { q, c, buf, .. } = self;
@@ -558,22 +576,9 @@ fn fault_reset_recreates_every_queue_pair() {
     let emu = Emu::new(EmuConfig::default());
     emu.set_inline(false);
     let mut a = Workload::new(&emu, fast_opts(), 8);
-    let mut qb = a.c.bdev(1).unwrap().open_qpair(8).unwrap();
-    assert_eq!(emu.io_queues(), (2, 2));
     // B has I/O in flight when A resets the controller.
-    let bufb = Buf::new(&a.c, 4096);
-    let mut rqb = vec![Request::default(); 8];
-    rqb[0].prepare(
-        &Io {
-            op: Op::Read,
-            lba: 0,
-            nblocks: 8,
-            buf: bufb.io(0, 4096),
-            ..Io::default()
-        },
-        0,
-    );
-    qb.submit(&mut rqb, &[0]);
+    let (mut qb, _bufb, mut rqb) = a.second_qpair_reading();
+    assert_eq!(emu.io_queues(), (2, 2));
     emu.make_fatal();
     let st = a.run(&writes(32, 1));
     assert!(st.iter().all(|s| s.is_success()));
@@ -980,4 +985,63 @@ fn fault_reset_that_never_gets_ready_fails_every_io_without_blocking() {
         w.verify_in_emulator();
         w.detach_promptly();
     }
+}
+
+#[test]
+fn fault_reset_never_waits_for_the_admin_queue_lock() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 8);
+    w.run(&writes(8, 1));
+    let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+    // B has a read in flight when A resets the controller.
+    let (mut qb, _bufb, mut rqb) = w.second_qpair_reading();
+    w.submit_writes(0..4, 2, &mut timer);
+    emu.make_fatal();
+    // Another thread holds the admin queue (the test thread itself: a blocking lock on the
+    // poll path would deadlock here): A wants a reset but does not start it.
+    let inner = w.c.inner.clone();
+    let admin = inner.admin();
+    w.poll_until_resetting(&mut timer, &mut done);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(30) {
+        emu.step();
+        timer.time(|| w.q.poll(&mut w.rqs, &mut done, 64));
+    }
+    assert_eq!(
+        emu.stats().disables,
+        0,
+        "not started while the admin queue is busy"
+    );
+    assert!(w.q.resetting() && done.is_empty());
+    drop(admin);
+    w.poll_until_done(4, &mut timer, &mut done);
+    assert_eq!(emu.stats().disables, 1);
+    assert!((0..4).all(|t| w.rqs[t].status == IoStatus::Success));
+    // B recreates its queues only when it gets the admin queue, without waiting for it.
+    let admin = inner.admin();
+    let mut done_b = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(30) {
+        emu.step();
+        timer.time(|| qb.poll(&mut rqb, &mut done_b, 8));
+    }
+    assert!(qb.resetting() && done_b.is_empty());
+    assert_eq!(qb.outstanding(), 1);
+    drop(admin);
+    let t0 = Instant::now();
+    while done_b.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "B hangs");
+        emu.step();
+        timer.time(|| qb.poll(&mut rqb, &mut done_b, 8));
+    }
+    assert_eq!(rqb[0].status, IoStatus::Success);
+    assert_eq!((qb.stats().resets, qb.stats().recovered), (1, 1));
+    assert_eq!(emu.io_queues(), (2, 2));
+    assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
+    drop(qb);
+    for t in 0..4 {
+        w.acked[t] = Some(2);
+    }
+    w.verify_by_reading();
 }
