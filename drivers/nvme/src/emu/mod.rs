@@ -8,6 +8,9 @@
 //! dataset management) against RAM with PRP lists, and SQ/CQ rings with doorbells and phase
 //! tags. DMA reaches only memory the driver mapped, as through an IOMMU.
 //!
+//! CSTS.RDY follows CC.EN at once, or after a delay ([`EmuConfig::ready_delay`],
+//! [`Emu::set_ready_delays`]) as a real controller's reset and initialisation take.
+//!
 //! Admin commands are processed when the admin SQ doorbell is written. I/O commands are
 //! processed on their doorbell write ([`Emu::set_inline`], the default), or by [`Emu::step`]
 //! (called by the test, or by the thread of [`Emu::spawn`]). Delayed completions are posted by
@@ -779,11 +782,11 @@ impl State {
     }
 
     /// Makes a delayed CSTS.RDY change visible once due.
-    fn settle_ready(&mut self, now: Instant) {
+    fn settle_ready(&mut self) {
         let Some((en, due)) = self.ready_pending else {
             return;
         };
-        if due.is_none_or(|d| now < d) {
+        if due.is_none_or(|d| Instant::now() < d) {
             return;
         }
         self.ready_pending = None;
@@ -1031,7 +1034,7 @@ impl RegisterIo for Emu {
             return u32::MAX;
         }
         let mut s = self.lock();
-        s.settle_ready(Instant::now());
+        s.settle_ready();
         match o {
             off::CAP => s.cap as u32,
             0x04 => (s.cap >> 32) as u32,

@@ -886,6 +886,8 @@ const MAX_CALL: Duration = Duration::from_millis(20);
 
 #[test]
 fn fault_reset_does_not_block_the_poller() {
+    // RUST_LOG=info shows the reset's steps and the longest call.
+    let _ = env_logger::builder().is_test(true).try_init();
     let ready_delay = Duration::from_millis(200);
     let emu = Emu::new(EmuConfig {
         ready_delay,
@@ -948,6 +950,8 @@ fn fault_reset_does_not_block_the_poller() {
 
 #[test]
 fn fault_reset_that_never_gets_ready_fails_every_io_without_blocking() {
+    // RUST_LOG=error shows why each reset failed.
+    let _ = env_logger::builder().is_test(true).try_init();
     // CSTS.RDY never clears after CC.EN=0, or never sets after CC.EN=1.
     for (disable, enable) in [
         (Duration::MAX, Duration::ZERO),
@@ -967,6 +971,11 @@ fn fault_reset_that_never_gets_ready_fails_every_io_without_blocking() {
         assert_eq!(w.q.outstanding(), 8);
         w.poll_until_done(8, &mut timer, &mut done);
         let elapsed = t0.elapsed();
+        log::info!(
+            "reset failed after {elapsed:?}: {} calls, the longest {:?}",
+            timer.calls,
+            timer.max
+        );
         // CAP.TO is 1 (500 ms): the reset gives up then, and fails everything at once.
         assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
         assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
