@@ -686,6 +686,30 @@ pub(crate) fn set_num_queues_sqe(count: u16) -> Sqe {
     sqe
 }
 
+/// What Create I/O Completion / Submission Queue are called in errors.
+pub(crate) const CREATE_CQ: &str = "Create I/O Completion Queue";
+pub(crate) const CREATE_SQ: &str = "Create I/O Submission Queue";
+
+/// Create I/O Completion Queue `qid` of `entries` on the ring at `cq_iova` (physically
+/// contiguous, polled: interrupts disabled).
+pub(crate) fn create_cq_sqe(qid: u16, entries: u32, cq_iova: u64) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::CREATE_IO_CQ, 0);
+    sqe.prp1 = cq_iova;
+    sqe.cdw10 = (entries - 1) << 16 | u32::from(qid);
+    sqe.cdw11 = 1;
+    sqe
+}
+
+/// Create I/O Submission Queue `qid` of `entries` on the ring at `sq_iova`, completing on
+/// CQ `qid` (physically contiguous).
+pub(crate) fn create_sq_sqe(qid: u16, entries: u32, sq_iova: u64) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::CREATE_IO_SQ, 0);
+    sqe.prp1 = sq_iova;
+    sqe.cdw10 = (entries - 1) << 16 | u32::from(qid);
+    sqe.cdw11 = u32::from(qid) << 16 | 1;
+    sqe
+}
+
 /// I/O queue pairs a Set Features Number of Queues completion grants (the fewer of SQs and
 /// CQs; the fields are 0-based).
 pub(crate) fn granted_queues(cqe: &Cqe) -> u16 {
@@ -742,21 +766,12 @@ impl CtrlrInner {
     /// Runs one admin command to completion (not while a controller reset is in progress:
     /// the admin queue is being reprogrammed).
     pub fn admin_exec(&self, sqe: Sqe, what: &'static str) -> Result<Cqe, NvmeError> {
-        self.exec_locked(&mut self.admin(), sqe, what)
-    }
-
-    /// [`CtrlrInner::admin_exec`] with the admin queue already locked.
-    fn exec_locked(
-        &self,
-        admin: &mut AdminQueue,
-        sqe: Sqe,
-        what: &'static str,
-    ) -> Result<Cqe, NvmeError> {
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
                 ctrlr: self.name.clone(),
             });
         }
+        let mut admin = self.admin();
         if self.reset_in_progress() {
             return Err(NvmeError::Resetting {
                 ctrlr: self.name.clone(),
@@ -796,32 +811,9 @@ impl CtrlrInner {
         sq_iova: u64,
         cq_iova: u64,
     ) -> Result<(), NvmeError> {
-        self.create_io_queue_locked(&mut self.admin(), qid, entries, sq_iova, cq_iova)
-    }
-
-    /// [`CtrlrInner::create_io_queue`] with the admin queue already locked.
-    pub(crate) fn create_io_queue_locked(
-        &self,
-        admin: &mut AdminQueue,
-        qid: u16,
-        entries: u32,
-        sq_iova: u64,
-        cq_iova: u64,
-    ) -> Result<(), NvmeError> {
-        let size = (entries - 1) << 16 | u32::from(qid);
-        let mut cq = Sqe::new(admin_opc::CREATE_IO_CQ, 0);
-        cq.prp1 = cq_iova;
-        cq.cdw10 = size;
-        cq.cdw11 = 1; // physically contiguous, interrupts disabled
-        self.exec_locked(admin, cq, "Create I/O Completion Queue")?;
-        let mut sq = Sqe::new(admin_opc::CREATE_IO_SQ, 0);
-        sq.prp1 = sq_iova;
-        sq.cdw10 = size;
-        sq.cdw11 = u32::from(qid) << 16 | 1; // CQ qid, physically contiguous
-        if let Err(e) = self.exec_locked(admin, sq, "Create I/O Submission Queue") {
-            let mut del = Sqe::new(admin_opc::DELETE_IO_CQ, 0);
-            del.cdw10 = u32::from(qid);
-            let _ = self.exec_locked(admin, del, "Delete I/O Completion Queue");
+        self.admin_exec(create_cq_sqe(qid, entries, cq_iova), CREATE_CQ)?;
+        if let Err(e) = self.admin_exec(create_sq_sqe(qid, entries, sq_iova), CREATE_SQ) {
+            let _ = self.delete_queue(admin_opc::DELETE_IO_CQ, qid, "Delete I/O Completion Queue");
             return Err(e);
         }
         Ok(())

@@ -27,11 +27,13 @@ use std::time::Instant;
 use pmio::bdev::DriverQueue;
 use pmio::request::{IoStatus, Op, ReqFlags, Request};
 
-use crate::ctrlr::{CtrlrInner, Namespace, PAGE_SIZE};
+use crate::ctrlr::{
+    CREATE_CQ, CREATE_SQ, CtrlrInner, Namespace, PAGE_SIZE, create_cq_sqe, create_sq_sqe,
+};
 use crate::dma::DmaMem;
 use crate::error::{IoError, NvmeError};
 use crate::prp;
-use crate::recovery::{ALIVE, FAILED, REMOVED};
+use crate::recovery::{ALIVE, FAILED, PendingAdmin, REMOVED};
 use crate::regs::{Csts, RegisterIo, off};
 use crate::ring::{Rings, ring_bytes};
 use crate::spec::{Cqe, DSM_ATTR_DEALLOCATE, DsmRange, IdentifyController, Sqe, nvm_opc};
@@ -72,6 +74,15 @@ pub struct QpairStats {
     pub recovered: u64,
     /// Requests failed because the device was removed or the controller failed.
     pub failed_dead: u64,
+}
+
+/// A queue pair recreating its I/O queues after the controller reset that made generation
+/// `reset_gen`: Create I/O CQ, then (`sq`) SQ, each run across polls in `cmd`.
+#[derive(Clone, Copy)]
+struct Recreating {
+    reset_gen: u64,
+    sq: bool,
+    cmd: PendingAdmin,
 }
 
 /// An Abort in flight on the admin queue.
@@ -155,6 +166,8 @@ pub struct NvmeQpair {
     want_reset: bool,
     /// Tags submitted during a controller reset, in submission order (capacity `depth`).
     held: Vec<u16>,
+    /// The queues being recreated after a reset (`RESETTING` until they are).
+    recreating: Option<Recreating>,
     ctrlr: Arc<CtrlrInner>,
     // Freed (unmapped) in Drop once the queues are deleted, leaked if they could not be.
     mem: std::mem::ManuallyDrop<DmaMem>,
@@ -247,6 +260,7 @@ impl NvmeQpair {
             liveness: ALIVE,
             want_reset: false,
             held: Vec::with_capacity(depth as usize),
+            recreating: None,
             ctrlr,
             mem: std::mem::ManuallyDrop::new(mem),
         })
@@ -769,19 +783,7 @@ impl NvmeQpair {
                 self.liveness = ALIVE;
                 self.submit_held(rqs);
             }
-            _ => {
-                if !self.recreate(rqs, cur_gen) {
-                    // The admin queue is busy: the queues stay down until the next poll.
-                    self.liveness = RESETTING;
-                    return;
-                }
-                if self.liveness == ALIVE {
-                    self.submit_held(rqs);
-                    if self.timeout_ns != 0 {
-                        self.next_scan = self.now_ns() + self.timeout_ns;
-                    }
-                }
-            }
+            _ => self.recreate(rqs, cur_gen, now),
         }
     }
 
@@ -809,22 +811,79 @@ impl NvmeQpair {
     }
 
     /// After the controller reset that made generation `cur_gen`: reaps what completed before
-    /// it, recreates the queues on the same rings, and resubmits (or fails) every command that
-    /// was outstanding. Returns false, having done nothing, when another thread holds the
-    /// admin queue right now (the caller tries again at its next poll).
+    /// it, recreates the queues on the same rings (Create I/O CQ, then SQ, each advanced
+    /// without waiting: the queues stay down until both exist), then resubmits (or fails)
+    /// every command that was outstanding and submits what was held.
     #[cold]
-    fn recreate(&mut self, rqs: &mut [Request], cur_gen: u64) -> bool {
-        let ctrlr = self.ctrlr.clone();
-        let Some(mut admin) = ctrlr.try_admin() else {
-            return false;
+    fn recreate(&mut self, rqs: &mut [Request], cur_gen: u64, now: u64) {
+        let mut r = match self.recreating {
+            Some(r) if r.reset_gen == cur_gen => r,
+            _ => {
+                self.stats.resets += 1;
+                self.reap_before_reset(rqs);
+                Recreating {
+                    reset_gen: cur_gen,
+                    sq: false,
+                    cmd: PendingAdmin::default(),
+                }
+            }
         };
+        let (qid, entries) = (self.rings.qid, self.rings.entries);
+        loop {
+            let (sqe, what) = if r.sq {
+                (create_sq_sqe(qid, entries, self.rings.sq_iova), CREATE_SQ)
+            } else {
+                (create_cq_sqe(qid, entries, self.rings.cq_iova), CREATE_CQ)
+            };
+            match self.ctrlr.admin_try(&mut r.cmd, sqe, what, now) {
+                Ok(None) => {
+                    self.recreating = Some(r);
+                    self.liveness = RESETTING;
+                    return;
+                }
+                Ok(Some(_)) if !r.sq => {
+                    r.sq = true;
+                    r.cmd = PendingAdmin::default();
+                }
+                Ok(Some(_)) => break,
+                Err(e) => {
+                    self.recreating = None;
+                    self.recreate_failed(rqs, e);
+                    return;
+                }
+            }
+        }
+        self.recreating = None;
         // A queue pair that could not recreate its queues after an earlier reset gets
         // another chance with this one.
         self.reset_gen = cur_gen;
         self.liveness = ALIVE;
         self.aborts_pending.clear();
-        self.stats.resets += 1;
-        // The controller is disabled: entries already posted are final.
+        let mut pushed = false;
+        for idx in 0..self.slots.len() {
+            if !self.slots[idx].outstanding {
+                continue;
+            }
+            if self.requeue(rqs, idx) {
+                pushed = true;
+            } else {
+                let retries = self.slots[idx].recoveries;
+                self.fail_slot(rqs, idx, IoError::TimedOut { retries });
+            }
+        }
+        if pushed {
+            self.rings.ring_sq(&*self.regs);
+        }
+        self.submit_held(rqs);
+        if self.timeout_ns != 0 {
+            self.next_scan = self.now_ns() + self.timeout_ns;
+        }
+    }
+
+    /// Before recreating the queues: reaps what the controller completed before the reset
+    /// (it is disabled: entries already posted are final), then empties the rings.
+    #[cold]
+    fn reap_before_reset(&mut self, rqs: &mut [Request]) {
         let mut reaped = 0u32;
         while reaped < self.rings.entries {
             let Some(cqe) = self.rings.pop() else { break };
@@ -841,63 +900,37 @@ impl NvmeQpair {
                 rqs[idx].status = IoStatus::Success;
                 self.failed.push(idx as u16);
             }
-            // Other statuses: resubmitted below like everything still outstanding.
+            // Other statuses: resubmitted after the reset like everything still outstanding.
         }
-        let qid = self.rings.qid;
-        let entries = self.rings.entries;
         self.rings = Rings::new(
             &self.mem,
             0,
-            qid,
-            entries,
+            self.rings.qid,
+            self.rings.entries,
             self.ctrlr.cap.dstrd(),
             PAGE_SIZE as usize,
         );
-        let created = ctrlr.create_io_queue_locked(
-            &mut admin,
-            qid,
-            entries,
-            self.rings.sq_iova,
-            self.rings.cq_iova,
+    }
+
+    /// The queues could not be recreated: every request fails, now and later (until another
+    /// reset gives this queue pair another chance).
+    #[cold]
+    fn recreate_failed(&mut self, rqs: &mut [Request], e: NvmeError) {
+        log::error!(
+            "{}: qpair {}: cannot recreate the queues after a reset: {e}",
+            self.ctrlr.name,
+            self.rings.qid
         );
-        drop(admin);
-        if let Err(e) = created {
-            if matches!(e, NvmeError::Resetting { .. }) {
-                // Another reset began meanwhile: the queues are recreated after it.
-                self.liveness = RESETTING;
-                return true;
-            }
-            log::error!(
-                "{}: qpair {qid}: cannot recreate the queues after a reset: {e}",
-                self.ctrlr.name
-            );
-            let (state, err) = if matches!(e, NvmeError::DeviceRemoved { .. }) {
-                self.ctrlr.mark_removed();
-                (REMOVED, IoError::Removed)
-            } else {
-                (FAILED, IoError::ControllerFailed)
-            };
-            self.liveness = state;
-            self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
-            self.fail_all(rqs, err);
-            return true;
-        }
-        let mut pushed = false;
-        for idx in 0..self.slots.len() {
-            if !self.slots[idx].outstanding {
-                continue;
-            }
-            if self.requeue(rqs, idx) {
-                pushed = true;
-            } else {
-                let retries = self.slots[idx].recoveries;
-                self.fail_slot(rqs, idx, IoError::TimedOut { retries });
-            }
-        }
-        if pushed {
-            self.rings.ring_sq(&*self.regs);
-        }
-        true
+        let (state, err) = if matches!(e, NvmeError::DeviceRemoved { .. }) {
+            self.ctrlr.mark_removed();
+            (REMOVED, IoError::Removed)
+        } else {
+            (FAILED, IoError::ControllerFailed)
+        };
+        self.liveness = state;
+        self.reset_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+        self.aborts_pending.clear();
+        self.fail_all(rqs, err);
     }
 
     /// Reads CSTS when due (fatal status → reset; all ones → removed) and looks for
@@ -1139,11 +1172,14 @@ impl Drop for NvmeQpair {
         }
         let mut device_may_use_rings = false;
         // A removed or failed controller has no queues to delete (and may never answer), nor
-        // has one reset since the queues were created (the reset deleted them); the ring
-        // memory is unmapped from the device before it is freed either way.
+        // has one reset since the queues were created (the reset deleted them) unless they
+        // were being recreated; the ring memory is unmapped from the device before it is
+        // freed either way.
+        let ctrlr_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
         if !self.ctrlr.detached.load(Ordering::Acquire)
             && self.ctrlr.liveness() == ALIVE
-            && self.ctrlr.reset_gen.load(Ordering::Acquire) == self.reset_gen
+            && (ctrlr_gen == self.reset_gen
+                || self.recreating.is_some_and(|r| r.reset_gen == ctrlr_gen))
             && let Err(e) = self.ctrlr.delete_io_queue(qid)
             && !matches!(e, NvmeError::Resetting { .. })
         {

@@ -13,8 +13,9 @@
 //!
 //! Queue pairs notice the odd generation at their next submit or poll (one atomic load), stop
 //! touching their hardware queues and hold new submissions in software; once the generation is
-//! even again they recreate their own I/O queues on their own rings, resubmit (or fail) what
-//! was outstanding, then submit what they held. SPDK does the same for PCIe: reuse the qpair
+//! even again they recreate their own I/O queues on their own rings (Create I/O CQ and SQ,
+//! also submitted and polled without waiting: [`CtrlrInner::admin_try`]), resubmit (or fail)
+//! what was outstanding, then submit what they held. SPDK does the same for PCIe: reuse the qpair
 //! memory, re-create each I/O qpair after the controller is re-initialised.
 
 use std::sync::atomic::Ordering;
@@ -242,7 +243,7 @@ impl CtrlrInner {
         now: u64,
     ) -> Result<Option<ResetStep>, NvmeError> {
         let regs = &*self.regs;
-        let (deadline, state, ms) = match cur {
+        let (deadline, state) = match cur {
             ResetStep::Disabling { deadline } => {
                 if nvme_ready(regs, &self.name, false, RDY0)? {
                     nvme_configure_admin(regs, admin, self.cap);
@@ -251,42 +252,29 @@ impl CtrlrInner {
                         deadline: now.saturating_add(self.ready_timeout_ns()),
                     }));
                 }
-                (deadline, RDY0, self.ready_timeout_ns() / 1_000_000)
+                (deadline, RDY0)
             }
             ResetStep::Enabling { deadline } => {
                 if nvme_ready(regs, &self.name, true, RDY1)? {
-                    let sqe = set_num_queues_sqe(self.io_queues);
-                    let cid = admin.submit(regs, sqe).ok_or_else(|| NvmeError::Timeout {
-                        ctrlr: self.name.clone(),
-                        state: "waiting for a free admin queue slot",
-                        ms: 0,
-                    })?;
-                    let admin_ns = self
-                        .opts
-                        .admin_timeout
-                        .as_nanos()
-                        .min(u128::from(u64::MAX / 2));
                     return Ok(Some(ResetStep::SettingQueues {
-                        cid,
-                        deadline: now.saturating_add(admin_ns as u64),
+                        cmd: PendingAdmin::default(),
                     }));
                 }
-                (deadline, RDY1, self.ready_timeout_ns() / 1_000_000)
+                (deadline, RDY1)
             }
-            ResetStep::SettingQueues { cid, deadline } => {
-                if let Some(cqe) = admin.poll_for(regs, cid) {
-                    return self.queues_granted(&cqe).map(|()| None);
-                }
-                check_alive(regs, &self.name, SET_NUM_QUEUES)?;
-                let ms = self.opts.admin_timeout.as_millis() as u64;
-                (deadline, SET_NUM_QUEUES, ms)
+            ResetStep::SettingQueues { mut cmd } => {
+                let sqe = set_num_queues_sqe(self.io_queues);
+                return match self.admin_step(admin, &mut cmd, sqe, SET_NUM_QUEUES, now)? {
+                    Some(cqe) => self.queues_granted(&cqe).map(|()| None),
+                    None => Ok(Some(ResetStep::SettingQueues { cmd })),
+                };
             }
         };
         if now > deadline {
             return Err(NvmeError::Timeout {
                 ctrlr: self.name.clone(),
                 state,
-                ms,
+                ms: self.ready_timeout_ns() / 1_000_000,
             });
         }
         Ok(Some(cur))
@@ -295,14 +283,6 @@ impl CtrlrInner {
     /// Checks the Set Features Number of Queues completion of a reset: the controller must
     /// grant as many I/O queue pairs as at attach (the queue IDs in use stay valid).
     fn queues_granted(&self, cqe: &Cqe) -> Result<(), NvmeError> {
-        let st = cqe.status();
-        if !st.is_success() {
-            return Err(NvmeError::AdminCommand {
-                ctrlr: self.name.clone(),
-                what: SET_NUM_QUEUES,
-                status: st,
-            });
-        }
         let granted = granted_queues(cqe);
         if granted < self.io_queues {
             return Err(NvmeError::Unsupported {
@@ -315,6 +295,93 @@ impl CtrlrInner {
         }
         Ok(())
     }
+
+    /// Advances admin command `cmd` without waiting: submits `sqe` unless it is submitted
+    /// already, then looks for its completion once. `None` while it is pending, also while
+    /// another thread holds the admin queue or a controller reset is in progress (the caller
+    /// follows the reset). Fails on an error status, after the admin timeout, on a fatal
+    /// controller status or a vanished device.
+    #[cold]
+    pub(crate) fn admin_try(
+        &self,
+        cmd: &mut PendingAdmin,
+        sqe: Sqe,
+        what: &'static str,
+        now: u64,
+    ) -> Result<Option<Cqe>, NvmeError> {
+        if self.detached.load(Ordering::Acquire) {
+            return Err(NvmeError::Detached {
+                ctrlr: self.name.clone(),
+            });
+        }
+        let Some(mut admin) = self.try_admin() else {
+            return Ok(None);
+        };
+        if self.reset_in_progress() {
+            return Ok(None);
+        }
+        self.admin_step(&mut admin, cmd, sqe, what, now)
+    }
+
+    /// [`CtrlrInner::admin_try`] on the locked admin queue.
+    fn admin_step(
+        &self,
+        admin: &mut AdminQueue,
+        cmd: &mut PendingAdmin,
+        sqe: Sqe,
+        what: &'static str,
+        now: u64,
+    ) -> Result<Option<Cqe>, NvmeError> {
+        let regs = &*self.regs;
+        let admin_ns = self
+            .opts
+            .admin_timeout
+            .as_nanos()
+            .min(u128::from(u64::MAX / 2)) as u64;
+        let cid = match cmd.cid {
+            Some(cid) => cid,
+            None => {
+                let cid = admin.submit(regs, sqe).ok_or_else(|| NvmeError::Timeout {
+                    ctrlr: self.name.clone(),
+                    state: "waiting for a free admin queue slot",
+                    ms: 0,
+                })?;
+                *cmd = PendingAdmin {
+                    cid: Some(cid),
+                    deadline: now.saturating_add(admin_ns),
+                };
+                cid
+            }
+        };
+        match admin.poll_for(regs, cid) {
+            Some(cqe) if cqe.status().is_success() => Ok(Some(cqe)),
+            Some(cqe) => Err(NvmeError::AdminCommand {
+                ctrlr: self.name.clone(),
+                what,
+                status: cqe.status(),
+            }),
+            None => {
+                check_alive(regs, &self.name, what)?;
+                if now > cmd.deadline {
+                    return Err(NvmeError::Timeout {
+                        ctrlr: self.name.clone(),
+                        state: what,
+                        ms: admin_ns / 1_000_000,
+                    });
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// An admin command run across polls (submitted, then looked for; never waited for).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PendingAdmin {
+    /// Its command identifier, once submitted.
+    cid: Option<u16>,
+    /// When it times out (ns on the driver's clock), once submitted.
+    deadline: u64,
 }
 
 /// What a reset waits for, in timeout messages.
@@ -334,6 +401,7 @@ pub(crate) enum ResetStep {
     Disabling { deadline: u64 },
     /// Waiting for CSTS.RDY=1; then Set Features Number of Queues is submitted.
     Enabling { deadline: u64 },
-    /// Waiting for the Set Features Number of Queues completion (admin command `cid`).
-    SettingQueues { cid: u16, deadline: u64 },
+    /// Set Features Number of Queues submitted (its admin command identifier and deadline
+    /// in `cmd`); waiting for its completion.
+    SettingQueues { cmd: PendingAdmin },
 }

@@ -880,6 +880,26 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// Writes of version 2 to units 0..8 (unit = tag): the first four are in the device when
+    /// it fails (fatal status), the last four are submitted once the queue pair is down for
+    /// the reset. Returns the timings of every call and how long until all eight completed.
+    fn writes_across_a_reset(&mut self) -> (CallTimer, Duration) {
+        let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+        self.submit_writes(0..4, 2, &mut timer);
+        self.emu.make_fatal();
+        let t0 = Instant::now();
+        self.poll_until_resetting(&mut timer, &mut done);
+        self.submit_writes(4..8, 2, &mut timer);
+        assert_eq!(self.q.outstanding(), 8, "held submissions are outstanding");
+        self.poll_until_done(8, &mut timer, &mut done);
+        let elapsed = t0.elapsed();
+        done.sort_unstable();
+        assert_eq!(done, (0..8).collect::<Vec<u16>>(), "each completed once");
+        (timer, elapsed)
+    }
+}
+
 /// The longest submit or poll allowed while a reset waits for the controller (whose ready
 /// bit takes 200 ms or more): anything close to that means a call waited for it.
 const MAX_CALL: Duration = Duration::from_millis(20);
@@ -962,15 +982,7 @@ fn fault_reset_that_never_gets_ready_fails_every_io_without_blocking() {
         let mut w = Workload::new(&emu, fast_opts(), 16);
         w.run(&writes(16, 1));
         emu.set_ready_delays(disable, enable);
-        let (mut timer, mut done) = (CallTimer::default(), Vec::new());
-        w.submit_writes(0..4, 2, &mut timer);
-        emu.make_fatal();
-        let t0 = Instant::now();
-        w.poll_until_resetting(&mut timer, &mut done);
-        w.submit_writes(4..8, 2, &mut timer);
-        assert_eq!(w.q.outstanding(), 8);
-        w.poll_until_done(8, &mut timer, &mut done);
-        let elapsed = t0.elapsed();
+        let (timer, elapsed) = w.writes_across_a_reset();
         log::info!(
             "reset failed after {elapsed:?}: {} calls, the longest {:?}",
             timer.calls,
@@ -1053,4 +1065,56 @@ fn fault_reset_never_waits_for_the_admin_queue_lock() {
         w.acked[t] = Some(2);
     }
     w.verify_by_reading();
+}
+
+/// Writes of version 2 to units 0..8 on a controller that fails while the first four are in
+/// the device (the last four are submitted during the reset), with `fault` hitting the
+/// queue pair's Create I/O CQ and SQ after the reset. Returns the workload, the timings of
+/// its calls and how long the reset took until every write completed.
+fn reset_with_slow_queue_creation(
+    fault: Fault,
+    opts: NvmeOptions,
+) -> (Workload, CallTimer, Duration) {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, opts, 8);
+    w.run(&writes(8, 1));
+    for opc in [admin_opc::CREATE_IO_CQ, admin_opc::CREATE_IO_SQ] {
+        emu.inject(FaultRule::new(fault).admin().opcode(opc));
+    }
+    let (timer, elapsed) = w.writes_across_a_reset();
+    (w, timer, elapsed)
+}
+
+#[test]
+fn fault_slow_queue_creation_after_a_reset_does_not_block_the_poller() {
+    let delay = Duration::from_millis(100);
+    let (mut w, timer, elapsed) = reset_with_slow_queue_creation(Fault::Delay(delay), fast_opts());
+    assert!(elapsed >= 2 * delay, "{elapsed:?}");
+    assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
+    assert!((0..8).all(|t| w.rqs[t].status == IoStatus::Success));
+    let s = w.q.stats();
+    assert_eq!((s.resets, s.recovered), (1, 4));
+    assert_eq!(w.emu.stats().delayed, 2);
+    for t in 0..8 {
+        w.acked[t] = Some(2);
+    }
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_queue_creation_that_never_completes_fails_every_io_without_blocking() {
+    let opts = NvmeOptions {
+        admin_timeout: Duration::from_millis(200),
+        ..fast_opts()
+    };
+    let (mut w, timer, elapsed) = reset_with_slow_queue_creation(Fault::Drop, opts);
+    // The Create I/O CQ times out after the admin timeout.
+    assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
+    assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
+    assert!((0..8).all(|t| w.rqs[t].status == IoStatus::Errno(libc::EIO)));
+    assert_eq!(w.q.last_error(), Some(crate::IoError::ControllerFailed));
+    assert_eq!(w.run(&writes(2, 3)), vec![IoStatus::Errno(libc::EIO); 2]);
+    w.verify_in_emulator();
+    w.detach_promptly();
 }
