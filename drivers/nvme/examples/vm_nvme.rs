@@ -14,7 +14,9 @@
 //! 7. a child process attaches and exits without detaching (a crash); the next attach works;
 //! 8. a controller abandoned while enabled (queues and I/O in flight, device still open) is
 //!    found enabled and reset by the next attach, which works;
-//! 9. the block layer (`BdevQueue`, plug, tags) over default, read and poll queue pairs.
+//! 9. the block layer (`BdevQueue`, plug, tags) over default, read and poll queue pairs;
+//! 10. a controller reset with reads in flight on two queue pairs, advanced by their polls
+//!     (never waited for): every read in flight or submitted during it completes, verified.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -251,25 +253,7 @@ fn random_reads(bdev: &Arc<NvmeBdev>, bs: usize, thread: u64) -> Result<(u64, u6
         } else if e.q.outstanding() == 0 {
             break;
         }
-        ios += e.reap(|e, tag| {
-            let rq = e.rqs[usize::from(tag)];
-            ensure!(
-                rq.status == IoStatus::Success,
-                "read at LBA {}: {:?}",
-                rq.lba,
-                rq.status
-            );
-            let slot = e.slot_mut(tag);
-            for (i, b) in slot[..4096].chunks(bs).enumerate() {
-                let stamp = u64::from_le_bytes(b[0..8].try_into().unwrap());
-                ensure!(
-                    stamp == rq.lba + i as u64,
-                    "LBA {}: read block stamped {stamp}",
-                    rq.lba + i as u64
-                );
-            }
-            Ok(())
-        })? as u64;
+        ios += e.reap(|e, tag| check_stamps(e, tag, bs))? as u64;
         now = Instant::now();
     }
     let st = e.q.stats();
@@ -279,6 +263,110 @@ fn random_reads(bdev: &Arc<NvmeBdev>, bs: usize, thread: u64) -> Result<(u64, u6
     );
     e.close()?;
     Ok((ios, start.elapsed().as_millis() as u64))
+}
+
+/// Checks the LBA stamps of the 4 KiB read by `tag`.
+fn check_stamps(e: &mut Engine, tag: u16, bs: usize) -> Result<()> {
+    let rq = e.rqs[usize::from(tag)];
+    ensure!(
+        rq.status == IoStatus::Success,
+        "read at LBA {}: {:?}",
+        rq.lba,
+        rq.status
+    );
+    let slot = e.slot_mut(tag);
+    for (i, b) in slot[..4096].chunks(bs).enumerate() {
+        let stamp = u64::from_le_bytes(b[0..8].try_into().unwrap());
+        ensure!(
+            stamp == rq.lba + i as u64,
+            "LBA {}: read block stamped {stamp}",
+            rq.lba + i as u64
+        );
+    }
+    Ok(())
+}
+
+/// Step 10: a controller reset started with random reads in flight on queue pair A (QD16) and
+/// one on queue pair B: A keeps submitting and polling (new reads are held during the reset), B
+/// polls later; every read completes once, verified, and both recreated their queues.
+fn reset_with_io_in_flight(c: &Controller, bdev: &Arc<NvmeBdev>, bs: usize) -> Result<()> {
+    let mut a = Engine::new(bdev, 16, 4096)?;
+    let mut b = Engine::new(bdev, 1, 4096)?;
+    let per_io = (4096 / bs) as u32;
+    let slots = TOTAL / 4096;
+    let tag_b = b.start(io(Op::Read, 4096, per_io), 4096);
+    let mut rng = splitmix(SEED);
+    let (mut reads, mut after, mut held) = (0u64, 0u64, 0u64);
+    let mut longest = Duration::ZERO;
+    let mut started: Option<Instant> = None;
+    let mut reset_us = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while after < 256 || a.q.outstanding() > 0 {
+        ensure!(
+            Instant::now() < deadline,
+            "reset with I/O in flight stuck: {reads} reads, {:?}",
+            a.q.stats()
+        );
+        while !a.free.is_empty() && after < 256 {
+            rng = splitmix(rng);
+            let t = Instant::now();
+            a.start(
+                io(Op::Read, (rng % slots) * u64::from(per_io), per_io),
+                4096,
+            );
+            longest = longest.max(t.elapsed());
+            held += u64::from(a.q.resetting());
+        }
+        let t = Instant::now();
+        let n = a.reap(|e, tag| check_stamps(e, tag, bs))? as u64;
+        longest = longest.max(t.elapsed());
+        reads += n;
+        match started {
+            None if reads >= 64 => {
+                c.start_reset().context("start a controller reset")?;
+                started = Some(Instant::now());
+            }
+            Some(t0) if a.q.stats().resets == 1 => {
+                if reset_us == 0 {
+                    reset_us = t0.elapsed().as_micros().max(1);
+                }
+                after += n;
+            }
+            _ => {}
+        }
+    }
+    let mut b_done = false;
+    while !b_done {
+        ensure!(
+            Instant::now() < deadline,
+            "queue pair B stuck: {:?}",
+            b.q.stats()
+        );
+        b.reap(|e, tag| {
+            ensure!(tag == tag_b, "B: completion for tag {tag}");
+            b_done = true;
+            check_stamps(e, tag, bs)
+        })?;
+    }
+    let (sa, sb) = (a.q.stats(), b.q.stats());
+    ensure!(
+        sa.resets == 1 && sb.resets == 1,
+        "resets: A {}, B {}",
+        sa.resets,
+        sb.resets
+    );
+    ensure!(
+        sa.errors == 0 && sb.errors == 0 && sa.unknown_completions == 0,
+        "queue stats A {sa:?}, B {sb:?}"
+    );
+    a.close()?;
+    b.close()?;
+    println!(
+        "vm_nvme: controller reset with 16 reads in flight: queues back after {reset_us} us; {reads} reads verified ({after} after it, {held} submitted during it and held, {} resubmitted); longest submit or poll {} us (QEMU TCG)",
+        sa.recovered,
+        longest.as_micros()
+    );
+    Ok(())
 }
 
 fn flush_zeroes_deallocate(bdev: &Arc<NvmeBdev>, bs: usize) -> Result<()> {
@@ -691,6 +779,9 @@ fn main() -> Result<()> {
 
     // 5. Flush, write zeroes, deallocate.
     flush_zeroes_deallocate(&bdev, bs)?;
+
+    // 10 (here: the data of step 3 is in place). A controller reset with I/O in flight.
+    reset_with_io_in_flight(&c, &bdev, bs)?;
 
     // 6. Detach, then attach again in the same process.
     let t = Instant::now();

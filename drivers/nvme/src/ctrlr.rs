@@ -951,6 +951,23 @@ impl Controller {
         self.inner.reset_at_attach
     }
 
+    /// Starts a controller reset and returns without waiting for it (SPDK's
+    /// `spdk_nvme_ctrlr_reset` split as `..._reset_poll_async`): the queue pairs of the
+    /// controller advance it as they submit and poll, holding new submissions meanwhile, then
+    /// recreate their queues and resubmit what was outstanding. Nothing happens when a reset
+    /// is in progress already. Fails when the controller is detached, removed or failed.
+    pub fn start_reset(&self) -> Result<(), NvmeError> {
+        let inner = &self.inner;
+        loop {
+            let seen = inner.reset_gen.load(Ordering::Acquire);
+            if seen & 1 == 1 || inner.reset_start(seen, inner.now_ns())? {
+                return Ok(());
+            }
+            // Another thread holds the admin queue for a moment (this caller is no reactor).
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     /// Queue pairs currently open.
     pub fn open_qpairs(&self) -> usize {
         self.inner.open_qpairs.load(Ordering::Acquire)

@@ -900,6 +900,16 @@ impl Workload {
     }
 }
 
+/// An emulator stepped by the test whose CSTS.RDY follows CC.EN after `ready_delay`.
+fn stepped_emu_with_ready_delay(ready_delay: Duration) -> Arc<Emu> {
+    let emu = Emu::new(EmuConfig {
+        ready_delay,
+        ..EmuConfig::default()
+    });
+    emu.set_inline(false);
+    emu
+}
+
 /// The longest submit or poll allowed while a reset waits for the controller (whose ready
 /// bit takes 200 ms or more): anything close to that means a call waited for it.
 const MAX_CALL: Duration = Duration::from_millis(20);
@@ -909,11 +919,7 @@ fn fault_reset_does_not_block_the_poller() {
     // RUST_LOG=info shows the reset's steps and the longest call.
     let _ = env_logger::builder().is_test(true).try_init();
     let ready_delay = Duration::from_millis(200);
-    let emu = Emu::new(EmuConfig {
-        ready_delay,
-        ..EmuConfig::default()
-    });
-    emu.set_inline(false);
+    let emu = stepped_emu_with_ready_delay(ready_delay);
     let mut w = Workload::new(&emu, fast_opts(), 16);
     w.run(&writes(16, 1));
     let (mut timer, mut done) = (CallTimer::default(), Vec::new());
@@ -1117,4 +1123,27 @@ fn fault_queue_creation_that_never_completes_fails_every_io_without_blocking() {
     assert_eq!(w.run(&writes(2, 3)), vec![IoStatus::Errno(libc::EIO); 2]);
     w.verify_in_emulator();
     w.detach_promptly();
+}
+
+#[test]
+fn emu_start_reset_is_driven_by_the_queue_pairs() {
+    let emu = stepped_emu_with_ready_delay(Duration::from_millis(50));
+    let mut w = Workload::new(&emu, fast_opts(), 8);
+    w.run(&writes(8, 1));
+    let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+    w.submit_writes(0..4, 2, &mut timer);
+    w.c.start_reset().unwrap();
+    assert_eq!(emu.stats().disables, 1, "started at once");
+    // Asking again while it is in progress does nothing.
+    w.c.start_reset().unwrap();
+    w.poll_until_resetting(&mut timer, &mut done);
+    w.submit_writes(4..8, 2, &mut timer);
+    w.poll_until_done(8, &mut timer, &mut done);
+    assert!((0..8).all(|t| w.rqs[t].status == IoStatus::Success));
+    assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
+    assert_eq!((emu.stats().disables, w.q.stats().resets), (1, 1));
+    for t in 0..8 {
+        w.acked[t] = Some(2);
+    }
+    w.verify_by_reading();
 }
