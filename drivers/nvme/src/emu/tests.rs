@@ -8,7 +8,7 @@ use pmio::request::{Io, IoBuf, IoStatus, Op, Request};
 
 use super::*;
 use crate::ctrlr::{Controller, NvmeOptions};
-use crate::qpair::NvmeQpair;
+use crate::qpair::{NvmeQpair, QpairStats};
 
 pub(super) fn attach(emu: &Arc<Emu>, opts: NvmeOptions) -> Controller {
     Controller::attach_with(emu.clone(), emu.clone(), opts).expect("attach")
@@ -157,7 +157,12 @@ struct Workload {
 
 impl Workload {
     fn new(emu: &Arc<Emu>, opts: NvmeOptions, depth: usize) -> Workload {
-        let c = attach(emu, opts);
+        Workload::on(emu, attach(emu, opts), depth)
+    }
+
+    /// A workload on its own queue pair of controller `c` (an attached one, or another
+    /// handle of one that other workloads use too).
+    fn on(emu: &Arc<Emu>, c: Controller, depth: usize) -> Workload {
         let q = c.bdev(1).unwrap().open_qpair(depth as u32).unwrap();
         let buf = Buf::new(&c, depth * IO_BYTES);
         let units = (EmuConfig::default().blocks / u64::from(NB)) as usize;
@@ -1146,4 +1151,54 @@ fn emu_start_reset_is_driven_by_the_queue_pairs() {
         w.acked[t] = Some(2);
     }
     w.verify_by_reading();
+}
+
+#[test]
+fn fault_reset_with_queue_pairs_on_two_threads() {
+    let emu = stepped_emu_with_ready_delay(Duration::from_millis(20));
+    let opts = NvmeOptions {
+        io_timeout: Duration::from_millis(300),
+        ..fast_opts()
+    };
+    let c = attach(&emu, opts);
+    let _thread = emu.spawn(None);
+    // The controller fails while both threads have I/O in flight (about a third of the way).
+    emu.inject(FaultRule::new(Fault::Fatal).nth(1000));
+    let stats: Vec<QpairStats> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2usize)
+            .map(|i| {
+                let (emu, c) = (
+                    emu.clone(),
+                    Controller {
+                        inner: c.inner.clone(),
+                    },
+                );
+                s.spawn(move || {
+                    let mut w = Workload::on(&emu, c, 16);
+                    w.threaded = true;
+                    let units = i * 256..(i + 1) * 256;
+                    for round in 1..=3 {
+                        let mut ios: Vec<_> =
+                            units.clone().map(|u| (Op::Write, u, round)).collect();
+                        ios.extend(units.clone().map(|u| (Op::Read, u, 0)));
+                        let st = w.run(&ios);
+                        assert!(st.iter().all(|s| s.is_success()), "thread {i}: {st:?}");
+                    }
+                    w.verify_by_reading();
+                    w.q.stats()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let e = emu.stats();
+    assert_eq!(
+        (e.fatal, e.disables),
+        (1, 1),
+        "one reset for both queue pairs"
+    );
+    for (i, s) in stats.iter().enumerate() {
+        assert_eq!(s.resets, 1, "queue pair {i}: {s:?}");
+        assert_eq!((s.errors, s.duplicates), (0, 0), "queue pair {i}: {s:?}");
+    }
 }
