@@ -162,7 +162,9 @@ impl CtrlrInner {
                 ctrlr: self.name.clone(),
             });
         }
-        // Held so that no admin command is in flight when the admin queue goes away.
+        // Held so that no blocking admin command (`admin_exec`) is running when the admin
+        // queue goes away; commands run across polls (Aborts, queue creation) are dropped by
+        // their queue pairs when they see the reset.
         let Some(_admin) = self.try_admin() else {
             return Ok(false);
         };
