@@ -13,7 +13,7 @@
 /// ~5 ms spent asleep. Elsewhere it is `clock_gettime(CLOCK_MONOTONIC)`.
 #[inline]
 pub fn now_ns() -> u64 {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     if let Some(t) = TSC.get_or_init(Tsc::calibrate) {
         return t.now_ns();
     }
@@ -22,7 +22,7 @@ pub fn now_ns() -> u64 {
 
 /// Which clock [`now_ns`] reads: `"tsc"` or `"monotonic"`.
 pub fn clock_source() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     if TSC.get_or_init(Tsc::calibrate).is_some() {
         return "tsc";
     }
@@ -41,18 +41,18 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 static TSC: std::sync::OnceLock<Option<Tsc>> = std::sync::OnceLock::new();
 
 /// ns = mono_base + (tsc - tsc_base) * mult >> 32
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 struct Tsc {
     mono_base: u64,
     tsc_base: u64,
     mult: u64,
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 impl Tsc {
     #[cold]
     fn calibrate() -> Option<Tsc> {
@@ -82,7 +82,7 @@ impl Tsc {
 
 /// One (CLOCK_MONOTONIC ns, TSC) pair: the TSC read between two clock reads, the pair with
 /// the shortest bracket of five tries, its time the bracket's midpoint.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 fn tsc_sample() -> (u64, u64) {
     let mut best = (u64::MAX, 0, 0);
     for _ in 0..5 {
@@ -97,7 +97,7 @@ fn tsc_sample() -> (u64, u64) {
     (best.1, best.2)
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
 fn rdtsc() -> u64 {
     // SAFETY: RDTSC has no memory effects and exists on every x86_64 CPU.
@@ -105,7 +105,7 @@ fn rdtsc() -> u64 {
 }
 
 /// The kernel uses the TSC as clocksource and the CPU says it is invariant.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 fn tsc_is_reliable() -> bool {
     let source =
         std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")

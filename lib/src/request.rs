@@ -183,6 +183,11 @@ impl IoStatus {
 /// submitter does, and must keep it valid (and not touch it) until the request completes.
 /// For VFIO devices the buffer must lie in DMA-mapped memory (see [`crate::dma`]).
 ///
+/// The mq-deadline scheduler merges I/Os to adjacent blocks whose buffers are adjacent in
+/// memory into one, addressed through one member's pointer: cut a region's buffers from one
+/// pointer to it (as a DMA region is used), not from separate `&mut` sub-slices, whose
+/// pointers may each reach only their own piece.
+///
 /// Laid out in 12 bytes (4-byte aligned, no tail padding) so that a [`Request`] fits in one
 /// 64-byte cache line. The fields are private and only ever read by value, so no reference to
 /// a field with less than its natural alignment is ever made.

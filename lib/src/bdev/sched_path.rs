@@ -892,12 +892,15 @@ impl SchedPath {
                 rq.lba = d.sector;
                 rq.nblocks = d.nblocks;
                 if rq.op.has_data() {
+                    // The carrier's own pointer, moved to the segment's start: it keeps
+                    // the provenance of the region the members were cut from.
+                    let ptr = rq.buf.as_ptr().with_addr(d.addr as usize);
                     // SAFETY: as in `start_copy`: the scheduler merged these requests into one
                     // segment only because their buffers are contiguous (`max_segments` is 1,
                     // checked at open), each valid until its request completes (the
                     // submitter's `IoBuf` contract), and the merged I/O completes no later
                     // than any member. The carrier's own buffer is restored at completion.
-                    rq.buf = unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) };
+                    rq.buf = unsafe { IoBuf::from_raw_parts(ptr, len as u32) };
                 }
                 VIA_MERGED
             } else {
@@ -967,12 +970,14 @@ impl SchedPath {
                 drq.nblocks = d.nblocks;
                 if src.op.has_data() {
                     let len = u64::from(d.nblocks) * u64::from(src.buf.len() / src.nblocks.max(1));
+                    // As in `start_shared`: the carrier's pointer, at the segment's start.
+                    let ptr = src.buf.as_ptr().with_addr(d.addr as usize);
                     // SAFETY: the scheduler merged these requests into one segment only
                     // because their buffers are contiguous (`max_segments` is 1, checked at
                     // open): the range is the members' buffers end to end, each valid until
                     // its request completes (the submitter's `IoBuf` contract), and the merged
                     // I/O completes no later than any member.
-                    drq.buf = unsafe { IoBuf::from_raw_parts(d.addr as *mut u8, len as u32) };
+                    drq.buf = unsafe { IoBuf::from_raw_parts(ptr, len as u32) };
                 }
             }
             self.carrier[hi][usize::from(dtag)] = local;

@@ -128,13 +128,26 @@ fn open_sched(
     )
 }
 
-fn io(op: Op, lba: u64, buf: &mut [u8], token: u64, prio: PrioClass) -> Io {
+/// `buf` cut into I/O buffers of `size` bytes, all derived from one pointer to it, as a
+/// submitter's DMA region is: the scheduler merges adjacent buffers into one, addressed through
+/// the first one's pointer, which must therefore reach its neighbours (separate `&mut`
+/// sub-slices would not, and Miri would rightly refuse the merged access).
+fn split_bufs(buf: &mut [u8], size: usize) -> std::vec::IntoIter<IoBuf> {
+    let base = buf.as_mut_ptr();
+    (0..buf.len() / size)
+        // SAFETY: each piece lies inside `buf`, which the tests keep alive and untouched until
+        // the I/O using it completes.
+        .map(|i| unsafe { IoBuf::from_raw_parts(base.add(i * size), size as u32) })
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+fn io(op: Op, lba: u64, buf: IoBuf, token: u64, prio: PrioClass) -> Io {
     Io {
         op,
         lba,
-        nblocks: (buf.len() / BS as usize) as u32,
-        // SAFETY: the tests keep `buf` alive and untouched until the I/O completes.
-        buf: unsafe { IoBuf::from_raw_parts(buf.as_mut_ptr(), buf.len() as u32) },
+        nblocks: buf.len() / BS,
+        buf,
         prio: crate::IoPrio {
             class: prio,
             level: 0,
@@ -165,8 +178,7 @@ fn merged_writes_case(max_depth: u32) {
     // 16 scheduler tags over 8 driver tags.
     let mut wbuf: Vec<u8> = (0..16 * BS as usize).map(|i| (i / 7) as u8).collect();
     let mut seen = vec![0u32; 16];
-    for i in 0..16usize {
-        let chunk = &mut wbuf[i * BS as usize..(i + 1) * BS as usize];
+    for (i, chunk) in split_bufs(&mut wbuf, BS as usize).enumerate() {
         q.submit(
             &mut plug,
             &io(Op::Write, 100 + i as u64, chunk, i as u64, PrioClass::Be),
@@ -175,8 +187,9 @@ fn merged_writes_case(max_depth: u32) {
     }
     assert_eq!(q.sched_busy_tags(), 16);
     let mut extra = vec![0u8; BS as usize];
+    let extra = split_bufs(&mut extra, BS as usize).next().unwrap();
     assert!(
-        q.submit(&mut plug, &io(Op::Write, 0, &mut extra, 99, PrioClass::Be))
+        q.submit(&mut plug, &io(Op::Write, 0, extra, 99, PrioClass::Be))
             .unwrap_err()
             .is_busy(),
         "scheduler tags exhausted"
@@ -201,7 +214,7 @@ fn merged_writes_case(max_depth: u32) {
     assert_eq!(q.busy_tags(HctxType::Default), 0);
     // Read back (reads merge too, into one contiguous buffer).
     let mut rbuf = vec![0u8; 16 * BS as usize];
-    for (i, chunk) in rbuf.chunks_mut(BS as usize).enumerate() {
+    for (i, chunk) in split_bufs(&mut rbuf, BS as usize).enumerate() {
         q.submit(
             &mut plug,
             &io(Op::Read, 100 + i as u64, chunk, i as u64, PrioClass::Rt),
@@ -240,7 +253,7 @@ fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
     };
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 32 * 2 * BS as usize];
-    let mut chunks = bufs.chunks_mut(2 * BS as usize);
+    let mut chunks = split_bufs(&mut bufs, 2 * BS as usize);
     let mut lba_of = std::collections::HashMap::new();
     let mut submit = |q: &mut BdevQueue, op, lba: u64, prio, token: u64| {
         lba_of.insert(token, lba);
@@ -531,7 +544,7 @@ fn limit_depth_applies_to_writes_only() {
     let mut q = open_sched(dev, &dd, 16, 0).unwrap();
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 64 * BS as usize];
-    let mut chunks = bufs.chunks_mut(BS as usize);
+    let mut chunks = split_bufs(&mut bufs, BS as usize);
     let mut writes = 0;
     while q
         .submit(
@@ -590,6 +603,7 @@ fn two_owners_every_completion_exactly_once() {
                 q.register_plug(&mut plug);
                 // One buffer slot per scheduler tag (32), each two blocks long.
                 let mut bufs = vec![0u8; 32 * 2 * BS as usize];
+                let slots: Vec<IoBuf> = split_bufs(&mut bufs, 2 * BS as usize).collect();
                 let mut free: Vec<usize> = (0..32).collect();
                 let mut slot_of = std::collections::HashMap::new();
                 let mut counts = std::collections::HashMap::<u64, u32>::new();
@@ -606,8 +620,7 @@ fn two_owners_every_completion_exactly_once() {
                         let op = if seed & 1 == 0 { Op::Read } else { Op::Write };
                         let prio = PrioClass::ALL[(seed >> 1) as usize % 3];
                         let lba = u64::from(seed >> 8) % 64 * 2;
-                        let b = &mut bufs[s * 2 * BS as usize..(s + 1) * 2 * BS as usize];
-                        match q.submit(&mut plug, &io(op, lba, b, token, prio)) {
+                        match q.submit(&mut plug, &io(op, lba, slots[s], token, prio)) {
                             Ok(_) => {
                                 free.pop();
                                 slot_of.insert(token, s);
@@ -729,7 +742,7 @@ fn ready_list_requests_start_on_their_owner() {
     let (mut a, mut b) = (open(0), open(1));
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 8 * BS as usize];
-    let mut chunks = bufs.chunks_mut(BS as usize);
+    let mut chunks = split_bufs(&mut bufs, BS as usize);
     // B: 4 scheduler tags, 2 driver tags: two start, two (low sectors) stay queued.
     for lba in [10u64, 20, 2, 4] {
         let io = io(
