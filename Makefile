@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit lint fmt-check clippy loom bench emu-bench perf vm-test vm-test-setup vm-test-tgt clean
+.PHONY: all build test unit lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt clean
 
 all: build
 
@@ -11,7 +11,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit loom vm-test vm-test-setup vm-test-tgt
+test: lint unit loom miri vm-test vm-test-setup vm-test-tgt
 
 unit:
 	$(CARGO) test --workspace
@@ -29,6 +29,19 @@ clippy:
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio --release --lib loom_
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio-reactors --release --lib loom_
+
+# Miri (undefined behaviour, data races) on the code it can run: sbitmap, the scheduler path
+# (merged buffers addressed through one member's pointer), the malloc copy's portable path.
+# DMA memory, io_uring and VFIO are system calls Miri cannot make. A pinned nightly, installed
+# by miri-setup when missing; Miri builds in target/miri.
+MIRI_TOOLCHAIN ?= nightly-2026-05-20
+miri: miri-setup
+	$(CARGO) +$(MIRI_TOOLCHAIN) miri test -p pmio --lib -- sbitmap sched_path::tests --skip prop_
+	$(CARGO) +$(MIRI_TOOLCHAIN) miri test -p pmio-malloc --lib copy
+
+miri-setup:
+	@rustup run $(MIRI_TOOLCHAIN) cargo miri --version >/dev/null 2>&1 || \
+		rustup toolchain install $(MIRI_TOOLCHAIN) --profile minimal --component miri --component rust-src
 
 bench:
 	$(CARGO) bench -p pmio
