@@ -826,7 +826,13 @@ impl CtrlrInner {
         sq.and(cq)
     }
 
-    fn delete_queue(&self, opc: u8, qid: u16, what: &'static str) -> Result<(), NvmeError> {
+    /// Deletes one I/O queue: `opc` is Delete I/O SQ or CQ.
+    pub(crate) fn delete_queue(
+        &self,
+        opc: u8,
+        qid: u16,
+        what: &'static str,
+    ) -> Result<(), NvmeError> {
         let mut sqe = Sqe::new(opc, 0);
         sqe.cdw10 = u32::from(qid);
         self.admin_exec(sqe, what).map(|_| ())

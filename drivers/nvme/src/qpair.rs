@@ -36,7 +36,9 @@ use crate::prp;
 use crate::recovery::{ALIVE, FAILED, PendingAdmin, REMOVED};
 use crate::regs::{Csts, RegisterIo, off};
 use crate::ring::{Rings, ring_bytes};
-use crate::spec::{Cqe, DSM_ATTR_DEALLOCATE, DsmRange, IdentifyController, Sqe, nvm_opc};
+use crate::spec::{
+    Cqe, DSM_ATTR_DEALLOCATE, DsmRange, IdentifyController, Sqe, admin_opc, nvm_opc,
+};
 
 /// Queue-pair-local liveness: a controller reset is in progress (or wanted and not yet
 /// started); the hardware queues are not touched and new submissions are held.
@@ -810,6 +812,55 @@ impl NvmeQpair {
         true
     }
 
+    /// The command that recreates the CQ (`sq` false) or the SQ after a reset.
+    fn create_sqe(&self, sq: bool) -> (Sqe, &'static str) {
+        let (qid, entries) = (self.rings.qid, self.rings.entries);
+        if sq {
+            (create_sq_sqe(qid, entries, self.rings.sq_iova), CREATE_SQ)
+        } else {
+            (create_cq_sqe(qid, entries, self.rings.cq_iova), CREATE_CQ)
+        }
+    }
+
+    /// Closing while the queues are being recreated after a reset: lets a Create command
+    /// already sent finish (closing is off the I/O path, so it may wait), then deletes what
+    /// exists of the queues, SQ before CQ. Deleting a queue never created would fail, and a
+    /// failed delete leaks the rings (and with them the device's DMA mapping).
+    #[cold]
+    fn delete_recreated(&mut self, mut r: Recreating) -> Result<(), NvmeError> {
+        // The CQ exists once its SQ is being created.
+        let (mut cq, mut sq) = (r.sq, false);
+        if r.cmd.submitted() {
+            let (sqe, what) = self.create_sqe(r.sq);
+            loop {
+                if self.ctrlr.reset_gen.load(Ordering::Acquire) != r.reset_gen {
+                    // Another reset began: it deletes every I/O queue.
+                    return Ok(());
+                }
+                match self.ctrlr.admin_try(&mut r.cmd, sqe, what, self.now_ns()) {
+                    Ok(Some(_)) => {
+                        (cq, sq) = (true, r.sq);
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(std::time::Duration::from_micros(100)),
+                    // Refused by the controller: nothing was created.
+                    Err(NvmeError::AdminCommand { .. }) => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let qid = self.rings.qid;
+        if sq {
+            self.ctrlr
+                .delete_queue(admin_opc::DELETE_IO_SQ, qid, "Delete I/O Submission Queue")?;
+        }
+        if cq {
+            self.ctrlr
+                .delete_queue(admin_opc::DELETE_IO_CQ, qid, "Delete I/O Completion Queue")?;
+        }
+        Ok(())
+    }
+
     /// After the controller reset that made generation `cur_gen`: reaps what completed before
     /// it, recreates the queues on the same rings (Create I/O CQ, then SQ, each advanced
     /// without waiting: the queues stay down until both exist), then resubmits (or fails)
@@ -828,13 +879,8 @@ impl NvmeQpair {
                 }
             }
         };
-        let (qid, entries) = (self.rings.qid, self.rings.entries);
         loop {
-            let (sqe, what) = if r.sq {
-                (create_sq_sqe(qid, entries, self.rings.sq_iova), CREATE_SQ)
-            } else {
-                (create_cq_sqe(qid, entries, self.rings.cq_iova), CREATE_CQ)
-            };
+            let (sqe, what) = self.create_sqe(r.sq);
             match self.ctrlr.admin_try(&mut r.cmd, sqe, what, now) {
                 Ok(None) => {
                     self.recreating = Some(r);
@@ -1176,11 +1222,17 @@ impl Drop for NvmeQpair {
         // were being recreated; the ring memory is unmapped from the device before it is
         // freed either way.
         let ctrlr_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
-        if !self.ctrlr.detached.load(Ordering::Acquire)
-            && self.ctrlr.liveness() == ALIVE
-            && (ctrlr_gen == self.reset_gen
-                || self.recreating.is_some_and(|r| r.reset_gen == ctrlr_gen))
-            && let Err(e) = self.ctrlr.delete_io_queue(qid)
+        let deleted =
+            if self.ctrlr.detached.load(Ordering::Acquire) || self.ctrlr.liveness() != ALIVE {
+                Ok(())
+            } else if ctrlr_gen == self.reset_gen {
+                self.ctrlr.delete_io_queue(qid)
+            } else if let Some(r) = self.recreating.filter(|r| r.reset_gen == ctrlr_gen) {
+                self.delete_recreated(r)
+            } else {
+                Ok(())
+            };
+        if let Err(e) = deleted
             && !matches!(e, NvmeError::Resetting { .. })
         {
             // The controller may still write completions into the rings: never give their

@@ -386,6 +386,13 @@ pub(crate) struct PendingAdmin {
     deadline: u64,
 }
 
+impl PendingAdmin {
+    /// Whether the command was sent to the controller.
+    pub(crate) fn submitted(&self) -> bool {
+        self.cid.is_some()
+    }
+}
+
 /// What a reset waits for, in timeout messages.
 const RDY0: &str = "waiting for CSTS.RDY=0 after a reset";
 const RDY1: &str = "waiting for CSTS.RDY=1 after a reset";

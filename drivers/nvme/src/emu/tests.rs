@@ -1202,3 +1202,47 @@ fn fault_reset_with_queue_pairs_on_two_threads() {
         assert_eq!((s.errors, s.duplicates), (0, 0), "queue pair {i}: {s:?}");
     }
 }
+
+/// Closing a queue pair while it recreates its queues after a reset (its Create I/O CQ or SQ
+/// still pending) deletes what the controller has of them and leaks nothing: the controller
+/// is left without I/O queues, and the rings' DMA mapping goes with the queue pair (a leaked
+/// one would keep the device open after detach).
+#[test]
+fn fault_close_while_recreating_queues_leaves_nothing_behind() {
+    for opc in [admin_opc::CREATE_IO_CQ, admin_opc::CREATE_IO_SQ] {
+        let emu = Emu::new(EmuConfig::default());
+        emu.set_inline(false);
+        let mut w = Workload::new(&emu, fast_opts(), 8);
+        w.run(&writes(8, 1));
+        let mapped = emu.mapped();
+        emu.inject(
+            FaultRule::new(Fault::Delay(Duration::from_millis(50)))
+                .admin()
+                .opcode(opc),
+        );
+        let mut done = Vec::new();
+        w.c.start_reset().unwrap();
+        let t0 = Instant::now();
+        while emu.stats().delayed == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(2), "no queue creation");
+            w.emu.step();
+            w.q.poll(&mut w.rqs, &mut done, 64);
+        }
+        assert!(w.q.resetting(), "the queues are still being recreated");
+        let _thread = emu.spawn(None);
+        let Workload { q, c, buf, .. } = w;
+        drop(q);
+        assert_eq!(
+            emu.io_queues(),
+            (0, 0),
+            "opcode {opc:#x}: queues left behind"
+        );
+        assert!(
+            emu.mapped() < mapped,
+            "opcode {opc:#x}: the rings stay mapped ({} of {mapped})",
+            emu.mapped()
+        );
+        drop(buf);
+        c.detach().unwrap();
+    }
+}
