@@ -286,6 +286,9 @@ fn tgt_nvme_attach_errors_match_spdk() {
         d.raw(detach.as_bytes()),
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-19,\"message\":\"No such device\"}}\n"
     );
+    let reset = "{\"jsonrpc\":\"2.0\",\"method\":\"bdev_nvme_reset_controller\",\"id\":2,\"params\":{\"name\":\"Nvme0\"}}";
+    let v = lines(&d.raw(reset.as_bytes()));
+    assert_eq!(v[0]["error"]["code"], -19, "{}", v[0]);
     // Through pmio-rpc: a malformed address, another transport, a fabrics-only parameter.
     for (args, code) in [
         (&["-b", "Nvme0", "-t", "PCIe", "-a", "00:1f"][..], "-22"),

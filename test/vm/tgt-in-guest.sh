@@ -1,7 +1,8 @@
 #!/bin/sh
 # pmio-tgt end to end on an emulated NVMe controller behind VFIO, in the QEMU guest
 # (`make vm-test-tgt`): attach (twice: idempotent), list, perform_tests with none and with
-# mq-deadline, iostat, save_config, detach, spdk_kill_instance, restart with -c, SIGTERM.
+# mq-deadline around a controller reset, iostat, save_config, detach, spdk_kill_instance,
+# restart with -c, SIGTERM.
 # Any failed check exits non-zero.
 set -eu
 cd /job
@@ -29,6 +30,11 @@ out=$($R perform_tests -b Nvme0n1 -w randread -q 32 -o 4096 -t 3)
 echo "$out"
 expect '"status": "finished"' "$out"
 expect '"io_failed": 0,' "$out"
+
+# A controller reset through the daemon, then I/O again (next perform_tests).
+$R bdev_nvme_reset_controller Nvme0 || fail "bdev_nvme_reset_controller"
+out=$($R bdev_nvme_reset_controller Nvme9 2>&1 || true)
+expect '"code": -19' "$out"
 
 $R bdev_set_scheduler Nvme0n1 mq-deadline
 out=$($R perform_tests -b Nvme0n1 -w randrw -q 32 -o 4096 -t 3)

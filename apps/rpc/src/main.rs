@@ -225,6 +225,15 @@ enum Method {
         #[arg(short = 'a', long)]
         traddr: Option<String>,
     },
+    /// Reset an NVMe controller (its queue pairs recreate their queues).
+    #[command(name = "bdev_nvme_reset_controller", rename_all = "kebab-case")]
+    BdevNvmeResetController {
+        /// Controller name.
+        name: String,
+        /// NVMe controller ID.
+        #[arg(short = 'c', long)]
+        cntlid: Option<u16>,
+    },
     /// List bdevs, or one.
     #[command(name = "bdev_get_bdevs", rename_all = "kebab-case")]
     BdevGetBdevs {
@@ -503,6 +512,14 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
                 ("name", some(name.clone())),
                 ("trtype", opt(trtype.clone())),
                 ("traddr", opt(traddr.clone())),
+            ])),
+            Print::Nothing,
+        ),
+        Method::BdevNvmeResetController { name, cntlid } => (
+            "bdev_nvme_reset_controller",
+            Some(obj(vec![
+                ("name", some(name.clone())),
+                ("cntlid", opt(*cntlid)),
             ])),
             Print::Nothing,
         ),

@@ -6,7 +6,9 @@
 //! `<name>n<nsid>`, as SPDK. Attaching the same name to the same address again returns the
 //! existing names (idempotent); a name or address already in use is -17 naming the controller.
 //! Detach and daemon shutdown remove the bdevs first, then run the controller's shutdown
-//! sequence (CC.SHN, wait for CSTS.SHST).
+//! sequence (CC.SHN, wait for CSTS.SHST). `bdev_nvme_reset_controller` resets a controller on
+//! the connection thread and answers once it is back; the reactors' queue pairs hold their
+//! I/O meanwhile and recreate their queues at their next poll (no reactor waits).
 
 use std::sync::Arc;
 
@@ -32,6 +34,11 @@ pub fn methods() -> Vec<Method> {
             states: RUNTIME,
             run: bdev_nvme_detach_controller,
         },
+        Method {
+            name: "bdev_nvme_reset_controller",
+            states: RUNTIME,
+            run: bdev_nvme_reset_controller,
+        },
     ]
 }
 
@@ -45,7 +52,7 @@ fn nvme_error(e: &NvmeError) -> RpcError {
         | NvmeError::VfioUnavailable { .. }
         | NvmeError::DeviceRemoved { .. }
         | NvmeError::Detached { .. } => libc::ENODEV,
-        NvmeError::GroupNotViable { .. } => libc::EBUSY,
+        NvmeError::GroupNotViable { .. } | NvmeError::Resetting { .. } => libc::EBUSY,
         NvmeError::Permission { .. } => libc::EACCES,
         NvmeError::MemlockTooLow { .. } | NvmeError::DmaAlloc(_) => libc::ENOMEM,
         NvmeError::Timeout { .. } => libc::ETIMEDOUT,
@@ -226,6 +233,42 @@ fn bdev_nvme_detach_controller(
     let c = ctrlrs.remove(pos);
     drop(ctrlrs);
     detach(t, c).map_err(|e| nvme_error(&e))?;
+    Ok(Value::Bool(true))
+}
+
+/// SPDK's `bdev_nvme_reset_controller` (`name`, optional `cntlid`, which must then be the
+/// controller's): resets the controller and answers `true` once the reset is over.
+fn bdev_nvme_reset_controller(
+    rpc: &Rpc,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    let mut p = Params::new(params)?;
+    let name: String = p.req("name")?;
+    let cntlid: Option<u16> = p.opt("cntlid")?;
+    p.finish()?;
+    let ctrlr = rpc
+        .target
+        .ctrlrs_mut()
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| Arc::clone(&c.ctrlr))
+        .ok_or_else(|| {
+            RpcError::errno_detail(-libc::ENODEV, format_args!("no NVMe controller {name}"))
+        })?;
+    if let Some(id) = cntlid
+        && id != ctrlr.identify().cntlid
+    {
+        return Err(RpcError::errno_detail(
+            -libc::ENODEV,
+            format_args!(
+                "controller {name} has cntlid {}, not {id}",
+                ctrlr.identify().cntlid
+            ),
+        ));
+    }
+    ctrlr.reset().map_err(|e| nvme_error(&e))?;
+    log::info!("reset NVMe controller {name}");
     Ok(Value::Bool(true))
 }
 

@@ -974,6 +974,26 @@ impl Controller {
         }
     }
 
+    /// Resets the controller and waits for the reset to end (off the I/O path: an RPC or a
+    /// management thread, never a reactor): starts it as [`Controller::start_reset`] does,
+    /// then drives it between short sleeps alongside the queue pairs' polls. The queue pairs
+    /// recreate their own queues at their next submit or poll. Fails, with the reset's
+    /// outcome, when the controller is left removed or failed.
+    pub fn reset(&self) -> Result<(), NvmeError> {
+        self.start_reset()?;
+        self.inner.reset_wait();
+        match self.inner.liveness() {
+            crate::recovery::REMOVED => Err(NvmeError::DeviceRemoved {
+                ctrlr: self.inner.name.clone(),
+            }),
+            crate::recovery::FAILED => Err(NvmeError::ControllerFatal {
+                ctrlr: self.inner.name.clone(),
+                state: "after a failed reset",
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Queue pairs currently open.
     pub fn open_qpairs(&self) -> usize {
         self.inner.open_qpairs.load(Ordering::Acquire)

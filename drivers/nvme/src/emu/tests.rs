@@ -1246,3 +1246,33 @@ fn fault_close_while_recreating_queues_leaves_nothing_behind() {
         c.detach().unwrap();
     }
 }
+
+/// `Controller::reset` (an RPC's reset) drives the reset itself and returns when it is over;
+/// the queue pair then recreates its queues at its next use and I/O goes on. A reset that
+/// cannot finish is reported as the controller's failure.
+#[test]
+fn emu_blocking_reset_returns_when_done_and_io_goes_on() {
+    let emu = Emu::new(EmuConfig {
+        ready_delay: Duration::from_millis(20),
+        ..EmuConfig::default()
+    });
+    let mut w = Workload::new(&emu, fast_opts(), 8);
+    w.run(&writes(8, 1));
+    let t0 = Instant::now();
+    w.c.reset().unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(40),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(emu.stats().disables, 1);
+    assert_eq!(w.run(&writes(8, 2)), vec![IoStatus::Success; 8]);
+    assert_eq!(w.q.stats().resets, 1);
+    for t in 0..8 {
+        w.acked[t] = Some(2);
+    }
+    w.verify_by_reading();
+    emu.set_ready_delays(Duration::MAX, Duration::MAX);
+    let e = w.c.reset().unwrap_err();
+    assert!(matches!(e, NvmeError::ControllerFatal { .. }), "{e}");
+}
