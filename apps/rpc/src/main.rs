@@ -5,6 +5,7 @@
 //! rpc.py prints it) or a connection failure.
 
 mod client;
+mod nvmf;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -324,6 +325,8 @@ enum Method {
         /// Signal name (SIGTERM, SIGINT, SIGKILL, …).
         sig_name: String,
     },
+    #[command(flatten)]
+    Nvmf(nvmf::NvmfMethod),
 }
 
 /// How rpc.py prints a method's result.
@@ -597,6 +600,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             Some(json!({ "sig_name": sig_name })),
             Print::Nothing,
         ),
+        Method::Nvmf(m) => nvmf::request(m),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());
         }
