@@ -22,9 +22,10 @@ pub struct ReactorsOptions {
     /// runs 8 events per turn). Must be ≥ 1.
     pub msg_batch: usize,
     /// Interrupt mode: a reactor whose turns stayed idle for this long sleeps on its eventfd
-    /// until a message, a stop request or its next timed poller. `None` (default) = busy
-    /// polling, what `pmio-perf` wants. Active pollers do not run while the reactor sleeps
-    /// (see [`ReactorCtx::stay_awake`]). `Some(Duration::ZERO)` sleeps after any idle turn.
+    /// until a message, a stop request, a watched fd ([`ReactorCtx::watch_fd`]) or its next
+    /// timed poller. `None` (default) = busy polling, what `pmio-perf` wants. Active pollers
+    /// do not run while the reactor sleeps (see [`ReactorCtx::watch_fd`] and
+    /// [`ReactorCtx::stay_awake`]). `Some(Duration::ZERO)` sleeps after any idle turn.
     pub interrupt_idle: Option<Duration>,
     /// Pin each reactor thread to its core with `sched_setaffinity` (default true). With
     /// pinning, every core of the mask must be available to the process.

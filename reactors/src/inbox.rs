@@ -8,7 +8,9 @@
 //!   side, between its write and its read, makes at least one of them see the other: the
 //!   reactor sees the message and does not wait, or the sender sees `sleeping` and wakes it.
 //!   The event is only a hint (stale notifications cause a spurious wake-up at most); the
-//!   re-check before every wait is what keeps messages from being stranded.
+//!   re-check before every wait is what keeps messages from being stranded. The same wait also
+//!   ends when one of the reactor's watched fds ([`crate::fdwatch`]) is ready; those need no
+//!   handshake (their readiness is level-triggered state the poll itself checks).
 //! - **Stop**: a sender counts itself in `inflight` before it checks `closed` and out after its
 //!   push; the reactor sets `closed`, then waits for `inflight == 0`. Every push that returned
 //!   `Ok` is then in the queue for the reactor's final drain, and every later one is refused.
@@ -19,10 +21,13 @@
 //! *fences* — what loom models exactly (it treats `SeqCst` accesses as `AcqRel`). All of it goes
 //! through the [`sync`] shim: std's atomics, `SegQueue` and [`crate::sys::EventFd`] normally;
 //! under `cfg(loom)` loom's atomics, and a queue and an event built on loom primitives with the
-//! same guarantees, so that the `loom_…` models run this very code. `make loom` runs them.
+//! same guarantees, so that the `loom_…` models run this very code (the model event ignores
+//! watched fds). `make loom` runs them.
 
 use std::io;
 use std::time::Duration;
+
+use crate::fdwatch::{FdWatches, Woken};
 
 use self::sync::{AtomicBool, AtomicUsize, Event, Ordering, Queue, fence, spin};
 
@@ -67,6 +72,8 @@ mod sync {
         use loom::sync::atomic::{AtomicUsize, Ordering};
         use loom::sync::{Condvar, Mutex};
 
+        use crate::fdwatch::{FdWatches, Woken};
+
         /// `SegQueue`: a push is an atomic read-modify-write (`SegQueue` CASes its tail
         /// index) and `is_empty` is atomic loads, taking no lock, so the handshake can only
         /// rely on those, as it does with the real queue. The items themselves sit behind a
@@ -106,7 +113,8 @@ mod sync {
 
         /// The eventfd: a counter that `notify` increments, `drain` zeroes and `wait` blocks
         /// on while it is zero (a lost wake-up is a loom deadlock). A timed wait may time out
-        /// at any moment, so it returns at once when nothing is signalled.
+        /// at any moment, so it returns at once when nothing is signalled. Watched fds are
+        /// not modelled (no fd is ever ready).
         pub(crate) struct Event {
             count: Mutex<u64>,
             cv: Condvar,
@@ -129,15 +137,17 @@ mod sync {
                 *self.count.lock().unwrap() = 0;
             }
 
-            pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
+            pub(crate) fn wait(&self, timeout: Option<Duration>, _: &mut FdWatches) -> Woken {
                 let mut count = self.count.lock().unwrap();
-                if timeout.is_some() {
-                    return *count > 0;
+                if timeout.is_none() {
+                    while *count == 0 {
+                        count = self.cv.wait(count).unwrap();
+                    }
                 }
-                while *count == 0 {
-                    count = self.cv.wait(count).unwrap();
+                Woken {
+                    event: *count > 0,
+                    fds: 0,
                 }
-                true
             }
         }
     }
@@ -227,28 +237,30 @@ impl<T> Inbox<T> {
     }
 
     /// Reactor side of the handshake: announces the sleep, re-checks for a message or a stop
-    /// request, and unless one is there runs `before_wait` and waits for a wake-up or
-    /// `timeout` (`None` = none). Returns whether it waited (`false`: something is pending).
+    /// request, and unless one is there runs `before_wait` and waits for a wake-up, a ready fd
+    /// of `watched`, or `timeout` (`None` = none). Returns what ended the wait, or `None` if it
+    /// did not wait (something is pending).
     pub(crate) fn sleep(
         &self,
         timeout: Option<Duration>,
         stop: &StopFlag,
+        watched: &mut FdWatches,
         before_wait: impl FnOnce(),
-    ) -> bool {
+    ) -> Option<Woken> {
         self.sleeping.store(true, Ordering::SeqCst);
         // Pairs with the fence in `push`.
         fence(Ordering::SeqCst);
         if !self.queue.is_empty() || stop.is_set() {
             self.sleeping.store(false, Ordering::Relaxed);
-            return false;
+            return None;
         }
         before_wait();
-        self.event.wait(timeout);
+        let woken = self.event.wait(timeout, watched);
         self.sleeping.store(false, Ordering::SeqCst);
         // Notifications up to here are consumed; their messages are in the queue, which the
         // reactor drains and re-checks before it waits again.
         self.event.drain();
-        true
+        Some(woken)
     }
 
     /// Wakes the reactor whether or not it sleeps (stop request, mode switch).
@@ -291,12 +303,21 @@ mod tests {
         let stop = StopFlag::new();
         inbox.push(1u32, &stop).unwrap();
         let mut waited = false;
-        assert!(!inbox.sleep(None, &stop, || waited = true));
+        let mut fds = FdWatches::new();
+        assert!(
+            inbox
+                .sleep(None, &stop, &mut fds, || waited = true)
+                .is_none()
+        );
         assert!(!waited && !inbox.is_sleeping());
         assert_eq!(inbox.pop(), Some(1));
         assert_eq!(inbox.pop(), None);
         stop.request([&inbox]);
-        assert!(!inbox.sleep(None, &stop, || waited = true));
+        assert!(
+            inbox
+                .sleep(None, &stop, &mut fds, || waited = true)
+                .is_none()
+        );
         assert!(!waited);
     }
 
@@ -307,8 +328,9 @@ mod tests {
         let (i, s) = (inbox.clone(), stop.clone());
         let reactor = thread::spawn(move || {
             let t = Instant::now();
+            let mut fds = FdWatches::new();
             while i.pop().is_none() {
-                i.sleep(Some(Duration::from_secs(10)), &s, || {});
+                i.sleep(Some(Duration::from_secs(10)), &s, &mut fds, || {});
             }
             t.elapsed()
         });
@@ -360,6 +382,7 @@ mod loom_tests {
     /// then closes and drains. Returns the messages in the order popped.
     fn reactor(inbox: &Inbox<u32>, stop: &StopFlag, expect: Option<usize>) -> Vec<u32> {
         let mut got = Vec::new();
+        let mut fds = FdWatches::new();
         loop {
             while let Some(m) = inbox.pop() {
                 got.push(m);
@@ -367,7 +390,7 @@ mod loom_tests {
             if expect == Some(got.len()) || stop.is_set() {
                 break;
             }
-            inbox.sleep(None, stop, || {});
+            inbox.sleep(None, stop, &mut fds, || {});
         }
         inbox.close_and_quiesce();
         while let Some(m) = inbox.pop() {

@@ -14,8 +14,9 @@
 //!   reactor) are registered and unregistered through [`ReactorCtx`], also from inside a poller.
 //! - Reactor-local typed state: [`ReactorCtx::local`], [`ReactorCtx::set_local`], ...
 //! - Interrupt mode ([`ReactorsOptions::interrupt_idle`]): a reactor idle for that long sleeps
-//!   on an eventfd until a message, stop, or its next timed poller; senders write the eventfd
-//!   only when the target sleeps. Default off (busy polling).
+//!   on an eventfd and the fds it watches ([`ReactorCtx::watch_fd`]) until a message, stop, a
+//!   ready fd, or its next timed poller; senders write the eventfd only when the target sleeps.
+//!   Default off (busy polling).
 //! - Stop: [`Reactors::stop`] runs every accepted message, drops pollers and locals on their
 //!   threads, and joins. Per-reactor [`ReactorStats`] are readable from any thread.
 //!
@@ -37,9 +38,21 @@
 //!
 //! Active pollers run only while the reactor is awake: an interrupt-mode reactor sleeps once
 //! all its turns were idle for [`ReactorsOptions::interrupt_idle`], and wakes for a message, a
-//! stop request, or its next timed poller. A poller that is idle only because it waits for a
-//! device calls [`ReactorCtx::stay_awake`] to keep polling. The mode can be switched per
-//! reactor at run time ([`ReactorsHandle::set_interrupt_idle`]).
+//! stop request, its next timed poller, or a watched fd becoming ready; then its pollers run as
+//! on any turn. The sleep is one `ppoll` over the reactor's eventfd and its watched fds.
+//!
+//! - A poller idle because it waits for a socket (or any fd: a pipe, a device's eventfd)
+//!   watches the fd with [`ReactorCtx::watch_fd`] instead of calling `stay_awake`, so the
+//!   reactor sleeps until data arrives. [`ReactorCtx::set_fd_interest`] changes what wakes it
+//!   (a connection asks for [`FdInterest::Write`] only while it has output queued: a socket is
+//!   almost always writable), [`ReactorCtx::unwatch_fd`] ends the watch (before the fd is
+//!   closed). Readiness is level-triggered: what is left unread wakes the reactor again at
+//!   once, and data that arrives just before the sleep is never missed.
+//!   [`ReactorStats::fd_wakeups`] counts the wake-ups a ready fd caused.
+//! - A poller idle only because it waits for something that has no fd (a device completion
+//!   queue polled in memory) calls [`ReactorCtx::stay_awake`] to keep polling.
+//!
+//! The mode can be switched per reactor at run time ([`ReactorsHandle::set_interrupt_idle`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -84,6 +97,7 @@
 
 mod coremask;
 mod error;
+mod fdwatch;
 mod group;
 mod inbox;
 mod reactor;
@@ -92,6 +106,7 @@ mod sys;
 
 pub use coremask::{CoreMask, CoreMaskError};
 pub use error::ReactorError;
+pub use fdwatch::{FdInterest, FdWatch};
 pub use group::{Reactors, ReactorsHandle, ReactorsOptions, current_core};
 pub use reactor::{Message, PollerId, PollerInfo, PollerResult, ReactorCtx};
 pub use stats::ReactorStats;

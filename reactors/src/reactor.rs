@@ -2,16 +2,19 @@
 //!
 //! A turn: run up to `msg_batch` messages, run every active poller, run the timed pollers that
 //! are due, charge the turn's time to busy (something did work) or idle, and in interrupt mode
-//! sleep on the eventfd once idle long enough. The clock is read once per turn.
+//! sleep on the eventfd and the watched fds once idle long enough. The clock is read once per
+//! turn.
 
 use std::any::{Any, TypeId};
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ReactorError;
+use crate::fdwatch::{FdInterest, FdWatch, FdWatches};
 use crate::group::{ReactorsHandle, Shared, Slot};
 use crate::stats::LocalStats;
 use crate::sys;
@@ -127,6 +130,7 @@ pub struct ReactorCtx {
     pending_remove: Vec<PollerId>,
     pollers: Vec<Registered>,
     locals: HashMap<TypeId, Box<dyn Any>>,
+    fds: FdWatches,
     stay_awake: bool,
     stopping: bool,
 }
@@ -258,6 +262,87 @@ impl ReactorCtx {
         self.stay_awake = true;
     }
 
+    /// Watches `fd` (a socket, a pipe, an eventfd of a device): while this reactor sleeps in
+    /// interrupt mode, `fd` becoming ready for `interest` wakes it, and its pollers then run as
+    /// after any wake-up (SPDK's fd group). A poller idle because it waits for a socket watches
+    /// the socket instead of calling [`ReactorCtx::stay_awake`]. Busy polling ignores watches.
+    ///
+    /// Readiness is level-triggered: the poller must consume what woke the reactor (read until
+    /// `WouldBlock`, handle the hang-up) or change the interest, or the reactor wakes again at
+    /// once. The fd is not owned: [`ReactorCtx::unwatch_fd`] it before closing it (a closed
+    /// fd still watched is logged and no longer polled). Watching costs no system call; each
+    /// sleep polls every watched fd (made for tens of fds). Watches end with the reactor.
+    ///
+    /// # Panics
+    ///
+    /// If `fd` is negative.
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use std::os::fd::AsRawFd;
+    /// use std::os::unix::net::UnixStream;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use pmio_reactors::{CoreMask, FdInterest, PollerResult, Reactors, ReactorsOptions};
+    ///
+    /// let mask = CoreMask::from_cores([CoreMask::available()?.first()])?;
+    /// let opts = ReactorsOptions {
+    ///     interrupt_idle: Some(Duration::from_millis(1)),
+    ///     ..ReactorsOptions::default()
+    /// };
+    /// let reactors = Reactors::start(mask, opts)?;
+    /// let (mut peer, mut sock) = UnixStream::pair()?;
+    /// sock.set_nonblocking(true)?;
+    /// let got = Arc::new(AtomicBool::new(false));
+    /// let g = got.clone();
+    /// reactors.run_on(reactors.cores()[0], move |ctx| {
+    ///     // Sleeps between messages; a byte on `sock` wakes it and the poller reads it.
+    ///     let watch = ctx.watch_fd(sock.as_raw_fd(), FdInterest::Read);
+    ///     ctx.register_poller("conn", move |ctx| {
+    ///         let mut buf = [0u8; 16];
+    ///         match sock.read(&mut buf) {
+    ///             Ok(0) => {
+    ///                 ctx.unwatch_fd(watch); // hang-up: stop watching before `sock` drops
+    ///                 PollerResult::Idle
+    ///             }
+    ///             Ok(_) => {
+    ///                 g.store(true, Ordering::Release);
+    ///                 PollerResult::Busy
+    ///             }
+    ///             Err(_) => PollerResult::Idle, // WouldBlock: nothing to read
+    ///         }
+    ///     });
+    /// })?;
+    /// peer.write_all(b"ping")?;
+    /// while !got.load(Ordering::Acquire) {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// reactors.stop()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn watch_fd(&mut self, fd: RawFd, interest: FdInterest) -> FdWatch {
+        self.fds.watch(fd, interest)
+    }
+
+    /// Changes what readiness of a watched fd wakes the reactor, e.g. `ReadWrite` while a
+    /// connection has output queued and `Read` once it is sent (a socket is almost always
+    /// writable). No system call. Returns false if `watch` is unknown or already unwatched.
+    pub fn set_fd_interest(&mut self, watch: FdWatch, interest: FdInterest) -> bool {
+        self.fds.set_interest(watch, interest)
+    }
+
+    /// Stops watching; the fd no longer wakes the reactor from its next sleep on. Returns false
+    /// if `watch` is unknown or already unwatched.
+    pub fn unwatch_fd(&mut self, watch: FdWatch) -> bool {
+        self.fds.unwatch(watch)
+    }
+
+    /// Number of fds this reactor watches.
+    pub fn watched_fds(&self) -> usize {
+        self.fds.len()
+    }
+
     /// True while the reactor runs its last messages before exiting (pollers no longer run
     /// and sends to it are refused).
     pub fn is_stopping(&self) -> bool {
@@ -329,6 +414,7 @@ impl Reactor {
                 pending_remove: Vec::new(),
                 pollers: Vec::new(),
                 locals: HashMap::new(),
+                fds: FdWatches::new(),
                 stay_awake: false,
                 stopping: false,
             },
@@ -453,8 +539,8 @@ impl Reactor {
         self.stats.timed_pollers = self.timed.len() as u32;
     }
 
-    /// Interrupt mode: sleeps on the eventfd until a message, a stop request or the next
-    /// timed poller. Returns the time after waking.
+    /// Interrupt mode: sleeps on the eventfd and the watched fds until a message, a stop
+    /// request, a ready fd or the next timed poller. Returns the time after waking.
     #[cold]
     fn sleep(&mut self, slot: &Slot, shared: &Shared, now: u64) -> u64 {
         let timeout = match self.next_timed_due {
@@ -463,15 +549,19 @@ impl Reactor {
             due => Some(Duration::from_nanos(due - now)),
         };
         // Publish before waiting, so that stats read while asleep are current.
-        if !slot
+        let stats = &self.stats;
+        let Some(woken) = slot
             .inbox
-            .sleep(timeout, shared.stop(), || self.publish(slot))
-        {
+            .sleep(timeout, shared.stop(), &mut self.ctx.fds, || {
+                slot.stats.publish(stats)
+            })
+        else {
             return now;
-        }
+        };
         let woke = sys::now_ns();
         self.stats.sleep_ns += woke.saturating_sub(now);
         self.stats.wakeups += 1;
+        self.stats.fd_wakeups += u64::from(woken.fds > 0);
         woke
     }
 
@@ -490,6 +580,7 @@ impl Reactor {
         self.ctx.pending_remove.clear();
         self.ctx.pollers.clear();
         self.ctx.locals.clear();
+        self.ctx.fds.clear();
         self.stats.active_pollers = 0;
         self.stats.timed_pollers = 0;
         self.publish(slot);

@@ -20,6 +20,8 @@ pub struct ReactorStats {
     pub messages: u64,
     /// Times the reactor woke from an interrupt-mode sleep.
     pub wakeups: u64,
+    /// Of those, the wake-ups where a watched fd ([`crate::ReactorCtx::watch_fd`]) was ready.
+    pub fd_wakeups: u64,
     /// Active pollers registered now.
     pub active_pollers: u32,
     /// Timed pollers registered now.
@@ -49,6 +51,7 @@ impl ReactorStats {
             turns: self.turns.saturating_sub(earlier.turns),
             messages: self.messages.saturating_sub(earlier.messages),
             wakeups: self.wakeups.saturating_sub(earlier.wakeups),
+            fd_wakeups: self.fd_wakeups.saturating_sub(earlier.fd_wakeups),
             active_pollers: self.active_pollers,
             timed_pollers: self.timed_pollers,
             sleeping: self.sleeping,
@@ -65,6 +68,7 @@ pub(crate) struct LocalStats {
     pub turns: u64,
     pub messages: u64,
     pub wakeups: u64,
+    pub fd_wakeups: u64,
     pub active_pollers: u32,
     pub timed_pollers: u32,
 }
@@ -80,6 +84,7 @@ pub(crate) struct StatsCell {
     turns: AtomicU64,
     messages: AtomicU64,
     wakeups: AtomicU64,
+    fd_wakeups: AtomicU64,
     /// active << 32 | timed
     pollers: AtomicU64,
 }
@@ -93,6 +98,7 @@ impl StatsCell {
         self.sleep_ns.store(s.sleep_ns, Ordering::Relaxed);
         self.messages.store(s.messages, Ordering::Relaxed);
         self.wakeups.store(s.wakeups, Ordering::Relaxed);
+        self.fd_wakeups.store(s.fd_wakeups, Ordering::Relaxed);
         self.pollers.store(
             (s.active_pollers as u64) << 32 | s.timed_pollers as u64,
             Ordering::Relaxed,
@@ -111,6 +117,7 @@ impl StatsCell {
             turns,
             messages: self.messages.load(Ordering::Relaxed),
             wakeups: self.wakeups.load(Ordering::Relaxed),
+            fd_wakeups: self.fd_wakeups.load(Ordering::Relaxed),
             active_pollers: (pollers >> 32) as u32,
             timed_pollers: pollers as u32,
             sleeping,
@@ -132,12 +139,14 @@ mod tests {
             turns: 5,
             messages: 7,
             wakeups: 1,
+            fd_wakeups: 1,
             active_pollers: 2,
             timed_pollers: 3,
         };
         cell.publish(&s);
         let a = cell.snapshot(4, false);
         assert_eq!((a.core, a.busy_ns, a.turns, a.messages), (4, 30, 5, 7));
+        assert_eq!((a.wakeups, a.fd_wakeups), (1, 1));
         assert_eq!((a.active_pollers, a.timed_pollers), (2, 3));
         assert!((a.busy_pct() - 30.0).abs() < 1e-9);
         s.busy_ns = 130;

@@ -1,8 +1,10 @@
-//! The thin OS layer: CPU affinity, eventfd, thread CPU time. Every `unsafe` of the crate lives here.
+//! The thin OS layer: CPU affinity, eventfd, ppoll, thread CPU time. Every `unsafe` of the crate lives here.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+use crate::fdwatch::{FdWatches, Woken};
 
 /// Largest number of cores a mask can name (`CPU_SETSIZE`, as SPDK's `SPDK_CPUSET_SIZE`).
 pub const MAX_CORES: u32 = libc::CPU_SETSIZE as u32;
@@ -122,26 +124,42 @@ impl EventFd {
         };
     }
 
-    /// Blocks until the counter is non-zero or `timeout` passes (`None` = no timeout).
-    /// Returns whether the eventfd was signalled. EINTR counts as a spurious wake-up.
-    pub fn wait(&self, timeout: Option<Duration>) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        });
-        let ts_ptr = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: pfd is one valid pollfd; ts_ptr is null or points to a live timespec;
-        // a null sigmask keeps the thread's mask.
-        let rc = unsafe { libc::ppoll(&mut pfd, 1, ts_ptr, std::ptr::null()) };
-        rc > 0 && (pfd.revents & libc::POLLIN) != 0
+    /// Blocks until the counter is non-zero, a fd of `watched` is ready, or `timeout` passes
+    /// (`None` = no timeout), in one `ppoll`. EINTR counts as a spurious wake-up.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub fn wait(&self, timeout: Option<Duration>, watched: &mut FdWatches) -> Woken {
+        watched.wait(self.0.as_raw_fd(), timeout)
     }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// `ppoll(2)` on `fds` with the thread's signal mask; returns how many entries have events
+/// (0 on timeout, EINTR or another error: the caller treats it as a spurious wake-up).
+#[cfg_attr(loom, allow(dead_code))]
+pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> usize {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: fds is a valid, writable array of fds.len() pollfds; ts_ptr is null or points to
+    // a live timespec; a null sigmask keeps the thread's mask.
+    let rc = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
+    };
+    usize::try_from(rc).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -153,14 +171,15 @@ mod tests {
     #[test]
     fn eventfd_wakes_and_times_out() {
         let efd = EventFd::new().unwrap();
+        let mut none = FdWatches::new();
         let t = Instant::now();
-        assert!(!efd.wait(Some(Duration::from_millis(20))));
+        assert!(!efd.wait(Some(Duration::from_millis(20)), &mut none).event);
         assert!(t.elapsed() >= Duration::from_millis(19));
         efd.notify();
         efd.notify();
-        assert!(efd.wait(Some(Duration::from_secs(5))));
+        assert!(efd.wait(Some(Duration::from_secs(5)), &mut none).event);
         efd.drain();
-        assert!(!efd.wait(Some(Duration::ZERO)));
+        assert!(!efd.wait(Some(Duration::ZERO), &mut none).event);
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! cores, and timing checks must not compete with each other.
 
 use std::cell::Cell;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
@@ -759,4 +762,219 @@ fn group_dropped_on_its_own_reactor_does_not_deadlock() {
     assert!(wait_until(Duration::from_secs(5), || {
         h.send(core, |_| {}).is_err()
     }));
+}
+
+/// A poller on a reactor that reads one end of a socket pair: counts its runs (to tell that
+/// the reactor slept: an asleep reactor runs no poller) and the bytes it read.
+struct SocketReader {
+    runs: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+    watch: Option<FdWatch>,
+}
+
+fn start_socket_reader(
+    reactors: &Reactors,
+    core: u32,
+    mut rx: UnixStream,
+    watch: bool,
+) -> SocketReader {
+    rx.set_nonblocking(true).unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let (r, b) = (runs.clone(), bytes.clone());
+    let watch = reactors
+        .run_on(core, move |ctx| {
+            let id = watch.then(|| ctx.watch_fd(rx.as_raw_fd(), FdInterest::Read));
+            ctx.register_poller("socket_reader", move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 64];
+                let mut busy = false;
+                // Read until WouldBlock: a watched fd left readable wakes the reactor again.
+                while let Ok(n @ 1..) = rx.read(&mut buf) {
+                    b.fetch_add(n as u64, Ordering::SeqCst);
+                    busy = true;
+                }
+                PollerResult::from(busy)
+            });
+            id
+        })
+        .unwrap();
+    SocketReader { runs, bytes, watch }
+}
+
+/// Waits (10 s at most) until the reactor sleeps, then checks that it stays asleep for
+/// `quiet`: no poller run, still sleeping. Returns false if it did not.
+fn stays_asleep(reactors: &Reactors, core: u32, runs: &AtomicU64, quiet: Duration) -> bool {
+    if !wait_until(Duration::from_secs(10), || reactors.is_sleeping(core)) {
+        return false;
+    }
+    let before = runs.load(Ordering::SeqCst);
+    thread::sleep(quiet);
+    runs.load(Ordering::SeqCst) == before && reactors.is_sleeping(core)
+}
+
+#[test]
+fn watched_socket_wakes_a_sleeping_reactor() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), interrupt_opts(Duration::from_millis(1))).unwrap();
+    let core = reactors.cores()[0];
+    let (mut tx, rx) = UnixStream::pair().unwrap();
+    let reader = start_socket_reader(&reactors, core, rx, true);
+    assert!(reader.watch.is_some());
+    assert_eq!(reactors.run_on(core, |ctx| ctx.watched_fds()).unwrap(), 1);
+    let st0 = reactors.stats(core).unwrap();
+    // Three rounds: each byte wakes the reactor, the poller reads it, and the reactor goes
+    // back to sleep (the fd is no longer readable, so it does not spin).
+    for round in 1..=3u64 {
+        assert!(
+            stays_asleep(&reactors, core, &reader.runs, Duration::from_millis(100)),
+            "round {round}: reactor not asleep"
+        );
+        let t = Instant::now();
+        tx.write_all(b"x").unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || reader
+                .bytes
+                .load(Ordering::SeqCst)
+                == round),
+            "round {round}: byte not read"
+        );
+        let latency = t.elapsed();
+        assert!(
+            latency < Duration::from_secs(1),
+            "round {round}: {latency:?}"
+        );
+    }
+    assert!(stays_asleep(
+        &reactors,
+        core,
+        &reader.runs,
+        Duration::from_millis(50)
+    ));
+    let d = reactors.stats(core).unwrap().since(&st0);
+    assert!(d.fd_wakeups >= 3 && d.wakeups >= d.fd_wakeups, "{d:?}");
+    let stats = reactors.stop().unwrap();
+    assert!(stats[0].fd_wakeups >= 3, "{stats:?}");
+}
+
+#[test]
+fn unwatched_socket_does_not_wake_the_reactor() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), interrupt_opts(Duration::from_millis(1))).unwrap();
+    let core = reactors.cores()[0];
+    let (mut tx, rx) = UnixStream::pair().unwrap();
+    let reader = start_socket_reader(&reactors, core, rx, true);
+    let watch = reader.watch.unwrap();
+    let (unwatched, again, count) = reactors
+        .run_on(core, move |ctx| {
+            (
+                ctx.unwatch_fd(watch),
+                ctx.unwatch_fd(watch),
+                ctx.watched_fds(),
+            )
+        })
+        .unwrap();
+    assert_eq!((unwatched, again, count), (true, false, 0));
+    assert!(stays_asleep(
+        &reactors,
+        core,
+        &reader.runs,
+        Duration::from_millis(50)
+    ));
+    let st0 = reactors.stats(core).unwrap();
+    // Data waits on the socket, but nothing watches it: the reactor sleeps on.
+    tx.write_all(b"x").unwrap();
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(reader.bytes.load(Ordering::SeqCst), 0);
+    assert!(reactors.is_sleeping(core));
+    let d = reactors.stats(core).unwrap().since(&st0);
+    assert_eq!((d.wakeups, d.fd_wakeups), (0, 0), "{d:?}");
+    // A message wakes it; the poller runs after it and finds the byte.
+    reactors.send(core, |_| {}).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || reader
+        .bytes
+        .load(Ordering::SeqCst)
+        == 1));
+    let stats = reactors.stop().unwrap();
+    assert_eq!(stats[0].fd_wakeups, 0, "{stats:?}");
+}
+
+/// A connection's pattern: watch for `Write` while output is queued, back to `Read` once sent.
+#[test]
+fn write_interest_wakes_when_the_socket_becomes_writable() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), interrupt_opts(Duration::from_millis(1))).unwrap();
+    let core = reactors.cores()[0];
+    let (mut tx, mut rx) = UnixStream::pair().unwrap();
+    tx.set_nonblocking(true).unwrap();
+    rx.set_nonblocking(true).unwrap();
+    // Fill the socket so that it is not writable.
+    let chunk = [0u8; 4096];
+    let mut filled = 0usize;
+    loop {
+        match tx.write(&chunk) {
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let runs = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicBool::new(false));
+    let (r, s) = (runs.clone(), sent.clone());
+    reactors
+        .run_on(core, move |ctx| {
+            let watch = ctx.watch_fd(tx.as_raw_fd(), FdInterest::Write);
+            ctx.register_poller("socket_writer", move |ctx| {
+                r.fetch_add(1, Ordering::SeqCst);
+                if s.load(Ordering::SeqCst) {
+                    return PollerResult::Idle;
+                }
+                match tx.write(b"y") {
+                    Ok(1) => {
+                        s.store(true, Ordering::SeqCst);
+                        // Output sent: a writable socket must not keep waking the reactor.
+                        assert!(ctx.set_fd_interest(watch, FdInterest::Read));
+                        PollerResult::Busy
+                    }
+                    _ => PollerResult::Idle,
+                }
+            });
+        })
+        .unwrap();
+    // Full socket, Write interest: the reactor sleeps.
+    assert!(
+        stays_asleep(&reactors, core, &runs, Duration::from_millis(100)),
+        "reactor not asleep on a full socket"
+    );
+    assert!(!sent.load(Ordering::SeqCst));
+    let st0 = reactors.stats(core).unwrap();
+    // Drain the peer: the socket becomes writable and wakes the reactor.
+    let t = Instant::now();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut drained = 0usize;
+    while drained < filled {
+        match rx.read(&mut buf) {
+            Ok(n) => drained += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::yield_now(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(wait_until(Duration::from_secs(10), || sent.load(Ordering::SeqCst)));
+    let latency = t.elapsed();
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
+    let d = reactors.stats(core).unwrap().since(&st0);
+    assert!(d.fd_wakeups >= 1, "{d:?}");
+    // Interest back to Read: the reactor sleeps again though the socket stays writable.
+    assert!(stays_asleep(
+        &reactors,
+        core,
+        &runs,
+        Duration::from_millis(100)
+    ));
+    let mut y = [0u8; 1];
+    assert!(wait_until(Duration::from_secs(10), || rx
+        .read(&mut y)
+        .is_ok()));
+    assert_eq!(&y, b"y");
+    reactors.stop().unwrap();
 }
