@@ -1,5 +1,8 @@
 //! pmio's NVMe/TCP target: serves bdevs to NVMe over Fabrics hosts over TCP (TP 8000).
 //!
+//! - [`NvmfTarget`]: what RPC drives: the transport, subsystems, namespaces, hosts and
+//!   listeners; connections are accepted on the first reactor and spread round robin over all
+//!   of them, each owned by its reactor's poll group for its life.
 //! - [`pdu`]: the wire format. PDUs are parsed in place from a receive buffer and their headers
 //!   encoded into a small stack buffer; there is no socket and no reactor here, so an NVMe/TCP
 //!   host reuses the same codec.
@@ -21,6 +24,27 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![forbid(unsafe_code)]
+// Unsafe code lives only in `buf` (command data buffers a device may DMA into).
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+mod buf;
+mod conn;
+pub mod ctrlr;
+pub mod error;
+mod group;
+pub mod identify;
+mod listener;
 pub mod pdu;
+pub mod spec;
+pub mod stats;
+pub mod subsystem;
+mod tgt;
+
+pub use error::NvmfError;
+pub use stats::GroupStats;
+pub use subsystem::{
+    AdrFam, DISCOVERY_NQN, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,
+    TransportOpts,
+};
+pub use tgt::{Config, CtrlrRecord, NvmfTarget, QpairRecord};

@@ -1,0 +1,411 @@
+//! A reactor's poll group (SPDK's `nvmf_tgt_poll_group`): the connections this reactor owns,
+//! the bdev queues it opened for their namespaces, its data buffers and one poller that runs
+//! them all. Everything here lives on its reactor (reactor-local state): no lock on the I/O
+//! path; the target's lock is taken only when a connection is set up, for admin commands, and
+//! when the configuration generation moved.
+
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use pmio::bdev::{BdevQueue, BdevQueueOptions};
+use pmio::{BlockDevice, IoStatus, OpSet, Plug};
+use pmio_reactors::{FdInterest, FdWatch, PollerId, PollerResult, ReactorCtx};
+
+use crate::buf::BufPool;
+use crate::conn::Conn;
+use crate::stats::GroupStats;
+use crate::tgt::NvmfTarget;
+
+/// Completions reaped per bdev queue per poll.
+const REAP: usize = 128;
+/// How often keep-alive timers are checked.
+const HOUSEKEEPING_NS: u64 = 100_000_000;
+
+/// A namespace as an I/O queue pair uses it: what a command is checked against, and the bdev
+/// queue (index into the group's) that runs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NsRef {
+    pub queue: usize,
+    pub block_size: u32,
+    pub num_blocks: u64,
+    pub ops: OpSet,
+    pub max_transfer_blocks: u32,
+}
+
+/// A bdev queue opened on this reactor.
+pub(crate) struct GroupQueue {
+    pub name: String,
+    pub q: BdevQueue,
+}
+
+/// What connections share within the group (split from the connection list so a connection
+/// can be handed `&mut GroupShared` while the group iterates its connections).
+pub(crate) struct GroupShared {
+    pub tgt: Arc<NvmfTarget>,
+    pub core: u32,
+    pub queues: Vec<GroupQueue>,
+    pub plug: Plug,
+    pub pool: BufPool,
+    /// Configuration generation of `ns`.
+    pub generation: u64,
+    /// Subsystem NQN → NSID → namespace.
+    pub ns: HashMap<String, HashMap<u32, NsRef>>,
+    pub stats: GroupStats,
+    /// Set when the generation moved this poll (admin queues look for namespace news).
+    pub config_changed: bool,
+}
+
+/// A change to the reactor's watched fds, applied after the poll (the group cannot reach the
+/// reactor while the reactor runs it).
+enum FdOp {
+    /// Watch connection `id`'s socket.
+    Watch {
+        id: usize,
+        fd: std::os::fd::RawFd,
+    },
+    Interest {
+        watch: FdWatch,
+        interest: FdInterest,
+    },
+    Unwatch {
+        watch: FdWatch,
+    },
+}
+
+/// The poll group of one reactor.
+pub(crate) struct PollGroup {
+    fd_ops: Vec<FdOp>,
+    conns: Vec<Option<Conn>>,
+    free_ids: Vec<usize>,
+    shared: GroupShared,
+    /// (token, status) of the completions of one poll, reused.
+    done: Vec<(u64, IoStatus)>,
+    next_housekeeping_ns: u64,
+    poller: Option<PollerId>,
+}
+
+impl PollGroup {
+    fn new(tgt: Arc<NvmfTarget>, core: u32) -> PollGroup {
+        let buf_size = tgt.transport().map_or(131072, |t| t.max_io_size as usize);
+        PollGroup {
+            fd_ops: Vec::new(),
+            conns: Vec::new(),
+            free_ids: Vec::new(),
+            shared: GroupShared {
+                tgt,
+                core,
+                queues: Vec::new(),
+                plug: Plug::default(),
+                pool: BufPool::new(buf_size),
+                generation: 0,
+                ns: HashMap::new(),
+                stats: GroupStats::default(),
+                config_changed: false,
+            },
+            done: Vec::with_capacity(REAP),
+            next_housekeeping_ns: 0,
+            poller: None,
+        }
+    }
+
+    fn add(&mut self, stream: TcpStream, now_ns: u64) {
+        let id = self.free_ids.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        match Conn::new(id, stream, &self.shared, now_ns) {
+            Ok(c) => {
+                self.fd_ops.push(FdOp::Watch { id, fd: c.fd() });
+                self.conns[id] = Some(c);
+            }
+            Err(e) => {
+                log::warn!("nvmf: dropping a new connection: {e}");
+                self.free_ids.push(id);
+            }
+        }
+    }
+
+    /// One pass over everything: sockets in, bdev completions, sockets out. Returns whether
+    /// anything happened.
+    fn poll(&mut self, now_ns: u64) -> bool {
+        let mut busy = false;
+        self.refresh(now_ns);
+        let sh = &mut self.shared;
+        sh.plug.begin();
+        for c in self.conns.iter_mut().flatten() {
+            busy |= c.receive(sh, now_ns);
+        }
+        sh.plug.finish();
+        for gq in &mut sh.queues {
+            gq.q.flush();
+        }
+        // Completions, routed to their connections by token (connection id, slot).
+        for qi in 0..sh.queues.len() {
+            if sh.queues[qi].q.outstanding() == 0 {
+                continue;
+            }
+            self.done.clear();
+            let done = &mut self.done;
+            let n = sh.queues[qi]
+                .q
+                .poll(REAP, |rq| done.push((rq.token, rq.status)));
+            if n == 0 {
+                continue;
+            }
+            busy = true;
+            sh.stats.pending_bdev_io -= n as u64;
+            for &(token, status) in &self.done {
+                let (id, slot) = ((token >> 16) as usize, token as u16);
+                match self.conns.get_mut(id).and_then(Option::as_mut) {
+                    Some(c) => c.io_done(slot, status, sh),
+                    None => log::error!("nvmf: completion for connection {id} that is gone"),
+                }
+            }
+        }
+        // Commands that found their bdev queue full, then everything produced goes out.
+        sh.plug.begin();
+        for c in self.conns.iter_mut().flatten() {
+            busy |= c.retry_waiting(sh);
+        }
+        sh.plug.finish();
+        for gq in &mut sh.queues {
+            gq.q.flush();
+        }
+        for (id, slot) in self.conns.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            busy |= c.send(&mut self.shared);
+            // Wake for writability only while output waits for room in the socket.
+            if let Some(watch) = c.watch
+                && c.wants_write() != c.watching_write
+            {
+                c.watching_write = c.wants_write();
+                let interest = if c.watching_write {
+                    FdInterest::ReadWrite
+                } else {
+                    FdInterest::Read
+                };
+                self.fd_ops.push(FdOp::Interest { watch, interest });
+            }
+            if c.is_finished() {
+                if let Some(watch) = c.watch {
+                    self.fd_ops.push(FdOp::Unwatch { watch });
+                }
+                let c = slot.take().expect("checked");
+                c.finish(&mut self.shared);
+                self.free_ids.push(id);
+                busy = true;
+            }
+        }
+        self.shared.tgt.group_stats[self.index()].publish(&self.shared.stats);
+        busy
+    }
+
+    fn index(&self) -> usize {
+        self.shared
+            .tgt
+            .cores()
+            .iter()
+            .position(|&c| c == self.shared.core)
+            .unwrap_or(0)
+    }
+
+    /// Takes a new namespace snapshot when the configuration moved, and checks keep-alive
+    /// timers now and then.
+    fn refresh(&mut self, now_ns: u64) {
+        let sh = &mut self.shared;
+        let generation = sh.tgt.generation();
+        sh.config_changed = generation != sh.generation;
+        if sh.config_changed {
+            sh.generation = generation;
+            sh.rebuild_ns();
+        }
+        if sh.config_changed || now_ns >= self.next_housekeeping_ns {
+            self.next_housekeeping_ns = now_ns + HOUSEKEEPING_NS;
+            for c in self.conns.iter_mut().flatten() {
+                c.housekeeping(sh, now_ns);
+            }
+        }
+    }
+
+    /// Closes every connection of controller (`nqn`, `cntlid`).
+    fn close_controller(&mut self, nqn: &str, cntlid: u16, io_only: bool) {
+        for c in self.conns.iter_mut().flatten() {
+            if c.belongs_to(nqn, cntlid) && !(io_only && c.is_admin()) {
+                c.close("its controller is being removed");
+            }
+        }
+    }
+}
+
+impl GroupShared {
+    /// Rebuilds the namespace snapshot from the configuration, opening bdev queues for
+    /// namespaces new to this reactor.
+    fn rebuild_ns(&mut self) {
+        let snap = self.tgt.ns_snapshot();
+        let mut ns = HashMap::with_capacity(snap.len());
+        for (nqn, list) in snap {
+            let mut m = HashMap::with_capacity(list.len());
+            for n in list {
+                match self.queue_for(&n.bdev) {
+                    Ok(queue) => {
+                        let info = n.bdev.info();
+                        m.insert(
+                            n.nsid,
+                            NsRef {
+                                queue,
+                                block_size: info.block_size,
+                                num_blocks: info.num_blocks,
+                                ops: info.supported_ops,
+                                max_transfer_blocks: info.max_transfer_blocks,
+                            },
+                        );
+                    }
+                    Err(e) => log::error!(
+                        "nvmf: core {}: namespace {} of {nqn} ({}): {e}",
+                        self.core,
+                        n.nsid,
+                        n.bdev_name()
+                    ),
+                }
+            }
+            ns.insert(nqn, m);
+        }
+        self.ns = ns;
+    }
+
+    /// The index of this reactor's queue on `dev`, opened now if needed.
+    fn queue_for(&mut self, dev: &Arc<dyn BlockDevice>) -> Result<usize, pmio::BdevError> {
+        let name = &dev.info().name;
+        if let Some(i) = self.queues.iter().position(|q| &q.name == name) {
+            return Ok(i);
+        }
+        let depth = dev.info().max_queue_depth.min(256);
+        let q = BdevQueue::open_in(
+            &self.tgt.registry,
+            name,
+            BdevQueueOptions {
+                depth,
+                ..BdevQueueOptions::default()
+            },
+        )?;
+        q.register_plug(&mut self.plug);
+        self.pool.register_with(q.device().as_ref());
+        log::info!("nvmf: core {}: opened {name} (depth {depth})", self.core);
+        self.queues.push(GroupQueue {
+            name: name.clone(),
+            q,
+        });
+        Ok(self.queues.len() - 1)
+    }
+
+    /// Tells every open device about the pool's memory (after the pool grew).
+    pub fn register_pool(&self) {
+        for gq in &self.queues {
+            self.pool.register_with(gq.q.device().as_ref());
+        }
+    }
+}
+
+/// Takes connection `stream` onto this reactor's poll group (created, with its poller, on the
+/// first connection).
+pub(crate) fn add_connection(ctx: &mut ReactorCtx, tgt: Arc<NvmfTarget>, stream: TcpStream) {
+    let core = ctx.core();
+    let now = ctx.now_ns();
+    if ctx.local::<PollGroup>().is_none() {
+        ctx.set_local(PollGroup::new(tgt, core));
+        let id = ctx.register_poller("nvmf_tcp_poll_group", |ctx| {
+            let now = ctx.now_ns();
+            let Some(g) = ctx.local::<PollGroup>() else {
+                return PollerResult::Idle;
+            };
+            let busy = g.poll(now);
+            let ops = std::mem::take(&mut g.fd_ops);
+            apply_fd_ops(ctx, ops);
+            if busy {
+                PollerResult::Busy
+            } else {
+                PollerResult::Idle
+            }
+        });
+        ctx.local::<PollGroup>().expect("just set").poller = Some(id);
+    }
+    ctx.local::<PollGroup>()
+        .expect("created above")
+        .add(stream, now);
+}
+
+/// Applies the group's watched-fd changes: sockets wake this reactor when it sleeps
+/// (interrupt mode), so an idle target burns no CPU.
+fn apply_fd_ops(ctx: &mut ReactorCtx, mut ops: Vec<FdOp>) {
+    if ops.is_empty() {
+        return;
+    }
+    for op in ops.drain(..) {
+        match op {
+            FdOp::Watch { id, fd } => {
+                let watch = ctx.watch_fd(fd, FdInterest::Read);
+                let g = ctx.local::<PollGroup>().expect("the group runs this");
+                match g.conns.get_mut(id).and_then(Option::as_mut) {
+                    Some(c) => c.watch = Some(watch),
+                    None => {
+                        ctx.unwatch_fd(watch);
+                    }
+                }
+            }
+            FdOp::Interest { watch, interest } => {
+                ctx.set_fd_interest(watch, interest);
+            }
+            FdOp::Unwatch { watch } => {
+                ctx.unwatch_fd(watch);
+            }
+        }
+    }
+    // Keep the vector's capacity for the next poll.
+    if let Some(g) = ctx.local::<PollGroup>() {
+        g.fd_ops = ops;
+    }
+}
+
+/// Closes the connections of controller (`nqn`, `cntlid`) on this reactor (`io_only`: its
+/// I/O queues only).
+pub(crate) fn close_controller(ctx: &mut ReactorCtx, nqn: &str, cntlid: u16, io_only: bool) {
+    if let Some(g) = ctx.local::<PollGroup>() {
+        g.close_controller(nqn, cntlid, io_only);
+    }
+}
+
+/// Closes every connection of this reactor, waits (bounded) for their I/O, and drops the
+/// group: its bdev queues first, then the buffers they may have used.
+pub(crate) fn shut_down(ctx: &mut ReactorCtx) {
+    let Some(mut g) = ctx.take_local::<PollGroup>() else {
+        return;
+    };
+    if let Some(id) = g.poller.take() {
+        ctx.unregister_poller(id);
+    }
+    for c in g.conns.iter_mut().flatten() {
+        c.close("the target is shutting down");
+        if let Some(watch) = c.watch.take() {
+            ctx.unwatch_fd(watch);
+        }
+    }
+    let deadline = pmio_reactors::now_ns() + 5_000_000_000;
+    while g.conns.iter().any(Option::is_some) && pmio_reactors::now_ns() < deadline {
+        g.poll(pmio_reactors::now_ns());
+    }
+    let left = g.conns.iter().flatten().count();
+    if left > 0 {
+        log::error!(
+            "nvmf: core {}: {left} connection(s) still had I/O at shutdown",
+            g.shared.core
+        );
+        // Their buffers must outlive the devices' use of them: leak them rather than free
+        // memory a device may still write.
+        std::mem::forget(g.shared.pool);
+        return;
+    }
+    let GroupShared { queues, pool, .. } = g.shared;
+    drop(queues);
+    drop(pool);
+}
