@@ -1,6 +1,7 @@
 //! pmio-tgt over a real socket: SPDK's malformed-input table (reference/spdk-rpc.md) answered
 //! as SPDK answers it, rpc.py's exact request bytes, socket mode, a live daemon refused,
-//! garbage on one connection never disturbing the others, SIGTERM and spdk_kill_instance.
+//! garbage on one connection never disturbing the others, SIGTERM and spdk_kill_instance; the
+//! NVMe-oF target's configuration methods and their save_config round trip.
 
 mod tgt_util;
 
@@ -8,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 
 use serde_json::Value;
-use tgt_util::{Daemon, raw};
+use tgt_util::{Daemon, free_port, raw};
 
 fn lines(s: &str) -> Vec<Value> {
     s.lines()
@@ -349,4 +350,211 @@ fn tgt_newer_spdk_client_parameters() {
         br#"{"jsonrpc":"2.0","method":"bdev_nvme_attach_controller","id":4,"params":{"name":"Nvme0","trtype":"PCIe","traddr":"0000:00:1f.7","prchk_reftag":false,"prchk_guard":false,"hdgst":false,"ddgst":false,"allow_unrecognized_csi":false,"disable_sq_flow_control":false}}"#,
     ));
     assert_eq!(v[0]["error"]["code"], -19, "{}", v[0]);
+}
+
+/// Runs pmio-rpc, expects it to fail with an error reply of `code`, returns what it printed.
+fn rpc_err(d: &Daemon, args: &[&str], code: i32) -> String {
+    let out = d.rpc(args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
+    assert!(
+        text.contains(&format!("\"code\": {code}")),
+        "{args:?}: want {code}: {text}"
+    );
+    text
+}
+
+/// The NVMe-oF target configured as SPDK's nvmf_tgt is, through pmio-rpc with rpc.py's
+/// arguments: SPDK's reply shapes and error codes, a bdev behind a namespace refused deletion,
+/// and save_config's "nvmf" section restoring the same target in a daemon started with -c.
+#[test]
+fn tgt_nvmf_configuration_and_restart() {
+    const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
+    const DISCOVERY: &str = "nqn.2014-08.org.nvmexpress.discovery";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b6c2a1c-51b4-4a7e-9d1e-3d1c9f0e2a77";
+    const UUID: &str = "fe828eed-8ef3-4fcf-80c2-8367daa65457";
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let d = Daemon::start(&sock, &["-m", "0x3"]);
+    d.rpc_ok(&[
+        "bdev_malloc_create",
+        "-b",
+        "Malloc0",
+        "4",
+        "512",
+        "-u",
+        UUID,
+    ]);
+    d.rpc_ok(&["bdev_malloc_create", "-b", "Malloc1", "4", "512"]);
+
+    // State-changing methods print nothing, as rpc.py.
+    assert_eq!(
+        d.rpc_ok(&["nvmf_create_transport", "-t", "TCP", "-u", "8192"]),
+        ""
+    );
+    rpc_err(&d, &["nvmf_create_transport", "-t", "RDMA"], -32602);
+    d.rpc_ok(&[
+        "nvmf_create_subsystem",
+        NQN,
+        "-s",
+        "SPDK00000000000001",
+        "-m",
+        "10",
+    ]);
+    let text = rpc_err(&d, &["nvmf_create_subsystem", NQN], -32603);
+    assert!(text.contains("Unable to create subsystem"), "{text}");
+    // add_ns answers the NSID (rpc.py prints nothing for it).
+    let v = lines(&d.raw(
+        br#"{"jsonrpc":"2.0","method":"nvmf_subsystem_add_ns","id":1,"params":{"nqn":"nqn.2016-06.io.spdk:cnode1","namespace":{"bdev_name":"Malloc0","no_auto_visible":false,"hide_metadata":false}}}"#,
+    ));
+    assert_eq!(v[0]["result"], 1, "{}", v[0]);
+    assert_eq!(
+        d.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "Malloc1", "-n", "7"]),
+        ""
+    );
+    let text = rpc_err(&d, &["nvmf_subsystem_add_ns", NQN, "NoSuchBdev"], -32602);
+    assert!(text.contains("Invalid parameters"), "{text}");
+    rpc_err(
+        &d,
+        &["nvmf_delete_subsystem", "nqn.2016-06.io.spdk:none"],
+        -32602,
+    );
+
+    // A bdev behind a namespace is claimed: deleting it is refused until the namespace goes.
+    let text = rpc_err(&d, &["bdev_malloc_delete", "Malloc1"], -16);
+    assert!(text.contains(NQN), "{text}");
+    assert_eq!(
+        d.rpc_json(&["bdev_get_bdevs", "-b", "Malloc1"])[0]["claimed"],
+        true
+    );
+    d.rpc_ok(&["nvmf_subsystem_remove_ns", NQN, "7"]);
+    d.rpc_ok(&["bdev_malloc_delete", "Malloc1"]);
+    rpc_err(&d, &["nvmf_subsystem_remove_ns", NQN, "7"], -32602);
+
+    let port = free_port().to_string();
+    d.rpc_ok(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+    ]);
+    d.rpc_ok(&[
+        "nvmf_subsystem_add_listener",
+        "discovery",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-f",
+        "ipv4",
+    ]);
+    rpc_err(
+        &d,
+        &[
+            "nvmf_subsystem_add_listener",
+            NQN,
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port,
+        ],
+        -32602,
+    );
+    d.rpc_ok(&["nvmf_subsystem_add_host", NQN, HOST]);
+    d.rpc_ok(&["nvmf_subsystem_allow_any_host", NQN, "-d"]);
+
+    let addr = serde_json::json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port});
+    let subs = d.rpc_json(&["nvmf_get_subsystems"]);
+    assert_eq!(
+        subs[0],
+        serde_json::json!({"nqn": DISCOVERY, "subtype": "Discovery", "listen_addresses": [addr],
+            "allow_any_host": true, "hosts": []})
+    );
+    assert_eq!(
+        subs[1],
+        serde_json::json!({"nqn": NQN, "subtype": "NVMe", "listen_addresses": [addr],
+            "allow_any_host": false, "hosts": [{"nqn": HOST}],
+            "serial_number": "SPDK00000000000001", "model_number": "SPDK bdev Controller",
+            "max_namespaces": 10, "min_cntlid": 1, "max_cntlid": 65519,
+            "namespaces": [{"nsid": 1, "bdev_name": "Malloc0", "name": "Malloc0",
+                "nguid": "FE828EED8EF34FCF80C28367DAA65457", "uuid": UUID}]})
+    );
+    assert_eq!(subs.as_array().unwrap().len(), 2);
+    assert_eq!(
+        d.rpc_json(&["nvmf_subsystem_get_listeners", NQN]),
+        serde_json::json!([{ "address": addr }])
+    );
+    assert_eq!(
+        d.rpc_json(&["nvmf_subsystem_get_controllers", NQN]),
+        serde_json::json!([])
+    );
+    assert_eq!(
+        d.rpc_json(&["nvmf_subsystem_get_qpairs", NQN]),
+        serde_json::json!([])
+    );
+    let t = d.rpc_json(&["nvmf_get_transports"]);
+    assert_eq!(t[0]["trtype"], "TCP");
+    assert_eq!(t[0]["io_unit_size"], 8192);
+    let stats = d.rpc_json(&["nvmf_get_stats"]);
+    let groups: Vec<&str> = stats["poll_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        groups,
+        ["nvmf_tgt_poll_group_000", "nvmf_tgt_poll_group_001"]
+    );
+    // The listener is bound: a TCP connect is accepted.
+    drop(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap());
+
+    // save_config: the nvmf section after the bdev section, in SPDK's order.
+    let saved = d.rpc_ok(&["save_config"]);
+    let cfg: Value = serde_json::from_str(&saved).unwrap();
+    let names: Vec<&str> = cfg["subsystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["subsystem"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bdev", "nvmf"]);
+    let nvmf = cfg["subsystems"][1]["config"].as_array().unwrap();
+    let methods: Vec<&str> = nvmf.iter().map(|c| c["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "nvmf_create_transport",
+            "nvmf_subsystem_add_listener",
+            "nvmf_create_subsystem",
+            "nvmf_subsystem_add_host",
+            "nvmf_subsystem_add_ns",
+            "nvmf_subsystem_add_listener"
+        ]
+    );
+    assert_eq!(nvmf[1]["params"]["nqn"], DISCOVERY);
+    assert_eq!(
+        nvmf[4]["params"]["namespace"],
+        serde_json::json!({"nsid": 1, "bdev_name": "Malloc0",
+            "nguid": "FE828EED8EF34FCF80C28367DAA65457", "uuid": UUID, "no_auto_visible": false})
+    );
+    let transports = d.rpc_json(&["nvmf_get_transports"]);
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+
+    // A daemon started from the saved configuration serves the same target.
+    let file = dir.path().join("saved.json");
+    std::fs::write(&file, saved).unwrap();
+    let d2 = Daemon::start(&sock, &["-m", "0x3", "-c", file.to_str().unwrap()]);
+    assert_eq!(d2.rpc_json(&["nvmf_get_subsystems"]), subs);
+    assert_eq!(d2.rpc_json(&["nvmf_get_transports"]), transports);
+    drop(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap());
+    assert_eq!(d2.signal(libc::SIGTERM).code(), Some(0));
 }

@@ -7,7 +7,8 @@
 //! - [`target`]: the daemon state (framework state, bdev records, statistics, reactors).
 //! - [`methods`]: the method table and the SPDK methods on the target state;
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
-//!   [`uring`] and [`nvme`] add theirs.
+//!   [`uring`] and [`nvme`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
+//!   target.
 //! - [`config`]: `-c` start-up configuration in `save_config`'s shape.
 //!
 //! ```
@@ -23,6 +24,7 @@ pub mod config;
 pub mod jsonrpc;
 pub mod methods;
 pub mod nvme;
+pub mod nvmf;
 pub mod params;
 pub mod perf;
 pub mod sched;
@@ -30,10 +32,13 @@ pub mod server;
 pub mod target;
 pub mod uring;
 
-/// Releases everything the daemon holds, after the RPC server has stopped: detaches NVMe
-/// controllers with the shutdown sequence, then unregisters every bdev.
+/// Releases everything the daemon holds, after the RPC server has stopped and before the
+/// reactors stop: closes the NVMe/TCP target's connections and listeners (they run on the
+/// reactors and use the bdevs), detaches NVMe controllers with the shutdown sequence, then
+/// unregisters every bdev.
 pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
+    t.nvmf.shutdown();
     nvme::detach_all(t);
     for r in t.records().into_iter().rev() {
         if let Err(e) = t.registry.unregister(&r.name) {

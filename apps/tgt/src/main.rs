@@ -127,16 +127,21 @@ fn run(args: Args) -> anyhow::Result<()> {
     ));
     if args.wait_for_rpc {
         rpc.defer_config(calls);
-    } else {
-        pmio_tgt::config::apply(&rpc, &calls).with_context(|| {
-            format!(
-                "applying {}",
-                args.json
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new(""))
-                    .display()
-            )
-        })?;
+    } else if let Err(e) = pmio_tgt::config::apply(&rpc, &calls) {
+        // What the configuration set up so far (listeners, bdevs) goes before the reactors stop.
+        pmio_tgt::shutdown(&rpc);
+        drop(rpc);
+        drop(target);
+        if let Err(s) = reactors.stop() {
+            log::warn!("stopping reactors: {s}");
+        }
+        return Err(e.context(format!(
+            "applying {}",
+            args.json
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        )));
     }
     let handle = server.start(rpc.clone())?;
     log::info!(

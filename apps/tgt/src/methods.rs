@@ -55,6 +55,7 @@ impl Rpc {
         methods.extend(crate::sched::methods());
         methods.extend(crate::uring::methods());
         methods.extend(crate::nvme::methods());
+        methods.extend(crate::nvmf::methods());
         Rpc {
             target,
             methods,
@@ -283,8 +284,9 @@ fn framework_start_init(
     Ok(Value::Bool(true))
 }
 
-/// The subsystems `save_config` walks: pmio has one, `bdev`.
-pub const SUBSYSTEMS: [&str; 1] = ["bdev"];
+/// The subsystems `save_config` walks, each with the subsystems it depends on, in the order
+/// their configurations replay: the NVMe-oF target's namespaces need their bdevs.
+pub const SUBSYSTEMS: [(&str, &[&str]); 2] = [("bdev", &[]), ("nvmf", &["bdev"])];
 
 fn framework_get_subsystems(
     _: &Rpc,
@@ -295,7 +297,7 @@ fn framework_get_subsystems(
     Ok(Value::Array(
         SUBSYSTEMS
             .iter()
-            .map(|s| json!({"subsystem": s, "depends_on": []}))
+            .map(|(s, deps)| json!({"subsystem": s, "depends_on": deps}))
             .collect(),
     ))
 }
@@ -309,6 +311,7 @@ fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Va
     p.finish()?;
     match name.as_str() {
         "bdev" => Ok(Value::Array(bdev_config(rpc))),
+        "nvmf" => Ok(Value::Array(crate::nvmf::config(rpc))),
         _ => Err(RpcError::new(
             code::INVALID_PARAMS,
             format!("Subsystem '{name}' not found"),

@@ -230,9 +230,16 @@ fn bdev_nvme_detach_controller(
             format_args!("bdev {b} of controller {name} is running perform_tests"),
         ));
     }
+    // No namespace may take one of its bdevs between this check and the detach.
+    let owners = t.hold_bdev_owners();
+    for b in &ctrlrs[pos].bdevs {
+        t.check_no_namespace(b)?;
+    }
     let c = ctrlrs.remove(pos);
     drop(ctrlrs);
-    detach(t, c).map_err(|e| nvme_error(&e))?;
+    let r = detach(t, c);
+    drop(owners);
+    r.map_err(|e| nvme_error(&e))?;
     Ok(Value::Bool(true))
 }
 

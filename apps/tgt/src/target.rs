@@ -14,6 +14,7 @@ use pmio::bdev::stats::{QueueStats, QueueStatsCell};
 use pmio::dma::{DmaError, DmaRegion};
 use pmio::sched::Scheduler;
 use pmio::{BdevError, BlockDevice, Op, Uuid};
+use pmio_nvmf::NvmfTarget;
 use pmio_reactors::ReactorsHandle;
 use serde_json::{Value, json};
 
@@ -104,6 +105,12 @@ pub struct CtrlrRecord {
 pub struct Target {
     /// Every bdev, by name.
     pub registry: Arc<Registry>,
+    /// The NVMe/TCP target serving these bdevs (the `nvmf_*` methods).
+    pub nvmf: Arc<NvmfTarget>,
+    /// Held while a bdev changes hands: deleted, or taken by an NVMe-oF namespace. A bdev is then
+    /// never deleted between a namespace's look-up of it and the namespace's creation. Lock
+    /// order: `ctrlrs`, then this, then `records`.
+    bdev_owners: Mutex<()>,
     records: Mutex<Vec<BdevRecord>>,
     ctrlrs: Mutex<Vec<CtrlrRecord>>,
     state: AtomicU8,
@@ -142,9 +149,12 @@ impl Target {
         let tids = reactors
             .run_on_all(|_| unsafe { libc::gettid() })
             .unwrap_or_default();
+        let registry = Arc::new(Registry::new());
         Target {
             tids,
-            registry: Arc::new(Registry::new()),
+            nvmf: NvmfTarget::new(reactors.clone(), registry.clone()),
+            bdev_owners: Mutex::new(()),
+            registry,
             records: Mutex::new(Vec::new()),
             ctrlrs: Mutex::new(Vec::new()),
             state: AtomicU8::new(state as u8),
@@ -252,8 +262,9 @@ impl Target {
     }
 
     /// Deletes bdev `name` if it was made by `module` (`-19` otherwise, as SPDK), and is not in
-    /// use by a running job (`-16`).
+    /// use by a running job or an NVMe-oF namespace (`-16`).
     pub fn delete_bdev(&self, name: &str, module: &str) -> Result<(), RpcError> {
+        let _owners = self.hold_bdev_owners();
         let mut records = lock(&self.records);
         let Some(pos) = records.iter().position(|r| r.name == name) else {
             return Err(RpcError::errno(-libc::ENODEV));
@@ -339,8 +350,33 @@ impl Target {
                 -libc::EBUSY,
                 format_args!("bdev {name} is in use by {n} running perform_tests job(s)"),
             )),
-            _ => Ok(()),
+            _ => self.check_no_namespace(name),
         }
+    }
+
+    /// Refuses (`-16`, as SPDK refuses a claimed bdev) when bdev `name` backs an NVMe-oF
+    /// namespace: hosts would lose their data path. Call with [`Target::hold_bdev_owners`] held.
+    pub fn check_no_namespace(&self, name: &str) -> Result<(), RpcError> {
+        match self.nvmf.bdev_in_use(name) {
+            Some((nqn, nsid)) => Err(RpcError::errno_detail(
+                -libc::EBUSY,
+                format_args!(
+                    "bdev {name} is namespace {nsid} of NVMe-oF subsystem {nqn}; remove it first \
+                     (nvmf_subsystem_remove_ns {nqn} {nsid})"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Holds off bdev ownership changes (deletes, namespaces taking a bdev) until dropped.
+    pub fn hold_bdev_owners(&self) -> MutexGuard<'_, ()> {
+        lock(&self.bdev_owners)
+    }
+
+    /// Whether bdev `name` is claimed: a running job or an NVMe-oF namespace uses it.
+    pub fn is_claimed_by_anyone(&self, name: &str) -> bool {
+        self.is_claimed(name) || self.nvmf.bdev_in_use(name).is_some()
     }
 
     /// Marks `names` busy (a job uses them) until the returned guard is dropped; fails with the
@@ -510,7 +546,7 @@ impl Target {
                 "r_mbytes_per_sec": 0,
                 "w_mbytes_per_sec": 0
             },
-            "claimed": self.is_claimed(&i.name),
+            "claimed": self.is_claimed_by_anyone(&i.name),
             "zoned": false,
             "supported_io_types": {
                 "read": ops.contains(Op::Read),

@@ -181,3 +181,11 @@ pub fn raw(sock: &Path, bytes: &[u8]) -> String {
     let _ = s.read_to_end(&mut out);
     String::from_utf8(out).expect("UTF-8 response")
 }
+
+/// A TCP port on 127.0.0.1 that nothing listens on right now (the kernel's pick for port 0).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
