@@ -558,3 +558,152 @@ fn tgt_nvmf_configuration_and_restart() {
     drop(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap());
     assert_eq!(d2.signal(libc::SIGTERM).code(), Some(0));
 }
+
+/// A minimal NVMe/TCP host written from the spec's byte layouts (not the target's codec):
+/// ICReq/ICResp, then a Fabrics Connect of the admin queue. Returns the socket and the
+/// CapsuleResp's CQE fields (DW0, status field without the phase bit).
+fn nvme_tcp_admin_connect(
+    port: u16,
+    subnqn: &str,
+    hostnqn: &str,
+    hostid: [u8; 16],
+) -> (std::net::TcpStream, u32, u16) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    // ICReq: type 0, HLEN 128, PLEN 128, PFV 0, HPDA 0, no digests, MAXR2T 0.
+    let mut icreq = [0u8; 128];
+    icreq[2] = 128;
+    icreq[4..8].copy_from_slice(&128u32.to_le_bytes());
+    s.write_all(&icreq).unwrap();
+    let mut icresp = [0u8; 128];
+    s.read_exact(&mut icresp).unwrap();
+    assert_eq!((icresp[0], icresp[2]), (1, 128), "ICResp");
+    // CapsuleCmd (type 4, HLEN 72, PDO 72) with the 1024-byte Connect data in the capsule.
+    let mut pdu = vec![0u8; 72 + 1024];
+    pdu[0] = 4;
+    pdu[2] = 72;
+    pdu[3] = 72;
+    pdu[4..8].copy_from_slice(&(72u32 + 1024).to_le_bytes());
+    let sqe = &mut pdu[8..72];
+    sqe[0] = 0x7f; // Fabrics
+    sqe[1] = 0x40; // SGL
+    sqe[2..4].copy_from_slice(&1u16.to_le_bytes()); // CID
+    sqe[4] = 0x01; // FCTYPE Connect
+    sqe[32..36].copy_from_slice(&1024u32.to_le_bytes()); // SGL length
+    sqe[39] = 0x01; // SGL data block, offset (in-capsule)
+    sqe[44..46].copy_from_slice(&31u16.to_le_bytes()); // QID 0 in CDW10; SQSIZE 31 in CDW11
+    let data = &mut pdu[72..];
+    data[..16].copy_from_slice(&hostid);
+    data[16..18].copy_from_slice(&0xffffu16.to_le_bytes()); // dynamic controller
+    data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
+    data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
+    s.write_all(&pdu).unwrap();
+    // CapsuleResp: type 5, HLEN 24; the CQE at 8.
+    let mut resp = [0u8; 24];
+    s.read_exact(&mut resp).unwrap();
+    assert_eq!((resp[0], resp[2]), (5, 24), "CapsuleResp");
+    let dw0 = u32::from_le_bytes(resp[8..12].try_into().unwrap());
+    assert_eq!(u16::from_le_bytes([resp[20], resp[21]]), 1, "CID echoed");
+    let status = u16::from_le_bytes([resp[22], resp[23]]) >> 1;
+    (s, dw0, status)
+}
+
+/// A host connected to the target shows up in nvmf_subsystem_get_controllers, _get_qpairs and
+/// nvmf_get_stats in SPDK's shapes; a host not on the list is refused and not listed; a
+/// disconnected host leaves no controller behind.
+#[test]
+fn tgt_nvmf_connected_host_is_listed() {
+    const NQN: &str = "nqn.2016-06.io.spdk:cnode2";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0b6c2a1c-51b4-4a7e-9d1e-3d1c9f0e2a77";
+    const HOSTID: [u8; 16] = [
+        0x0b, 0x6c, 0x2a, 0x1c, 0x51, 0xb4, 0x4a, 0x7e, 0x9d, 0x1e, 0x3d, 0x1c, 0x9f, 0x0e, 0x2a,
+        0x77,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("t.sock"), &["-m", "0x3"]);
+    let port = free_port();
+    let p = port.to_string();
+    d.rpc_ok(&["bdev_malloc_create", "-b", "Malloc0", "4", "512"]);
+    d.rpc_ok(&["nvmf_create_transport", "-t", "TCP"]);
+    d.rpc_ok(&["nvmf_create_subsystem", NQN, "-s", "PMIO0001"]);
+    d.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "Malloc0"]);
+    d.rpc_ok(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &p,
+    ]);
+    d.rpc_ok(&["nvmf_subsystem_add_host", NQN, HOST]);
+
+    // Not on the list: Connect Invalid Host (SCT 1, SC 0x84).
+    let other = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001";
+    let (_refused, _, st) = nvme_tcp_admin_connect(port, NQN, other, [1; 16]);
+    assert_eq!((st >> 8 & 7, st & 0xff), (1, 0x84), "status {st:#x}");
+
+    let (admin, dw0, st) = nvme_tcp_admin_connect(port, NQN, HOST, HOSTID);
+    assert_eq!(st, 0, "admin Connect status {st:#x}");
+    let cntlid = dw0 & 0xffff;
+    let ctrlrs = d.rpc_json(&["nvmf_subsystem_get_controllers", NQN]);
+    assert_eq!(
+        ctrlrs,
+        serde_json::json!([{"cntlid": cntlid, "cntrltype": "io", "hostnqn": HOST,
+            "hostid": "0b6c2a1c-51b4-4a7e-9d1e-3d1c9f0e2a77", "num_io_qpairs": 1}])
+    );
+    let qpairs = d.rpc_json(&["nvmf_subsystem_get_qpairs", NQN]);
+    let q = &qpairs[0];
+    assert_eq!(qpairs.as_array().unwrap().len(), 1, "{qpairs}");
+    assert_eq!(
+        (q["cntlid"].as_u64(), q["qid"].as_u64()),
+        (Some(cntlid.into()), Some(0))
+    );
+    assert_eq!(q["state"], "enabled");
+    assert_eq!(q["hostnqn"], HOST);
+    assert!(
+        ["nvmf_tgt_poll_group_000", "nvmf_tgt_poll_group_001"]
+            .contains(&q["thread"].as_str().unwrap()),
+        "{q}"
+    );
+    assert_eq!(
+        q["listen_address"],
+        serde_json::json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": p})
+    );
+    let local = admin.local_addr().unwrap().port().to_string();
+    assert_eq!(
+        q["peer_address"],
+        serde_json::json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": local})
+    );
+    // The poll groups count the admin queue pair (published by their reactors).
+    let admin_qpairs = |d: &Daemon| -> u64 {
+        d.rpc_json(&["nvmf_get_stats"])["poll_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["current_admin_qpairs"].as_u64().unwrap())
+            .sum()
+    };
+    let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !ok() {
+            assert!(std::time::Instant::now() < deadline, "{what}:\n{}", d.log());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait_for("current_admin_qpairs 1", &|| admin_qpairs(&d) == 1);
+    // The host goes: its controller goes with it.
+    drop(admin);
+    wait_for("no controller after disconnect", &|| {
+        d.rpc_json(&["nvmf_subsystem_get_controllers", NQN]) == serde_json::json!([])
+    });
+    wait_for("current_admin_qpairs 0", &|| admin_qpairs(&d) == 0);
+    assert_eq!(
+        d.rpc_json(&["nvmf_subsystem_get_qpairs", NQN]),
+        serde_json::json!([])
+    );
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+}
