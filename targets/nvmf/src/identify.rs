@@ -605,10 +605,10 @@ mod tests {
         assert_eq!(nul_str(&d[768..1024]), "nqn.2016-06.io.spdk:cnode1");
         assert_eq!(u32_at(&d, 1792), (64 + 4096) / 16, "IOCCSZ");
         assert_eq!(u32_at(&d, 1796), 1, "IORCSZ");
-        assert_eq!(u16_at(&d, 1798), 0, "ICDOFF");
-        assert_eq!(d[1800], 0, "FCATT: dynamic model");
-        assert_eq!(d[1801], 1, "MSDBD");
-        assert_eq!(u16_at(&d, 1802), 0, "OFCS");
+        assert_eq!(u16_at(&d, 1800), 0, "ICDOFF");
+        assert_eq!(d[1802], 0, "FCATT: dynamic model");
+        assert_eq!(d[1803], 1, "MSDBD");
+        assert_eq!(u16_at(&d, 1804), 0, "OFCS");
     }
 
     #[test]
@@ -646,7 +646,7 @@ mod tests {
             0,
             "SGLS: Linux checks it on every controller"
         );
-        assert_eq!(u16_at(&d, 1798), 0, "ICDOFF");
+        assert_eq!(u16_at(&d, 1800), 0, "ICDOFF");
         assert_eq!(nul_str(&d[768..1024]), crate::subsystem::DISCOVERY_NQN);
     }
 

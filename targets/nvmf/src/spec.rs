@@ -551,10 +551,10 @@ pub mod id_ctrl {
     // NVMe over Fabrics attributes (bytes 1792..2047).
     pub const IOCCSZ: usize = 1792;
     pub const IORCSZ: usize = 1796;
-    pub const ICDOFF: usize = 1798;
-    pub const FCATT: usize = 1800;
-    pub const MSDBD: usize = 1801;
-    pub const OFCS: usize = 1802;
+    pub const ICDOFF: usize = 1800;
+    pub const FCATT: usize = 1802;
+    pub const MSDBD: usize = 1803;
+    pub const OFCS: usize = 1804;
 
     /// CMIC bit 0: the NVM subsystem may have more than one port.
     pub const CMIC_MULTI_PORT: u8 = 1 << 0;
