@@ -193,6 +193,12 @@ impl Conn {
         self.sock.as_raw_fd()
     }
 
+    /// Whether this connection needs polling although its socket is quiet: commands wait for
+    /// a bdev request, or it is closing.
+    pub fn must_poll(&self) -> bool {
+        !self.waiting.is_empty() || matches!(self.phase, Phase::Closing { .. })
+    }
+
     /// Whether output waits for room in the socket.
     pub fn wants_write(&self) -> bool {
         !self.tx.is_empty()
@@ -369,7 +375,7 @@ impl Conn {
                     let off = p.data.as_ptr() as usize - buf.as_ptr() as usize;
                     (p.header, off..off + p.data.len(), used)
                 }
-                Err(e) => return self.pdu_error(&e),
+                Err(e) => return self.pdu_error(sh, &e),
             };
             let start = self.rx_start;
             self.rx_start += used;
@@ -380,7 +386,7 @@ impl Conn {
     }
 
     /// Answers a PDU the codec refused, as the spec says.
-    fn pdu_error(&mut self, e: &pdu::PduError) -> Result<(), Fatal> {
+    fn pdu_error(&mut self, sh: &mut GroupShared, e: &pdu::PduError) -> Result<(), Fatal> {
         match e.action() {
             pdu::ErrorAction::Terminate(fatal) => {
                 let echoed = pdu::offending_header(&self.rx[self.rx_start..self.rx_end]).to_vec();
@@ -389,16 +395,78 @@ impl Conn {
             }
             pdu::ErrorAction::Close => Err(Fatal(format!("bad PDU from the host: {e}"))),
             pdu::ErrorAction::FailCommand { cid, consumed } => {
-                self.rx_start += consumed;
                 log::warn!("nvmf: connection {} ({}): {e}", self.id, self.peer);
-                // Fail the command whose data was damaged; its slot is found by CID.
-                if let Some(slot) = self.slot_by_cid(cid) {
-                    let qid = self.qid();
-                    self.respond(slot, qid, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+                let start = self.rx_start;
+                self.rx_start += consumed;
+                let pdu = start..start + consumed;
+                match e.pdu_type() {
+                    Some(pdu::PduType::CapsuleCmd) => self.damaged_capsule(cid, pdu),
+                    Some(pdu::PduType::H2CData) => self.damaged_h2c_data(sh, pdu),
+                    _ => Err(Fatal(format!("bad PDU from the host: {e}"))),
                 }
-                Ok(())
             }
         }
+    }
+
+    /// A command capsule whose in-capsule data failed its digest: the command is answered
+    /// with Transient Transport Error and never executed. It takes a slot like any command (the
+    /// host counts it outstanding until its response), so a host over its queue size is still
+    /// caught.
+    #[cold]
+    fn damaged_capsule(&mut self, cid: u16, pdu: std::ops::Range<usize>) -> Result<(), Fatal> {
+        // The codec checked the header (and its digest): the SQE is sound.
+        let at = pdu.start + pdu::CH_LEN;
+        let sqe_bytes: &[u8; spec::SQE_LEN] = self.rx[at..at + spec::SQE_LEN]
+            .try_into()
+            .expect("a capsule's header holds its SQE");
+        let sqe = Sqe::from_bytes(sqe_bytes);
+        debug_assert_eq!(sqe.cid, cid);
+        if self.qp.is_none() {
+            // A Connect: the host may send it again.
+            self.send_cqe(cid, 0, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+            return Ok(());
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err(Fatal(format!(
+                "the host sent more than the {} commands its queue holds",
+                self.slots.len()
+            )));
+        };
+        self.slots[usize::from(slot)] = Slot {
+            state: SlotState::Executing,
+            sqe,
+            ..Slot::free()
+        };
+        let qid = self.qid();
+        self.respond(slot, qid, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+        Ok(())
+    }
+
+    /// H2CData whose data failed its digest: taken like good data (offsets, LAST), but its
+    /// command is then answered with Transient Transport Error instead of being executed
+    /// (SPDK's rule): answering at once would leave the host's further H2CData for it without
+    /// a command.
+    #[cold]
+    fn damaged_h2c_data(
+        &mut self,
+        sh: &mut GroupShared,
+        pdu: std::ops::Range<usize>,
+    ) -> Result<(), Fatal> {
+        // The codec checked everything but the data digest (header, header digest, DATAL
+        // against PLEN), so the fields are read as they stand (TP 8000's H2CData layout).
+        let b = &self.rx[pdu.clone()];
+        let le16 = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        let le32 = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let d = pdu::H2CData {
+            cccid: le16(H2C_CCCID),
+            ttag: le16(H2C_TTAG),
+            datao: le32(H2C_DATAO),
+            last: b[1] & pdu::flags::LAST_PDU != 0,
+        };
+        let datal = le32(H2C_DATAL) as usize;
+        let data_end = pdu.end - pdu::DIGEST_LEN;
+        let data = data_end - datal..data_end;
+        self.h2c_data(sh, &d, data, pdu.start, true)
     }
 
     fn handle_pdu(
@@ -414,7 +482,7 @@ impl Conn {
                 let sqe = Sqe::from_bytes(&cmd.sqe);
                 self.command(sh, sqe, data)
             }
-            (Phase::Ready, Header::H2CData(d)) => self.h2c_data(sh, &d, data),
+            (Phase::Ready, Header::H2CData(d)) => self.h2c_data(sh, &d, data, pdu_start, false),
             (_, Header::H2CTermReq(t)) => Err(Fatal(format!(
                 "the host terminated the connection (FES {:#x}, FEI {:#x})",
                 t.fes, t.fei
@@ -464,13 +532,6 @@ impl Conn {
 
     fn qid(&self) -> u16 {
         self.qp.as_ref().map_or(0, |q| q.qid)
-    }
-
-    fn slot_by_cid(&self, cid: u16) -> Option<u16> {
-        self.slots
-            .iter()
-            .position(|s| s.state != SlotState::Free && s.sqe.cid == cid)
-            .map(|i| i as u16)
     }
 
     /// A new command capsule.
@@ -800,45 +861,78 @@ impl Conn {
         Ok(())
     }
 
-    /// Write data for an R2T.
+    /// Write data for an R2T; `damaged` data (a wrong data digest) is counted but not kept,
+    /// and fails its command once all of it arrived. H2CData that names no command awaiting
+    /// data, or data outside what the R2T asked for, ends the connection with a C2HTermReq
+    /// (Invalid Header Field naming TTAG or CCCID, as SPDK; Data Transfer Out of Range).
     fn h2c_data(
         &mut self,
         sh: &mut GroupShared,
         d: &pdu::H2CData,
         data: std::ops::Range<usize>,
+        pdu_start: usize,
+        damaged: bool,
     ) -> Result<(), Fatal> {
-        let bad = |why: String| Err(Fatal(why));
-        let Some(s) = self.slots.get_mut(usize::from(d.ttag)) else {
-            return bad(format!("H2CData for transfer tag {} never sent", d.ttag));
-        };
-        if s.state != SlotState::AwaitData || s.sqe.cid != d.cccid {
-            return bad(format!(
-                "H2CData for command {} (tag {}) that awaits no data",
-                d.cccid, d.ttag
-            ));
-        }
         let n = (data.end - data.start) as u32;
-        if d.datao != s.got || s.got + n > s.len || (d.last != (s.got + n == s.len)) {
-            let fatal = pdu::FatalError {
-                fes: pdu::Fes::DataOutOfRange,
-                fei: 0,
-            };
-            let msg = format!(
-                "H2CData offset {} length {n} (last {}) for command {} with {} of {} bytes",
-                d.datao, d.last, d.cccid, s.got, s.len
-            );
-            self.queue_owned(&fatal.term_req(Side::Controller), Vec::new());
-            return bad(msg);
+        let refusal = match self.slots.get(usize::from(d.ttag)) {
+            Some(s) if s.state == SlotState::AwaitData && s.sqe.cid == d.cccid => {
+                if d.datao != s.got || s.got + n > s.len || (d.last != (s.got + n == s.len)) {
+                    Some((
+                        pdu::Fes::DataOutOfRange,
+                        0,
+                        format!(
+                            "H2CData offset {} length {n} (last {}) for command {} with {} of \
+                             {} bytes",
+                            d.datao, d.last, d.cccid, s.got, s.len
+                        ),
+                    ))
+                } else {
+                    None
+                }
+            }
+            Some(s) if s.state == SlotState::AwaitData => Some((
+                pdu::Fes::InvalidHeaderField,
+                H2C_CCCID as u32,
+                format!(
+                    "H2CData for command {} with the tag {} of command {}",
+                    d.cccid, d.ttag, s.sqe.cid
+                ),
+            )),
+            _ => Some((
+                pdu::Fes::InvalidHeaderField,
+                H2C_TTAG as u32,
+                format!(
+                    "H2CData for command {} with tag {}, which awaits no data",
+                    d.cccid, d.ttag
+                ),
+            )),
+        };
+        if let Some((fes, fei, why)) = refusal {
+            let echoed = pdu::offending_header(&self.rx[pdu_start..self.rx_end]).to_vec();
+            let fatal = pdu::FatalError { fes, fei };
+            self.queue_owned(&fatal.term_req(Side::Controller), echoed);
+            return Err(Fatal(why));
         }
-        let off = s.got as usize;
-        s.buf
-            .as_mut()
-            .expect("a write awaiting data has its buffer")
-            .fill(off, &self.rx[data]);
+        let qid = self.qid();
+        let s = &mut self.slots[usize::from(d.ttag)];
+        if damaged {
+            s.status = TRANSIENT_TRANSPORT_ERROR;
+        } else {
+            let off = s.got as usize;
+            s.buf
+                .as_mut()
+                .expect("a write awaiting data has its buffer")
+                .fill(off, &self.rx[data]);
+        }
         s.got += n;
         if s.got == s.len {
             s.state = SlotState::Executing;
-            self.start(sh, d.ttag);
+            if s.status.is_success() {
+                self.start(sh, d.ttag);
+            } else {
+                let st = s.status;
+                self.respond(d.ttag, qid, st, 0, 0);
+            }
         }
         Ok(())
     }
@@ -1220,6 +1314,13 @@ fn io_shape(sqe: &Sqe, ns: &NsRef, max_io: u32) -> Result<u32, Status> {
         _ => Err(Status::INVALID_OPCODE),
     }
 }
+
+/// Byte offsets in an H2CData PDU (TP 8000): the Field Error Information of a TermReq about
+/// them, and where a damaged PDU's fields are read.
+const H2C_CCCID: usize = 8;
+const H2C_TTAG: usize = 10;
+const H2C_DATAO: usize = 12;
+const H2C_DATAL: usize = 16;
 
 /// Transient Transport Error: a command whose data arrived damaged (data digest) may be
 /// retried.

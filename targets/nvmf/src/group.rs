@@ -83,6 +83,7 @@ pub(crate) struct PollGroup {
     done: Vec<(u64, IoStatus)>,
     next_housekeeping_ns: u64,
     poller: Option<PollerId>,
+    tick: Option<PollerId>,
 }
 
 impl PollGroup {
@@ -106,6 +107,7 @@ impl PollGroup {
             done: Vec::with_capacity(REAP),
             next_housekeeping_ns: 0,
             poller: None,
+            tick: None,
         }
     }
 
@@ -197,6 +199,7 @@ impl PollGroup {
                 busy = true;
             }
         }
+        self.shared.stats.buffers_in_use = self.shared.pool.in_use() as u64;
         self.shared.tgt.group_stats[self.index()].publish(&self.shared.stats);
         busy
     }
@@ -226,6 +229,13 @@ impl PollGroup {
                 c.housekeeping(sh, now_ns);
             }
         }
+    }
+
+    /// Whether the reactor must keep polling although this poll found nothing: bdev I/O in
+    /// flight (a device's completion wakes no one), commands waiting for a bdev request, or
+    /// a connection closing.
+    fn must_poll(&self) -> bool {
+        self.shared.stats.pending_bdev_io > 0 || self.conns.iter().flatten().any(Conn::must_poll)
     }
 
     /// Closes every connection of controller (`nqn`, `cntlid`).
@@ -320,15 +330,28 @@ pub(crate) fn add_connection(ctx: &mut ReactorCtx, tgt: Arc<NvmfTarget>, stream:
                 return PollerResult::Idle;
             };
             let busy = g.poll(now);
+            let must_poll = g.must_poll();
             let ops = std::mem::take(&mut g.fd_ops);
             apply_fd_ops(ctx, ops);
+            if must_poll {
+                ctx.stay_awake();
+            }
             if busy {
                 PollerResult::Busy
             } else {
                 PollerResult::Idle
             }
         });
-        ctx.local::<PollGroup>().expect("just set").poller = Some(id);
+        // Keep-alive timers, namespace news and close lingers need a turn now and then even
+        // when no socket wakes the reactor; the poll group's poller does the work.
+        let tick = ctx.register_timed_poller(
+            "nvmf_tcp_tick",
+            std::time::Duration::from_nanos(HOUSEKEEPING_NS),
+            |_| PollerResult::Idle,
+        );
+        let g = ctx.local::<PollGroup>().expect("just set");
+        g.poller = Some(id);
+        g.tick = Some(tick);
     }
     ctx.local::<PollGroup>()
         .expect("created above")
@@ -381,7 +404,7 @@ pub(crate) fn shut_down(ctx: &mut ReactorCtx) {
     let Some(mut g) = ctx.take_local::<PollGroup>() else {
         return;
     };
-    if let Some(id) = g.poller.take() {
+    for id in [g.poller.take(), g.tick.take()].into_iter().flatten() {
         ctx.unregister_poller(id);
     }
     for c in g.conns.iter_mut().flatten() {

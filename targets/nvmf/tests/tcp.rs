@@ -11,9 +11,11 @@ use pmio_nvmf::spec::{self, Sqe};
 fn round_trip(digests: Digests) {
     let t = TestTarget::start(TransportOpts::default(), true);
     let (mut admin, cntlid) = Host::admin_queue(t.addr, digests, 0);
-    let mut id = Sqe::default();
-    id.opcode = spec::admin_opc::IDENTIFY;
-    id.cdw10 = u32::from(spec::cns::CONTROLLER);
+    let id = Sqe {
+        opcode: spec::admin_opc::IDENTIFY,
+        cdw10: u32::from(spec::cns::CONTROLLER),
+        ..Sqe::default()
+    };
     let r = admin.admin(id, 4096);
     assert!(r.status().is_success());
     assert_eq!(r.data.len(), 4096);
@@ -41,4 +43,41 @@ fn writes_and_reads_round_trip_with_digests() {
         header: true,
         data: true,
     });
+}
+
+/// A bdev that completes later (a null device with 20 ms latency, like any real device) must
+/// not leave a command hanging while the reactor sleeps in interrupt mode: a device completion
+/// wakes no one, so the poll group keeps polling while bdev I/O is in flight. (The kernel's
+/// host timed out after 30 s on a uring bdev before this was fixed.)
+#[test]
+fn a_bdev_that_completes_later_is_polled_while_the_reactor_could_sleep() {
+    let t = TestTarget::start(TransportOpts::default(), true);
+    let dev = pmio_null::NullDevice::new(pmio_null::NullOptions {
+        name: "Null1".into(),
+        num_blocks: 2048,
+        latency_ns: 20_000_000,
+        ..pmio_null::NullOptions::default()
+    })
+    .unwrap();
+    t.registry.register(dev).unwrap();
+    assert_eq!(
+        t.tgt
+            .add_ns(common::NQN, "Null1", 2, None, None, None)
+            .unwrap(),
+        2
+    );
+    let (_admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
+    let mut io = Host::io_queue(t.addr, Digests::NONE, cntlid, 1);
+    for _ in 0..5 {
+        // Let the reactors fall asleep first.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let start = std::time::Instant::now();
+        let r = io.read_ns(2, 0, 8);
+        assert!(r.status().is_success(), "{:?}", r.status());
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(2),
+            "a 20 ms read took {:?}",
+            start.elapsed()
+        );
+    }
 }
