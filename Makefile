@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt clean
+.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf bench-nvmf clean
 
 all: build
 
@@ -11,7 +11,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit fault-alone loom miri vm-test vm-test-setup vm-test-tgt
+test: lint unit fault-alone loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf
 
 unit:
 	$(CARGO) test --workspace
@@ -89,6 +89,23 @@ vm-test-tgt:
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc
 	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc -- test/vm/tgt-in-guest.sh
+
+# pmio-tgt as an NVMe/TCP target for the guest kernel's own host (issue 16): dd, pmio-perf
+# --verify at 4 KiB and 128 KiB with and without digests, namespaces changed while connected, a
+# refused host, disconnect, kill under I/O and restart from the saved config.
+vm-test-nvmf:
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --module nvme-tcp --module crc32c_generic \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf -- test/vm/nvmf-in-guest.sh
+
+# pmio-tgt against Linux's nvmet-tcp in the guest, same initiator load (BENCHMARKS.md).
+bench-nvmf:
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 600 --cpus 2 --module nvme-tcp --module nvmet-tcp \
+		--module null_blk --append "null_blk.nr_devices=1 null_blk.gb=1" \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf -- test/vm/nvmf-bench-in-guest.sh
 
 clean:
 	$(CARGO) clean
