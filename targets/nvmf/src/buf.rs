@@ -95,7 +95,6 @@ impl BufPool {
     }
 
     /// Buffers in use.
-    #[cfg(test)]
     pub fn in_use(&self) -> usize {
         self.out
     }

@@ -246,10 +246,10 @@ impl Conn {
         if let Some(qp) = self.qp.take() {
             if qp.ctrlr.is_some() {
                 sh.stats.current_admin_qpairs -= 1;
+                // The host's I/O queues go with the admin queue: found through the
+                // controller's record, so before the record goes.
+                sh.tgt.disconnect_io_queues(&qp.subnqn, qp.cntlid);
                 sh.tgt.remove_ctrlr(&qp.subnqn, qp.cntlid);
-                // The host's I/O queues go with the admin queue.
-                let (nqn, cntlid) = (qp.subnqn.clone(), qp.cntlid);
-                sh.tgt.disconnect_io_queues(&nqn, cntlid);
             } else {
                 sh.stats.current_io_qpairs -= 1;
                 sh.tgt.remove_qpair(&qp.subnqn, qp.cntlid, qp.qid);
@@ -375,7 +375,12 @@ impl Conn {
                     let off = p.data.as_ptr() as usize - buf.as_ptr() as usize;
                     (p.header, off..off + p.data.len(), used)
                 }
-                Err(e) => return self.pdu_error(sh, &e),
+                Err(e) => {
+                    // A damaged data digest costs one command, not the stream: go on with
+                    // the PDUs behind it.
+                    self.pdu_error(sh, &e)?;
+                    continue;
+                }
             };
             let start = self.rx_start;
             self.rx_start += used;

@@ -16,11 +16,14 @@ pub struct GroupStats {
     pub pending_bdev_io: u64,
     /// NVMe commands completed.
     pub completed_nvme_io: u64,
+    /// Command data buffers held by commands (back to 0 once every host is gone: a test
+    /// counts them back).
+    pub buffers_in_use: u64,
 }
 
 /// The shared copy of a group's [`GroupStats`].
 #[derive(Debug, Default)]
-pub struct GroupStatsCell([AtomicU64; 6]);
+pub struct GroupStatsCell([AtomicU64; 7]);
 
 impl GroupStatsCell {
     /// Publishes `s` (each field on its own; a reader may see a mix of two publications).
@@ -32,6 +35,7 @@ impl GroupStatsCell {
             s.current_io_qpairs,
             s.pending_bdev_io,
             s.completed_nvme_io,
+            s.buffers_in_use,
         ];
         for (cell, v) in self.0.iter().zip(v) {
             cell.store(v, Ordering::Relaxed);
@@ -48,6 +52,7 @@ impl GroupStatsCell {
             current_io_qpairs: v[3],
             pending_bdev_io: v[4],
             completed_nvme_io: v[5],
+            buffers_in_use: v[6],
         }
     }
 }
