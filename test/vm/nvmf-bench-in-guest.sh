@@ -5,6 +5,7 @@
 # the CPU time per I/O of the whole guest (both targets run beside the same initiator, so the
 # difference is the target's). `make bench-nvmf`; the guest is software-emulated: compare ratios.
 set -eu
+[ -n "${BENCH_TRACE:-}" ] && set -x
 cd /job
 S=/tmp/pmio.sock
 R="./pmio-rpc -s $S"
@@ -20,7 +21,7 @@ connect() { # connect NQN PORT -> nvmeN
     echo "nvme${line#instance=}" | cut -d, -f1
 }
 dev_of() { for b in /sys/block/nvme*; do case ${b##*/} in *c*) continue;; esac
-    [ "$(cat $b/device/subsysnqn)" = "$1" ] && echo /dev/${b##*/}; done; }
+    [ "$(cat $b/device/subsysnqn)" = "$1" ] && echo /dev/${b##*/}; done; return 0; }
 busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 run() { # run DEV LABEL
     t0=$(busy_ticks)
