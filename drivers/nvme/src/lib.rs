@@ -32,8 +32,6 @@ pub mod dma;
 #[cfg(any(test, feature = "emulator"))]
 pub mod emu;
 pub mod error;
-#[cfg(test)]
-mod fake;
 pub mod prp;
 pub mod qpair;
 mod recovery;

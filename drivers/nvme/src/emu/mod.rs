@@ -38,6 +38,8 @@ use crate::spec::{
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod lifecycle;
+#[cfg(test)]
 mod tests;
 
 /// Emulated controller geometry.
@@ -58,6 +60,9 @@ pub struct EmuConfig {
     /// How long CSTS.RDY takes to follow a change of CC.EN (a real controller resets and
     /// initialises meanwhile). Default zero: at once. See also [`Emu::set_ready_delays`].
     pub ready_delay: Duration,
+    /// The VS register. Below 1.1 (`0x0001_0100`) the controller behaves as NVMe 1.0: it has no
+    /// active namespace list (Identify CNS 02h is an invalid field).
+    pub version: u32,
 }
 
 impl Default for EmuConfig {
@@ -70,6 +75,7 @@ impl Default for EmuConfig {
             max_io_queues: 8,
             to: 1,
             ready_delay: Duration::ZERO,
+            version: 0x0001_0400,
         }
     }
 }
@@ -856,6 +862,7 @@ impl State {
                         // SAFETY: plain 4096-byte integer structure.
                         page = unsafe { std::mem::transmute::<IdentifyController, [u8; 4096]>(id) };
                     }
+                    cns::ACTIVE_NS_LIST if self.cfg.version < 0x0001_0100 => return invalid,
                     cns::ACTIVE_NS_LIST => {
                         if sqe.nsid < 1 {
                             page[..4].copy_from_slice(&1u32.to_le_bytes());
@@ -1038,7 +1045,7 @@ impl RegisterIo for Emu {
         match o {
             off::CAP => s.cap as u32,
             0x04 => (s.cap >> 32) as u32,
-            off::VS => 0x0001_0400,
+            off::VS => s.cfg.version,
             off::CC => s.cc,
             off::CSTS => s.csts,
             off::AQA => s.aqa,
