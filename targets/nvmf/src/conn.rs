@@ -28,8 +28,8 @@ use crate::tgt::{CtrlrRecord, NvmfTarget, QpairRecord};
 const ICREQ_TIMEOUT_NS: u64 = 10_000_000_000;
 /// How long a closing connection tries to get its last PDUs (a TermReq) out.
 const CLOSE_LINGER_NS: u64 = 1_000_000_000;
-/// Most iovecs per `writev`.
-const MAX_IOV: usize = 64;
+/// Most iovecs per `writev` (a C2HData is two: at QD 128 a poll's responses fit in one call).
+const MAX_IOV: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -628,7 +628,7 @@ impl Conn {
         let cntlid = if cmd.qid == 0 {
             admit_admin_connect(subsys.as_ref(), d)?;
             let s = subsys.expect("admitted");
-            let Some(cntlid) = NvmfTarget::alloc_cntlid(&g, &s) else {
+            let Some(cntlid) = NvmfTarget::alloc_cntlid(&mut g, &s) else {
                 return Err(ConnectReject::new(Status::CONNECT_CONTROLLER_BUSY));
             };
             let now = pmio_reactors::now_ns();

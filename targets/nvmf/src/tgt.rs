@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub config: Config,
     pub bound: Vec<Bound>,
     pub ctrlrs: Vec<CtrlrRecord>,
+    /// The controller ID handed out last (0: none yet); see [`NvmfTarget::alloc_cntlid`].
+    pub last_cntlid: u16,
 }
 
 /// The NVMe/TCP target of one daemon.
@@ -122,6 +124,7 @@ impl NvmfTarget {
                 },
                 bound: Vec::new(),
                 ctrlrs: Vec::new(),
+                last_cntlid: 0,
             }),
             generation: AtomicU64::new(1),
             next_core: AtomicUsize::new(0),
@@ -443,15 +446,30 @@ impl NvmfTarget {
 
     // --- controller records (connection set-up, cold path) ---
 
-    /// A new controller ID in the subsystem's range, not in use.
-    pub(crate) fn alloc_cntlid(g: &Inner, s: &Subsystem) -> Option<u16> {
+    /// A new controller ID in the subsystem's range, not in use: the first free one after the
+    /// last handed out, round robin (SPDK's rule). An ID comes back only once the range went
+    /// round, so a late message about a controller that is gone (its admin queue closing its
+    /// I/O queues, by controller ID, on other reactors) cannot reach a new controller.
+    pub(crate) fn alloc_cntlid(g: &mut Inner, s: &Subsystem) -> Option<u16> {
         let used: std::collections::HashSet<u16> = g
             .ctrlrs
             .iter()
             .filter(|c| c.subnqn == s.nqn)
             .map(|c| c.cntlid)
             .collect();
-        (s.min_cntlid..=s.max_cntlid).find(|id| !used.contains(id))
+        let (lo, hi) = (u32::from(s.min_cntlid), u32::from(s.max_cntlid));
+        let n = hi.checked_sub(lo)? + 1;
+        let last = u32::from(g.last_cntlid);
+        let first = if (lo..=hi).contains(&last) {
+            last - lo + 1
+        } else {
+            0
+        };
+        let id = (0..n)
+            .map(|i| (lo + (first + i) % n) as u16)
+            .find(|id| !used.contains(id))?;
+        g.last_cntlid = id;
+        Some(id)
     }
 
     /// Forgets controller (`nqn`, `cntlid`) (its admin queue closed).

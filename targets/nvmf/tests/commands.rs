@@ -308,3 +308,50 @@ fn admin_connect_refusals() {
     drop(h);
     t.assert_healthy();
 }
+
+#[test]
+fn controller_ids_go_round_robin_and_run_out() {
+    let t = TestTarget::new();
+    // A second subsystem with room for two controllers, on the same address.
+    let nqn2 = "nqn.2016-06.io.pmio:two";
+    t.tgt
+        .create_subsystem(&pmio_nvmf::SubsystemParams {
+            nqn: nqn2.into(),
+            allow_any_host: true,
+            min_cntlid: Some(5),
+            max_cntlid: Some(6),
+            ..pmio_nvmf::SubsystemParams::default()
+        })
+        .unwrap();
+    let la = pmio_nvmf::ListenAddr::new("127.0.0.1", &t.addr.port().to_string(), None).unwrap();
+    t.tgt.add_listener(nqn2, la).unwrap();
+    let connect = || {
+        let mut h = Host::connect(t.addr, Digests::NONE);
+        let r = h.fabrics_connect(0, 31, nqn2, HOSTNQN, 0xFFFF, 0);
+        (h, r)
+    };
+    let gone = |n: usize| {
+        assert!(common::wait_until(common::SETTLE_TIMEOUT, || {
+            t.tgt.controllers(nqn2).unwrap().len() == n
+        }));
+    };
+    let (a, ra) = connect();
+    assert_eq!(ra.cqe.dw0, 5);
+    drop(a);
+    gone(0);
+    // Not 5 again at once, though it is free.
+    let (b, rb) = connect();
+    assert_eq!(rb.cqe.dw0, 6);
+    let (c, rc) = connect();
+    assert_eq!(rc.cqe.dw0, 5, "round robin wraps within the range");
+    // Both IDs in use: the next host is told to come back later.
+    let (d, rd) = connect();
+    assert_eq!(rd.status(), Status::CONNECT_CONTROLLER_BUSY);
+    drop((b, c, d));
+    gone(0);
+    // The first subsystem counts on its own range.
+    let (admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
+    assert!((1..=0xFFEF).contains(&cntlid));
+    drop(admin);
+    t.assert_healthy();
+}
