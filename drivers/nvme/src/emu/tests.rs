@@ -744,7 +744,9 @@ fn mixed_random_faults(seed: u64) {
     assert_eq!(s.completed, w.statuses.len() as u64);
     assert_eq!(s.errors, failed, "every failure reported and counted");
     assert_eq!((s.timeouts, s.aborts_failed), (s.aborts, 0));
-    assert_eq!(s.timeouts, emu.stats().dropped);
+    // Every dropped command times out; on a loaded machine a slow one may too (its abort then
+    // finds nothing, which is not a failure).
+    assert!(s.timeouts >= emu.stats().dropped, "{s:?}");
     w.verify_by_reading();
 }
 
@@ -1034,8 +1036,9 @@ fn stepped_emu_with_ready_delay(ready_delay: Duration) -> Arc<Emu> {
 }
 
 /// The longest submit or poll allowed while a reset waits for the controller (whose ready
-/// bit takes 200 ms or more): anything close to that means a call waited for it.
-const MAX_CALL: Duration = Duration::from_millis(20);
+/// bit takes 200 ms or more): anything close to that means a call waited for it. Half of it,
+/// so that a thread preempted on a loaded 2-core machine does not look like one that waited.
+const MAX_CALL: Duration = Duration::from_millis(100);
 
 #[test]
 fn fault_reset_does_not_block_the_poller() {
