@@ -1,0 +1,342 @@
+//! Receiving: PDUs parsed in place from the receive buffer and dispatched by the connection's
+//! phase; bad PDUs answered as the spec says (a TermReq, or one command failed).
+
+use super::*;
+
+/// Byte offsets in an H2CData PDU (TP 8000): the Field Error Information of a TermReq about
+/// them, and where a damaged PDU's fields are read.
+const H2C_CCCID: usize = 8;
+const H2C_TTAG: usize = 10;
+const H2C_DATAO: usize = 12;
+const H2C_DATAL: usize = 16;
+
+impl Conn {
+    /// Reads what the socket has and handles every whole PDU in it. Returns whether anything
+    /// arrived.
+    pub fn receive(&mut self, sh: &mut GroupShared, now_ns: u64) -> bool {
+        if matches!(self.phase, Phase::Closing { .. }) {
+            return false;
+        }
+        let _ = now_ns;
+        let mut busy = false;
+        // At most two reads a poll: a connection that streams cannot starve the others.
+        for _ in 0..2 {
+            if self.rx_start == self.rx_end {
+                self.rx_start = 0;
+                self.rx_end = 0;
+            } else if self.rx_end == self.rx.len() {
+                self.rx.copy_within(self.rx_start..self.rx_end, 0);
+                self.rx_end -= self.rx_start;
+                self.rx_start = 0;
+            }
+            let n = match self.sock.read(&mut self.rx[self.rx_end..]) {
+                Ok(0) => {
+                    self.close("the host closed the connection");
+                    return true;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.close(&format!("read: {e}"));
+                    return true;
+                }
+            };
+            busy = true;
+            self.rx_end += n;
+            if let Err(Fatal(why)) = self.handle_pdus(sh) {
+                self.close(&why);
+                return true;
+            }
+            if matches!(self.phase, Phase::Closing { .. }) || n < self.rx.len() / 2 {
+                break;
+            }
+        }
+        busy
+    }
+
+    /// Handles every whole PDU in the receive buffer.
+    pub(super) fn handle_pdus(&mut self, sh: &mut GroupShared) -> Result<(), Fatal> {
+        while !matches!(self.phase, Phase::Closing { .. }) {
+            let buf = &self.rx[self.rx_start..self.rx_end];
+            let parsed = pdu::parse(buf, &self.link);
+            let (header, data_range, used) = match parsed {
+                Ok(None) => return Ok(()),
+                Ok(Some((p, used))) => {
+                    let off = p.data.as_ptr() as usize - buf.as_ptr() as usize;
+                    (p.header, off..off + p.data.len(), used)
+                }
+                Err(e) => {
+                    // A damaged data digest costs one command, not the stream: go on with
+                    // the PDUs behind it.
+                    self.pdu_error(sh, &e)?;
+                    continue;
+                }
+            };
+            let start = self.rx_start;
+            self.rx_start += used;
+            let data = start + data_range.start..start + data_range.end;
+            self.handle_pdu(sh, header, data, start)?;
+        }
+        Ok(())
+    }
+
+    /// Answers a PDU the codec refused, as the spec says.
+    pub(super) fn pdu_error(
+        &mut self,
+        sh: &mut GroupShared,
+        e: &pdu::PduError,
+    ) -> Result<(), Fatal> {
+        match e.action() {
+            pdu::ErrorAction::Terminate(fatal) => {
+                let echoed = pdu::offending_header(&self.rx[self.rx_start..self.rx_end]).to_vec();
+                self.queue_owned(&fatal.term_req(Side::Controller), echoed);
+                Err(Fatal(format!("bad PDU from the host: {e}")))
+            }
+            pdu::ErrorAction::Close => Err(Fatal(format!("bad PDU from the host: {e}"))),
+            pdu::ErrorAction::FailCommand { cid, consumed } => {
+                log::warn!("nvmf: connection {} ({}): {e}", self.id, self.peer);
+                let start = self.rx_start;
+                self.rx_start += consumed;
+                let pdu = start..start + consumed;
+                match e.pdu_type() {
+                    Some(pdu::PduType::CapsuleCmd) => self.damaged_capsule(cid, pdu),
+                    Some(pdu::PduType::H2CData) => self.damaged_h2c_data(sh, pdu),
+                    _ => Err(Fatal(format!("bad PDU from the host: {e}"))),
+                }
+            }
+        }
+    }
+
+    /// A command capsule whose in-capsule data failed its digest: the command is answered
+    /// with Transient Transport Error and never executed. It takes a slot like any command (the
+    /// host counts it outstanding until its response), so a host over its queue size is still
+    /// caught.
+    #[cold]
+    pub(super) fn damaged_capsule(
+        &mut self,
+        cid: u16,
+        pdu: std::ops::Range<usize>,
+    ) -> Result<(), Fatal> {
+        // The codec checked the header (and its digest): the SQE is sound.
+        let at = pdu.start + pdu::CH_LEN;
+        let sqe_bytes: &[u8; spec::SQE_LEN] = self.rx[at..at + spec::SQE_LEN]
+            .try_into()
+            .expect("a capsule's header holds its SQE");
+        let sqe = Sqe::from_bytes(sqe_bytes);
+        debug_assert_eq!(sqe.cid, cid);
+        if self.qp.is_none() {
+            // A Connect: the host may send it again.
+            self.send_cqe(cid, 0, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+            return Ok(());
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err(Fatal(format!(
+                "the host sent more than the {} commands its queue holds",
+                self.slots.len()
+            )));
+        };
+        self.slots[usize::from(slot)] = Slot {
+            state: SlotState::Executing,
+            sqe,
+            ..Slot::free()
+        };
+        let qid = self.qid();
+        self.respond(slot, qid, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+        Ok(())
+    }
+
+    /// H2CData whose data failed its digest: taken like good data (offsets, LAST), but its
+    /// command is then answered with Transient Transport Error instead of being executed
+    /// (SPDK's rule): answering at once would leave the host's further H2CData for it without
+    /// a command.
+    #[cold]
+    pub(super) fn damaged_h2c_data(
+        &mut self,
+        sh: &mut GroupShared,
+        pdu: std::ops::Range<usize>,
+    ) -> Result<(), Fatal> {
+        // The codec checked everything but the data digest (header, header digest, DATAL
+        // against PLEN), so the fields are read as they stand (TP 8000's H2CData layout).
+        let b = &self.rx[pdu.clone()];
+        let le16 = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        let le32 = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let d = pdu::H2CData {
+            cccid: le16(H2C_CCCID),
+            ttag: le16(H2C_TTAG),
+            datao: le32(H2C_DATAO),
+            last: b[1] & pdu::flags::LAST_PDU != 0,
+        };
+        let datal = le32(H2C_DATAL) as usize;
+        let data_end = pdu.end - pdu::DIGEST_LEN;
+        let data = data_end - datal..data_end;
+        self.h2c_data(sh, &d, data, pdu.start, true)
+    }
+
+    pub(super) fn handle_pdu(
+        &mut self,
+        sh: &mut GroupShared,
+        header: Header,
+        data: std::ops::Range<usize>,
+        pdu_start: usize,
+    ) -> Result<(), Fatal> {
+        match (self.phase, header) {
+            (Phase::AwaitIcReq, Header::IcReq(req)) => self.icreq(&req),
+            (Phase::Ready, Header::CapsuleCmd(cmd)) => {
+                let sqe = Sqe::from_bytes(&cmd.sqe);
+                self.command(sh, sqe, data)
+            }
+            (Phase::Ready, Header::H2CData(d)) => self.h2c_data(sh, &d, data, pdu_start, false),
+            (_, Header::H2CTermReq(t)) => Err(Fatal(format!(
+                "the host terminated the connection (FES {:#x}, FEI {:#x})",
+                t.fes, t.fei
+            ))),
+            (_, h) => {
+                let fatal = pdu::FatalError {
+                    fes: pdu::Fes::PduSequenceError,
+                    fei: 0,
+                };
+                let echoed = pdu::offending_header(&self.rx[pdu_start..self.rx_end]).to_vec();
+                self.queue_owned(&fatal.term_req(Side::Controller), echoed);
+                Err(Fatal(format!(
+                    "{:?} not allowed in state {:?}",
+                    h.pdu_type(),
+                    self.phase
+                )))
+            }
+        }
+    }
+
+    pub(super) fn icreq(&mut self, req: &pdu::IcReq) -> Result<(), Fatal> {
+        if req.pfv != 0 {
+            let fatal = pdu::FatalError {
+                fes: pdu::Fes::InvalidHeaderField,
+                fei: 8,
+            };
+            self.queue_owned(&fatal.term_req(Side::Controller), Vec::new());
+            return Err(Fatal(format!("ICReq PFV {} (only 0 exists)", req.pfv)));
+        }
+        self.link = self.link.negotiated(req.digests, req.hpda, pdu::Pda::ZERO);
+        let resp = Header::IcResp(pdu::IcResp {
+            pfv: 0,
+            cpda: pdu::Pda::ZERO,
+            digests: req.digests,
+            maxh2cdata: self.max_io,
+        });
+        self.queue_owned(&resp, Vec::new());
+        self.phase = Phase::Ready;
+        log::debug!(
+            "nvmf: connection {}: ICReq: header digest {}, data digest {}",
+            self.id,
+            req.digests.header,
+            req.digests.data
+        );
+        Ok(())
+    }
+
+    /// A new command capsule.
+    pub(super) fn command(
+        &mut self,
+        sh: &mut GroupShared,
+        sqe: Sqe,
+        data: std::ops::Range<usize>,
+    ) -> Result<(), Fatal> {
+        if self.qp.is_none() {
+            return self.connect(sh, sqe, data);
+        }
+        let Some(slot) = self.free.pop() else {
+            return Err(Fatal(format!(
+                "the host sent more than the {} commands its queue holds",
+                self.slots.len()
+            )));
+        };
+        let s = &mut self.slots[usize::from(slot)];
+        *s = Slot {
+            state: SlotState::Executing,
+            sqe,
+            ..Slot::free()
+        };
+        let qid = self.qid();
+        if qid == 0 {
+            self.admin_command(sh, slot, data);
+            return Ok(());
+        }
+        self.io_command(sh, slot, data)
+    }
+
+    /// Write data for an R2T; `damaged` data (a wrong data digest) is counted but not kept,
+    /// and fails its command once all of it arrived. H2CData that names no command awaiting
+    /// data, or data outside what the R2T asked for, ends the connection with a C2HTermReq
+    /// (Invalid Header Field naming TTAG or CCCID, as SPDK; Data Transfer Out of Range).
+    pub(super) fn h2c_data(
+        &mut self,
+        sh: &mut GroupShared,
+        d: &pdu::H2CData,
+        data: std::ops::Range<usize>,
+        pdu_start: usize,
+        damaged: bool,
+    ) -> Result<(), Fatal> {
+        let n = (data.end - data.start) as u32;
+        let refusal = match self.slots.get(usize::from(d.ttag)) {
+            Some(s) if s.state == SlotState::AwaitData && s.sqe.cid == d.cccid => {
+                if d.datao != s.got || s.got + n > s.len || (d.last != (s.got + n == s.len)) {
+                    Some((
+                        pdu::Fes::DataOutOfRange,
+                        0,
+                        format!(
+                            "H2CData offset {} length {n} (last {}) for command {} with {} of \
+                             {} bytes",
+                            d.datao, d.last, d.cccid, s.got, s.len
+                        ),
+                    ))
+                } else {
+                    None
+                }
+            }
+            Some(s) if s.state == SlotState::AwaitData => Some((
+                pdu::Fes::InvalidHeaderField,
+                H2C_CCCID as u32,
+                format!(
+                    "H2CData for command {} with the tag {} of command {}",
+                    d.cccid, d.ttag, s.sqe.cid
+                ),
+            )),
+            _ => Some((
+                pdu::Fes::InvalidHeaderField,
+                H2C_TTAG as u32,
+                format!(
+                    "H2CData for command {} with tag {}, which awaits no data",
+                    d.cccid, d.ttag
+                ),
+            )),
+        };
+        if let Some((fes, fei, why)) = refusal {
+            let echoed = pdu::offending_header(&self.rx[pdu_start..self.rx_end]).to_vec();
+            let fatal = pdu::FatalError { fes, fei };
+            self.queue_owned(&fatal.term_req(Side::Controller), echoed);
+            return Err(Fatal(why));
+        }
+        let qid = self.qid();
+        let s = &mut self.slots[usize::from(d.ttag)];
+        if damaged {
+            s.status = TRANSIENT_TRANSPORT_ERROR;
+        } else {
+            let off = s.got as usize;
+            s.buf
+                .as_mut()
+                .expect("a write awaiting data has its buffer")
+                .fill(off, &self.rx[data]);
+        }
+        s.got += n;
+        if s.got == s.len {
+            s.state = SlotState::Executing;
+            if s.status.is_success() {
+                self.start(sh, d.ttag);
+            } else {
+                let st = s.status;
+                self.respond(d.ttag, qid, st, 0, 0);
+            }
+        }
+        Ok(())
+    }
+}
