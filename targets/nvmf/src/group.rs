@@ -14,6 +14,7 @@ use pmio_reactors::{FdInterest, FdWatch, PollerId, PollerResult, ReactorCtx};
 
 use crate::buf::BufPool;
 use crate::conn::Conn;
+use crate::ctrlr::{ConnectCmd, ConnectData, ConnectReject, connect_field};
 use crate::stats::GroupStats;
 use crate::tgt::NvmfTarget;
 
@@ -84,6 +85,8 @@ pub(crate) struct PollGroup {
     next_housekeeping_ns: u64,
     poller: Option<PollerId>,
     tick: Option<PollerId>,
+    /// The last connection serial handed out.
+    next_serial: u64,
 }
 
 impl PollGroup {
@@ -108,6 +111,7 @@ impl PollGroup {
             next_housekeeping_ns: 0,
             poller: None,
             tick: None,
+            next_serial: 0,
         }
     }
 
@@ -116,7 +120,8 @@ impl PollGroup {
             self.conns.push(None);
             self.conns.len() - 1
         });
-        match Conn::new(id, stream, &self.shared, now_ns) {
+        self.next_serial += 1;
+        match Conn::new(id, self.next_serial, stream, &self.shared, now_ns) {
             Ok(c) => {
                 self.fd_ops.push(FdOp::Watch { id, fd: c.fd() });
                 self.conns[id] = Some(c);
@@ -395,6 +400,41 @@ fn apply_fd_ops(ctx: &mut ReactorCtx, mut ops: Vec<FdOp>) {
 pub(crate) fn close_controller(ctx: &mut ReactorCtx, nqn: &str, cntlid: u16, io_only: bool) {
     if let Some(g) = ctx.local::<PollGroup>() {
         g.close_controller(nqn, cntlid, io_only);
+    }
+}
+
+/// On the reactor that owns controller (`nqn`, `cmd`'s controller ID): whether it takes
+/// the I/O queue `cmd` connects (enabled, queue sizes set, the same host, a granted queue ID).
+pub(crate) fn check_io_connect(
+    ctx: &mut ReactorCtx,
+    nqn: &str,
+    cmd: &ConnectCmd,
+    d: &ConnectData,
+) -> Result<(), ConnectReject> {
+    let gone = ConnectReject::invalid_data_field(connect_field::CNTLID);
+    let g = ctx.local::<PollGroup>().ok_or(gone)?;
+    let ctrlr = g
+        .conns
+        .iter()
+        .flatten()
+        .find_map(|c| c.controller(nqn, d.cntlid))
+        .ok_or(gone)?;
+    ctrlr.check_io_connect(cmd, d)
+}
+
+/// Delivers the controller's verdict to the connection (`id`, `serial`) waiting for it.
+pub(crate) fn io_connect_answer(
+    ctx: &mut ReactorCtx,
+    id: usize,
+    serial: u64,
+    verdict: Result<(), ConnectReject>,
+) {
+    let Some(g) = ctx.local::<PollGroup>() else {
+        return;
+    };
+    match g.conns.get_mut(id).and_then(Option::as_mut) {
+        Some(c) if c.serial == serial => c.io_connect_answer(&mut g.shared, verdict),
+        _ => log::debug!("nvmf: a Connect answer for a connection that has gone"),
     }
 }
 

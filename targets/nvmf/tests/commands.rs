@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{HOSTNQN, Host, NQN, NUM_BLOCKS, TestTarget, admin_sqe, pattern, rw_sqe, session};
+use common::{
+    HOSTNQN, Host, NQN, NUM_BLOCKS, Reply, TestTarget, admin_sqe, pattern, rw_sqe, session,
+};
 use pmio_nvmf::TransportOpts;
 use pmio_nvmf::pdu::Digests;
 use pmio_nvmf::spec::{self, Sqe, Status};
@@ -216,15 +218,28 @@ fn invalid_param(iattr: u32, ipo: u32) -> u32 {
 #[test]
 fn connect_to_an_unknown_subsystem_is_refused() {
     let t = TestTarget::new();
-    let mut h = Host::connect(t.addr, Digests::NONE);
-    let r = h.fabrics_connect(0, 31, "nqn.2016-06.io.pmio:nope", HOSTNQN, 0xFFFF, 0);
+    let r = refused(&t, 0, 31, "nqn.2016-06.io.pmio:nope", HOSTNQN, 0xFFFF);
     assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(r.cqe.dw0, invalid_param(1, 256), "IPO names SUBNQN");
-    // The connection may try again.
+    // A new connection may try again.
+    let mut h = Host::connect(t.addr, Digests::NONE);
     let r = h.fabrics_connect(0, 31, NQN, HOSTNQN, 0xFFFF, 0);
     assert!(r.status().is_success(), "{:?}", r.status());
     drop(h);
     t.assert_healthy();
+}
+
+/// A Connect on a new connection that the target refuses: its answer, after which the target
+/// closes the connection (a host cannot pile up refusals).
+fn refused(t: &TestTarget, qid: u16, sqsize: u16, nqn: &str, host: &str, cntlid: u16) -> Reply {
+    let mut h = Host::connect(t.addr, Digests::NONE);
+    let r = h.fabrics_connect(qid, sqsize, nqn, host, cntlid, 0);
+    assert!(!r.status().is_success(), "refused");
+    assert!(
+        h.try_recv().is_none(),
+        "the connection is closed after a refused Connect"
+    );
+    r
 }
 
 #[test]
@@ -253,25 +268,25 @@ fn a_host_not_on_the_list_is_refused_until_added() {
 fn io_queue_connect_refusals() {
     let t = TestTarget::new();
     let (admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
-    let mut h = Host::connect(t.addr, Digests::NONE);
     // A controller that does not exist.
-    let r = h.fabrics_connect(1, 127, NQN, HOSTNQN, cntlid + 100, 0);
+    let r = refused(&t, 1, 127, NQN, HOSTNQN, cntlid + 100);
     assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(r.cqe.dw0, invalid_param(1, 16), "IPO names CNTLID");
     // Another host NQN than the admin queue's.
-    let r = h.fabrics_connect(1, 127, NQN, "nqn.2014-08.org.example:other", cntlid, 0);
+    let r = refused(&t, 1, 127, NQN, "nqn.2014-08.org.example:other", cntlid);
     assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(r.cqe.dw0, invalid_param(1, 512), "IPO names HOSTNQN");
     // QID beyond the 4 queues granted.
-    let r = h.fabrics_connect(5, 127, NQN, HOSTNQN, cntlid, 0);
+    let r = refused(&t, 5, 127, NQN, HOSTNQN, cntlid);
     assert_eq!(r.status(), Status::INVALID_QUEUE_IDENTIFIER);
     // SQSIZE too large (MQES 127) or 0.
     for sqsize in [128u16, 0xFFFF, 0] {
-        let r = h.fabrics_connect(1, sqsize, NQN, HOSTNQN, cntlid, 0);
+        let r = refused(&t, 1, sqsize, NQN, HOSTNQN, cntlid);
         assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS, "{sqsize}");
         assert_eq!(r.cqe.dw0, invalid_param(0, 44), "IPO names SQSIZE");
     }
-    // After all that, the same connection becomes queue 1; a second queue 1 is refused.
+    // After all that, queue 1 connects; a second queue 1 is refused.
+    let mut h = Host::connect(t.addr, Digests::NONE);
     let r = h.fabrics_connect(1, 127, NQN, HOSTNQN, cntlid, 0);
     assert!(r.status().is_success(), "{:?}", r.status());
     still_works(&mut h, 50);
@@ -285,16 +300,16 @@ fn io_queue_connect_refusals() {
 #[test]
 fn admin_connect_refusals() {
     let t = TestTarget::new();
-    let mut h = Host::connect(t.addr, Digests::NONE);
     // SQSIZE beyond max_aq_depth.
-    let r = h.fabrics_connect(0, 128, NQN, HOSTNQN, 0xFFFF, 0);
+    let r = refused(&t, 0, 128, NQN, HOSTNQN, 0xFFFF);
     assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(r.cqe.dw0, invalid_param(0, 44));
     // A static controller ID.
-    let r = h.fabrics_connect(0, 31, NQN, HOSTNQN, 1, 0);
+    let r = refused(&t, 0, 31, NQN, HOSTNQN, 1);
     assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(r.cqe.dw0, invalid_param(1, 16));
     // Connect data short of 1024 bytes.
+    let mut h = Host::connect(t.addr, Digests::NONE);
     let mut sqe = Sqe {
         opcode: spec::admin_opc::FABRICS,
         cdw11: 31,
@@ -304,6 +319,7 @@ fn admin_connect_refusals() {
     let data = common::connect_data(NQN, HOSTNQN, 0xFFFF);
     let cid = h.submit(sqe, &data[..512]);
     assert_eq!(h.expect_resp(cid).status(), Status::DATA_SGL_LENGTH_INVALID);
+    assert!(h.try_recv().is_none(), "closed after the refusal");
     assert!(t.tgt.controllers(NQN).unwrap().is_empty());
     drop(h);
     t.assert_healthy();
@@ -353,5 +369,31 @@ fn controller_ids_go_round_robin_and_run_out() {
     let (admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
     assert!((1..=0xFFEF).contains(&cntlid));
     drop(admin);
+    t.assert_healthy();
+}
+
+/// The controller, on the reactor that owns it, decides on an I/O queue: not before the host
+/// enabled it (CC.EN with the queue entry sizes), then only up to the queues it granted.
+#[test]
+fn io_queues_wait_for_the_controller_to_be_enabled() {
+    let t = TestTarget::new();
+    let mut admin = Host::connect(t.addr, Digests::NONE);
+    let r = admin.fabrics_connect(0, 31, NQN, HOSTNQN, 0xFFFF, 0);
+    assert!(r.status().is_success(), "{:?}", r.status());
+    let cntlid = r.cqe.dw0 as u16;
+    let r = refused(&t, 1, 127, NQN, HOSTNQN, cntlid);
+    assert_eq!(r.status(), Status::CONNECT_INVALID_PARAMETERS);
+    admin.prop_set(0x14, 6 << 16 | 4 << 20 | 1);
+    assert_eq!(admin.prop_get(0x1c, false) & 1, 1, "CSTS.RDY");
+    // Queues on both reactors (connections go round robin), each asking the controller.
+    let mut ios: Vec<Host> = (1..=2)
+        .map(|qid| Host::io_queue(t.addr, Digests::NONE, cntlid, qid))
+        .collect();
+    for (i, io) in ios.iter_mut().enumerate() {
+        let data = pattern(4096, 70 + i as u64);
+        assert!(io.write(8 * i as u64, &data).status().is_success());
+        assert_eq!(io.read(8 * i as u64, 8).data, data);
+    }
+    drop((admin, ios));
     t.assert_healthy();
 }

@@ -18,31 +18,113 @@ impl Conn {
         }
         let cmd = ConnectCmd::parse(&sqe);
         let answer = ConnectData::parse(&self.rx[data]).and_then(|d| self.admit(sh, &cmd, &d));
-        match answer.map_err(<(Status, u32)>::from) {
-            Ok(cntlid) => {
+        match answer {
+            Ok(Admitted::Now(cntlid)) => {
                 let dw0 = spec::connect_success_dw0(cntlid);
                 self.send_cqe(sqe.cid, cmd.qid, Status::SUCCESS, dw0, 0);
-                Ok(())
             }
-            Err((st, dw0)) => {
-                log::warn!(
-                    "nvmf: connection {} ({}): Connect refused: {st:?}",
+            Ok(Admitted::AskController(d, owner)) => {
+                let pending = PendingConnect {
+                    cid: sqe.cid,
+                    qid: cmd.qid,
+                    cntlid: d.cntlid,
+                    sqsize: cmd.sqsize,
+                };
+                self.phase = Phase::Connecting(pending);
+                self.connecting = Some((d.subnqn.clone(), pending));
+                let (tgt, nqn, me, conn, serial) = (
+                    Arc::clone(&sh.tgt),
+                    d.subnqn.clone(),
+                    sh.core,
                     self.id,
-                    self.peer
+                    self.serial,
                 );
-                self.send_cqe(sqe.cid, cmd.qid, st, dw0, 0);
-                Ok(())
+                let asked = sh.tgt.reactors.send(owner, move |ctx| {
+                    let verdict = crate::group::check_io_connect(ctx, &nqn, &cmd, &d);
+                    let answered = ctx.send(me, move |ctx| {
+                        crate::group::io_connect_answer(ctx, conn, serial, verdict);
+                    });
+                    if answered.is_err() {
+                        log::warn!("nvmf: the answer to an I/O Connect was lost: stopping");
+                    }
+                    drop(tgt);
+                });
+                if asked.is_err() {
+                    self.io_connect_answer(sh, Err(ConnectReject::new(Status::INTERNAL_ERROR)));
+                }
+            }
+            Err(r) => self.refuse_connect(sqe.cid, cmd.qid, r),
+        }
+        Ok(())
+    }
+
+    /// Answers a refused Connect, then closes the connection (the host gives the queue up,
+    /// and SPDK disconnects it too): a host cannot pile up refusals the target must send.
+    fn refuse_connect(&mut self, cid: u16, qid: u16, r: ConnectReject) {
+        log::warn!(
+            "nvmf: connection {} ({}): Connect of queue {qid} refused: {:?}",
+            self.id,
+            self.peer,
+            r.status
+        );
+        self.send_cqe(cid, qid, r.status, r.dw0, 0);
+        self.close("its Connect was refused");
+    }
+
+    /// The controller's verdict on this connection's I/O-queue Connect.
+    pub fn io_connect_answer(&mut self, sh: &mut GroupShared, verdict: Result<(), ConnectReject>) {
+        let Phase::Connecting(p) = self.phase else {
+            // Closed meanwhile: `finish` gives the reservation back.
+            return;
+        };
+        self.phase = Phase::Ready;
+        let Some((nqn, _)) = self.connecting.take() else {
+            return;
+        };
+        match verdict {
+            Ok(()) => {
+                self.qp = Some(Qpair {
+                    qid: p.qid,
+                    cntlid: p.cntlid,
+                    subnqn: nqn.clone(),
+                    ctrlr: None,
+                });
+                self.make_slots(p.sqsize);
+                sh.stats.io_qpairs += 1;
+                sh.stats.current_io_qpairs += 1;
+                log::info!(
+                    "nvmf: connection {} ({}): I/O queue {} of controller {} on {nqn} ({} entries)",
+                    self.id,
+                    self.peer,
+                    p.qid,
+                    p.cntlid,
+                    u32::from(p.sqsize) + 1
+                );
+                let dw0 = spec::connect_success_dw0(p.cntlid);
+                self.send_cqe(p.cid, p.qid, Status::SUCCESS, dw0, 0);
+            }
+            Err(r) => {
+                sh.tgt.remove_qpair(&nqn, p.cntlid, p.qid);
+                self.refuse_connect(p.cid, p.qid, r);
             }
         }
     }
 
-    /// Checks a Connect and sets the queue pair up; the controller ID or the refusal.
-    pub(super) fn admit(
+    fn make_slots(&mut self, sqsize: u16) {
+        let entries = u32::from(sqsize) + 1;
+        self.slots = (0..entries).map(|_| Slot::free()).collect();
+        self.free = (0..entries as u16).rev().collect();
+    }
+
+    /// Checks a Connect against the configuration. An admin queue is set up at once with a new
+    /// controller; an I/O queue is reserved in the controller's record and its admission
+    /// left to the controller, on the reactor that owns it.
+    fn admit(
         &mut self,
         sh: &mut GroupShared,
         cmd: &ConnectCmd,
         d: &ConnectData,
-    ) -> Result<u16, ConnectReject> {
+    ) -> Result<Admitted, ConnectReject> {
         let tgt: &NvmfTarget = &sh.tgt;
         let mut g = tgt.lock();
         let opts = g.config.transport.clone().unwrap_or_default();
@@ -59,8 +141,7 @@ impl Conn {
             // The subsystem exists but not on this address: as if it did not.
             return Err(ConnectReject::invalid_data_field(connect_field::SUBNQN));
         }
-        let entries = u32::from(cmd.sqsize) + 1;
-        let cntlid = if cmd.qid == 0 {
+        if cmd.qid == 0 {
             admit_admin_connect(subsys.as_ref(), d)?;
             let s = subsys.expect("admitted");
             let Some(cntlid) = NvmfTarget::alloc_cntlid(&mut g, &s) else {
@@ -83,58 +164,54 @@ impl Conn {
                     local: self.local,
                 }],
             });
+            drop(g);
             self.qp = Some(Qpair {
                 qid: 0,
                 cntlid,
                 subnqn: s.nqn.clone(),
                 ctrlr: Some(Box::new(ctrlr)),
             });
+            self.make_slots(cmd.sqsize);
             sh.stats.admin_qpairs += 1;
             sh.stats.current_admin_qpairs += 1;
-            cntlid
-        } else {
-            let s = subsys.ok_or(ConnectReject::invalid_data_field(connect_field::SUBNQN))?;
-            let Some(rec) = g
-                .ctrlrs
-                .iter_mut()
-                .find(|c| c.subnqn == s.nqn && c.cntlid == d.cntlid)
-            else {
-                return Err(ConnectReject::invalid_data_field(connect_field::CNTLID));
-            };
-            if rec.hostnqn != d.hostnqn {
-                return Err(ConnectReject::invalid_data_field(connect_field::HOSTNQN));
-            }
-            if cmd.qid > rec.io_queues || rec.qpairs.iter().any(|q| q.qid == cmd.qid) {
-                return Err(ConnectReject::new(Status::INVALID_QUEUE_IDENTIFIER));
-            }
-            rec.qpairs.push(QpairRecord {
-                qid: cmd.qid,
-                core: sh.core,
-                peer: self.peer,
-                local: self.local,
-            });
-            self.qp = Some(Qpair {
-                qid: cmd.qid,
-                cntlid: d.cntlid,
-                subnqn: s.nqn.clone(),
-                ctrlr: None,
-            });
-            sh.stats.io_qpairs += 1;
-            sh.stats.current_io_qpairs += 1;
-            d.cntlid
+            log::info!(
+                "nvmf: connection {} ({}): admin queue of controller {cntlid} on {} for {}",
+                self.id,
+                self.peer,
+                d.subnqn,
+                d.hostnqn
+            );
+            return Ok(Admitted::Now(cntlid));
+        }
+        let s = subsys.ok_or(ConnectReject::invalid_data_field(connect_field::SUBNQN))?;
+        let Some(rec) = g
+            .ctrlrs
+            .iter_mut()
+            .find(|c| c.subnqn == s.nqn && c.cntlid == d.cntlid)
+        else {
+            return Err(ConnectReject::invalid_data_field(connect_field::CNTLID));
         };
+        if rec.qpairs.iter().any(|q| q.qid == cmd.qid) {
+            return Err(ConnectReject::new(Status::INVALID_QUEUE_IDENTIFIER));
+        }
+        // Reserved here (a second Connect of the same queue is refused); given back if the
+        // controller refuses.
+        rec.qpairs.push(QpairRecord {
+            qid: cmd.qid,
+            core: sh.core,
+            peer: self.peer,
+            local: self.local,
+        });
+        let owner = rec.core;
         drop(g);
-        self.slots = (0..entries).map(|_| Slot::free()).collect();
-        self.free = (0..entries as u16).rev().collect();
-        log::info!(
-            "nvmf: connection {} ({}): {} queue {} of controller {cntlid} on {} for {} ({entries} entries)",
-            self.id,
-            self.peer,
-            if cmd.qid == 0 { "admin" } else { "I/O" },
-            cmd.qid,
-            d.subnqn,
-            d.hostnqn
-        );
-        Ok(cntlid)
+        Ok(Admitted::AskController(d.clone(), owner))
     }
+}
+
+/// What [`Conn::admit`] decided.
+enum Admitted {
+    /// The queue is set up: answer with this controller ID.
+    Now(u16),
+    /// Ask the controller, on the reactor of this core.
+    AskController(ConnectData, u32),
 }

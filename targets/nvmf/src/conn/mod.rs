@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 
 use pmio::{Io, IoStatus, Op};
 
@@ -35,9 +36,21 @@ enum Phase {
     AwaitIcReq,
     /// Initialized: commands flow.
     Ready,
+    /// An I/O queue's Connect waits for its controller's verdict, asked of the reactor that
+    /// owns the controller by message; nothing else is read meanwhile.
+    Connecting(PendingConnect),
     /// No more input; the queued PDUs go out (bounded), then the socket closes once no bdev
     /// I/O of it is outstanding.
     Closing { since_ns: u64 },
+}
+
+/// An I/O-queue Connect between the question to the controller's reactor and its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PendingConnect {
+    cid: u16,
+    qid: u16,
+    cntlid: u16,
+    sqsize: u16,
 }
 
 /// What a queue pair is, once its Fabrics Connect succeeded.
@@ -108,6 +121,12 @@ use send::Out;
 struct Fatal(String);
 
 pub(crate) struct Conn {
+    /// Unique in its poll group (ids are reused, serials are not): a late message for a
+    /// closed connection cannot reach its successor.
+    pub serial: u64,
+    /// The I/O-queue Connect waiting for its controller's verdict, with its subsystem: the
+    /// queue is reserved in the controller's record until then.
+    connecting: Option<(String, PendingConnect)>,
     /// The reactor's watch of the socket (set once the group registered it).
     pub watch: Option<pmio_reactors::FdWatch>,
     /// Whether the watch includes writability.
@@ -138,7 +157,13 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn new(id: usize, sock: TcpStream, sh: &GroupShared, now_ns: u64) -> io::Result<Conn> {
+    pub fn new(
+        id: usize,
+        serial: u64,
+        sock: TcpStream,
+        sh: &GroupShared,
+        now_ns: u64,
+    ) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
         let peer = sock.peer_addr()?;
@@ -147,6 +172,8 @@ impl Conn {
         let max_plen = pdu::max_plen_for_data(t.max_io_size.max(t.in_capsule_data_size));
         log::info!("nvmf: core {}: connection from {peer} to {local}", sh.core);
         Ok(Conn {
+            serial,
+            connecting: None,
             watch: None,
             watching_write: false,
             id,
@@ -189,6 +216,16 @@ impl Conn {
         !self.tx.is_empty()
     }
 
+    /// The controller (`nqn`, `cntlid`) if this is its admin queue.
+    pub fn controller(&self, nqn: &str, cntlid: u16) -> Option<&Controller> {
+        let qp = self.qp.as_ref()?;
+        if qp.cntlid == cntlid && qp.subnqn == nqn {
+            qp.ctrlr.as_deref()
+        } else {
+            None
+        }
+    }
+
     /// Whether this is an admin queue.
     pub fn is_admin(&self) -> bool {
         self.qp.as_ref().is_some_and(|q| q.ctrlr.is_some())
@@ -228,6 +265,9 @@ impl Conn {
             }
         }
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        if let Some((nqn, p)) = self.connecting.take() {
+            sh.tgt.remove_qpair(&nqn, p.cntlid, p.qid);
+        }
         if let Some(qp) = self.qp.take() {
             if qp.ctrlr.is_some() {
                 sh.stats.current_admin_qpairs -= 1;
@@ -256,7 +296,7 @@ impl Conn {
                 self.drop_tx();
                 return;
             }
-            Phase::Closing { .. } | Phase::AwaitIcReq => return,
+            Phase::Closing { .. } | Phase::AwaitIcReq | Phase::Connecting(_) => return,
             Phase::Ready => {}
         }
         let Some(qp) = &mut self.qp else { return };

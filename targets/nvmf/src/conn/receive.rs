@@ -14,7 +14,7 @@ impl Conn {
     /// Reads what the socket has and handles every whole PDU in it. Returns whether anything
     /// arrived.
     pub fn receive(&mut self, sh: &mut GroupShared, now_ns: u64) -> bool {
-        if matches!(self.phase, Phase::Closing { .. }) {
+        if matches!(self.phase, Phase::Closing { .. } | Phase::Connecting(_)) {
             return false;
         }
         let _ = now_ns;
@@ -57,7 +57,7 @@ impl Conn {
 
     /// Handles every whole PDU in the receive buffer.
     pub(super) fn handle_pdus(&mut self, sh: &mut GroupShared) -> Result<(), Fatal> {
-        while !matches!(self.phase, Phase::Closing { .. }) {
+        while !matches!(self.phase, Phase::Closing { .. } | Phase::Connecting(_)) {
             let buf = &self.rx[self.rx_start..self.rx_end];
             let parsed = pdu::parse(buf, &self.link);
             let (header, data_range, used) = match parsed {
