@@ -28,6 +28,9 @@ const HOUSEKEEPING_NS: u64 = 100_000_000;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct NsRef {
     pub queue: usize,
+    /// The serial of the queue at `queue` when this was taken: a command that outlived its
+    /// namespace (waiting for data or for a request) finds its queue gone, not another one.
+    pub queue_serial: u64,
     pub block_size: u32,
     pub num_blocks: u64,
     pub ops: OpSet,
@@ -37,6 +40,7 @@ pub(crate) struct NsRef {
 /// A bdev queue opened on this reactor.
 pub(crate) struct GroupQueue {
     pub name: String,
+    pub serial: u64,
     pub q: BdevQueue,
 }
 
@@ -45,7 +49,9 @@ pub(crate) struct GroupQueue {
 pub(crate) struct GroupShared {
     pub tgt: Arc<NvmfTarget>,
     pub core: u32,
-    pub queues: Vec<GroupQueue>,
+    /// Bdev queues by index; `None` where a queue no namespace uses any more was closed.
+    pub queues: Vec<Option<GroupQueue>>,
+    queue_serial: u64,
     pub plug: Plug,
     pub pool: BufPool,
     /// Configuration generation of `ns`.
@@ -100,6 +106,7 @@ impl PollGroup {
                 tgt,
                 core,
                 queues: Vec::new(),
+                queue_serial: 0,
                 plug: Plug::default(),
                 pool: BufPool::new(buf_size),
                 generation: 0,
@@ -144,19 +151,20 @@ impl PollGroup {
             busy |= c.receive(sh, now_ns);
         }
         sh.plug.finish();
-        for gq in &mut sh.queues {
+        for gq in sh.queues.iter_mut().flatten() {
             gq.q.flush();
         }
         // Completions, routed to their connections by token (connection id, slot).
         for qi in 0..sh.queues.len() {
-            if sh.queues[qi].q.outstanding() == 0 {
+            let Some(gq) = &mut sh.queues[qi] else {
+                continue;
+            };
+            if gq.q.outstanding() == 0 {
                 continue;
             }
             self.done.clear();
             let done = &mut self.done;
-            let n = sh.queues[qi]
-                .q
-                .poll(REAP, |rq| done.push((rq.token, rq.status)));
+            let n = gq.q.poll(REAP, |rq| done.push((rq.token, rq.status)));
             if n == 0 {
                 continue;
             }
@@ -176,7 +184,7 @@ impl PollGroup {
             busy |= c.retry_waiting(sh);
         }
         sh.plug.finish();
-        for gq in &mut sh.queues {
+        for gq in sh.queues.iter_mut().flatten() {
             gq.q.flush();
         }
         for (id, slot) in self.conns.iter_mut().enumerate() {
@@ -233,6 +241,7 @@ impl PollGroup {
             for c in self.conns.iter_mut().flatten() {
                 c.housekeeping(sh, now_ns);
             }
+            sh.close_unused_queues();
         }
     }
 
@@ -265,10 +274,12 @@ impl GroupShared {
                 match self.queue_for(&n.bdev) {
                     Ok(queue) => {
                         let info = n.bdev.info();
+                        let queue_serial = self.queues[queue].as_ref().expect("open").serial;
                         m.insert(
                             n.nsid,
                             NsRef {
                                 queue,
+                                queue_serial,
                                 block_size: info.block_size,
                                 num_blocks: info.num_blocks,
                                 ops: info.supported_ops,
@@ -287,12 +298,51 @@ impl GroupShared {
             ns.insert(nqn, m);
         }
         self.ns = ns;
+        self.close_unused_queues();
+    }
+
+    /// Closes the bdev queues no namespace uses any more, once their I/O is done (so a
+    /// deleted bdev is not kept alive by this reactor).
+    pub fn close_unused_queues(&mut self) {
+        for (i, slot) in self.queues.iter_mut().enumerate() {
+            let Some(gq) = slot else { continue };
+            let used = self
+                .ns
+                .values()
+                .flat_map(|m| m.values())
+                .any(|n| n.queue == i);
+            if used || gq.q.outstanding() > 0 {
+                continue;
+            }
+            log::info!(
+                "nvmf: core {}: closed {} (no namespace uses it)",
+                self.core,
+                gq.name
+            );
+            self.plug.forget(gq.q.key());
+            *slot = None;
+        }
+    }
+
+    /// The bdev queue of namespace `ns` among `queues` (a group's), if it is still open.
+    pub fn queue<'a>(
+        queues: &'a mut [Option<GroupQueue>],
+        ns: &NsRef,
+    ) -> Option<&'a mut BdevQueue> {
+        match queues.get_mut(ns.queue) {
+            Some(Some(gq)) if gq.serial == ns.queue_serial => Some(&mut gq.q),
+            _ => None,
+        }
     }
 
     /// The index of this reactor's queue on `dev`, opened now if needed.
     fn queue_for(&mut self, dev: &Arc<dyn BlockDevice>) -> Result<usize, pmio::BdevError> {
         let name = &dev.info().name;
-        if let Some(i) = self.queues.iter().position(|q| &q.name == name) {
+        let open = self
+            .queues
+            .iter()
+            .position(|q| q.as_ref().is_some_and(|q| &q.name == name));
+        if let Some(i) = open {
             return Ok(i);
         }
         let depth = dev.info().max_queue_depth.min(256);
@@ -307,16 +357,27 @@ impl GroupShared {
         q.register_plug(&mut self.plug);
         self.pool.register_with(q.device().as_ref());
         log::info!("nvmf: core {}: opened {name} (depth {depth})", self.core);
-        self.queues.push(GroupQueue {
+        self.queue_serial += 1;
+        let gq = GroupQueue {
             name: name.clone(),
+            serial: self.queue_serial,
             q,
-        });
-        Ok(self.queues.len() - 1)
+        };
+        match self.queues.iter().position(Option::is_none) {
+            Some(i) => {
+                self.queues[i] = Some(gq);
+                Ok(i)
+            }
+            None => {
+                self.queues.push(Some(gq));
+                Ok(self.queues.len() - 1)
+            }
+        }
     }
 
     /// Tells every open device about the pool's memory (after the pool grew).
     pub fn register_pool(&self) {
-        for gq in &self.queues {
+        for gq in self.queues.iter().flatten() {
             self.pool.register_with(gq.q.device().as_ref());
         }
     }

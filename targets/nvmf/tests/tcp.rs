@@ -81,3 +81,47 @@ fn a_bdev_that_completes_later_is_polled_while_the_reactor_could_sleep() {
         );
     }
 }
+
+/// A namespace removed while connected: its I/O fails with Invalid Namespace, and once the
+/// bdev is deleted no poll group keeps it alive (their queues on it are closed).
+#[test]
+fn a_removed_namespace_lets_its_bdev_go() {
+    let t = TestTarget::start(TransportOpts::default(), true);
+    let dev = pmio_null::NullDevice::new(pmio_null::NullOptions {
+        name: "Null2".into(),
+        num_blocks: 2048,
+        ..pmio_null::NullOptions::default()
+    })
+    .unwrap();
+    let weak = std::sync::Arc::downgrade(&dev);
+    t.registry.register(dev).unwrap();
+    t.tgt
+        .add_ns(common::NQN, "Null2", 2, None, None, None)
+        .unwrap();
+    let (_admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
+    let mut ios: Vec<Host> = (1..=2)
+        .map(|qid| Host::io_queue(t.addr, Digests::NONE, cntlid, qid))
+        .collect();
+    for io in &mut ios {
+        assert!(io.read_ns(2, 0, 8).status().is_success());
+    }
+    t.tgt.remove_ns(common::NQN, 2).unwrap();
+    t.registry.unregister("Null2").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while weak.strong_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deleted bdev is still held ({} references)",
+            weak.strong_count()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for io in &mut ios {
+        let r = io.read_ns(2, 0, 8);
+        assert_eq!(r.status(), pmio_nvmf::spec::Status::INVALID_NAMESPACE);
+        assert!(
+            io.read(0, 8).status().is_success(),
+            "namespace 1 unaffected"
+        );
+    }
+}

@@ -172,9 +172,13 @@ impl Conn {
             }
             _ => unreachable!("io_shape refuses other opcodes"),
         };
+        let Some(q) = GroupShared::queue(&mut sh.queues, &ns) else {
+            // Its namespace was removed while the command waited.
+            self.respond(slot, qid, Status::INVALID_NAMESPACE, 0, 0);
+            return;
+        };
         let s = &mut self.slots[usize::from(slot)];
         s.state = SlotState::Executing;
-        let q = &mut sh.queues[ns.queue].q;
         for io in todo {
             match q.submit(&mut sh.plug, io) {
                 Ok(_) => {
