@@ -130,7 +130,8 @@ $R save_config > /tmp/cfg.json
 expect '"nvmf_create_subsystem"' "$(cat /tmp/cfg.json)"
 C=$(connect $NQN "ctrl_loss_tmo=60,reconnect_delay=1") || fail "connect before the kill"
 D=$(wait_dev $NQN 1)
-( dd if=$D of=/dev/null bs=4k count=200000 iflag=direct 2>/dev/null; echo "dd ended: $?" > /tmp/dd.rc ) &
+# (set -e holds in the subshell too: a failing dd must not skip the echo)
+( rc=0; dd if=$D of=/dev/null bs=4k count=200000 iflag=direct 2>/dev/null || rc=$?; echo "dd ended: $rc" > /tmp/dd.rc ) &
 DD=$!
 sleep 1
 kill -9 $TGT
@@ -146,6 +147,17 @@ dd if=$D of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read 
 cmp /tmp/pat /tmp/back || fail "after reconnect: data written before the kill reads back differently"
 disconnect $C
 wait_gone $NQN 1
-$R spdk_kill_instance SIGTERM >/dev/null
-wait $TGT || fail "pmio-tgt exit status $?"
+
+echo "== pmio-tgt killed for good: the host's I/O fails, no hang"
+C=$(connect $NQN "ctrl_loss_tmo=3,reconnect_delay=1") || fail "connect before the last kill"
+D=$(wait_dev $NQN 1)
+rm -f /tmp/dd.rc
+( rc=0; dd if=$D of=/dev/null bs=4k count=2000000 iflag=direct 2>/dev/null || rc=$?; echo $rc > /tmp/dd.rc ) &
+sleep 1
+kill -9 $TGT
+wait $TGT 2>/dev/null || true
+for _ in $(seq 300); do [ -s /tmp/dd.rc ] && break; sleep 0.1; done
+[ -s /tmp/dd.rc ] || fail "dd still hangs 30 s after the target died"
+[ "$(cat /tmp/dd.rc)" != 0 ] || fail "dd succeeded with its target dead"
+echo "dd failed with status $(cat /tmp/dd.rc) after the target died (no hang)"
 echo "nvmf-in-guest: all checks passed"
