@@ -4,6 +4,24 @@
 use super::*;
 
 impl Conn {
+    /// Namespace `nsid` of this queue's subsystem, from a per-connection table sorted by NSID
+    /// (no string hashing per I/O), rebuilt when the group's snapshot changed.
+    fn namespace(&mut self, sh: &GroupShared, nsid: u32) -> Option<NsRef> {
+        if self.ns_generation != sh.generation {
+            self.ns_generation = sh.generation;
+            self.ns_table.clear();
+            let subnqn = &self.qp.as_ref().expect("connected").subnqn;
+            if let Some(m) = sh.ns.get(subnqn) {
+                self.ns_table.extend(m.iter().map(|(&id, &n)| (id, n)));
+                self.ns_table.sort_unstable_by_key(|&(id, _)| id);
+            }
+        }
+        let t = &self.ns_table;
+        t.binary_search_by_key(&nsid, |&(id, _)| id)
+            .ok()
+            .map(|i| t[i].1)
+    }
+
     /// An I/O command: checked against its namespace, then its data fetched (R2T) or its
     /// bdev I/O started.
     pub(super) fn io_command(
@@ -14,8 +32,7 @@ impl Conn {
     ) -> Result<(), Fatal> {
         let qid = self.qid();
         let sqe = self.slots[usize::from(slot)].sqe;
-        let subnqn = &self.qp.as_ref().expect("connected").subnqn;
-        let Some(ns) = sh.ns.get(subnqn).and_then(|m| m.get(&sqe.nsid)).copied() else {
+        let Some(ns) = self.namespace(sh, sqe.nsid) else {
             self.respond(slot, qid, Status::INVALID_NAMESPACE, 0, 0);
             return Ok(());
         };

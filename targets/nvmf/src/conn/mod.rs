@@ -127,6 +127,9 @@ pub(crate) struct Conn {
     /// The I/O-queue Connect waiting for its controller's verdict, with its subsystem: the
     /// queue is reserved in the controller's record until then.
     connecting: Option<(String, PendingConnect)>,
+    /// This queue's namespaces sorted by NSID, as of the group's snapshot `ns_generation`.
+    ns_table: Vec<(u32, NsRef)>,
+    ns_generation: u64,
     /// The reactor's watch of the socket (set once the group registered it).
     pub watch: Option<pmio_reactors::FdWatch>,
     /// Whether the watch includes writability.
@@ -174,6 +177,8 @@ impl Conn {
         Ok(Conn {
             serial,
             connecting: None,
+            ns_table: Vec::new(),
+            ns_generation: 0,
             watch: None,
             watching_write: false,
             id,
