@@ -1,9 +1,18 @@
 //! pmio's vhost-user-blk target: a virtual machine's virtio disk served from a bdev by pmio's
 //! reactors, as SPDK's vhost target serves it.
 //!
-//! - [`spec`]: virtio-blk and split-ring facts (feature bits, layouts, statuses).
-//! - [`chain`]: the descriptor-chain parser; every chain is hostile until proven otherwise.
-//! - [`blk`]: what a parsed request asks of the bdev, or the status it gets without it.
+//! - [`VhostTarget`]: what RPC drives: controllers (a bdev on a unix socket in the socket
+//!   directory), created and deleted at run time.
+//! - Control path (`ctrlr`, `session`): one thread per controller answers the front end's
+//!   vhost-user messages (rust-vmm's `vhost` crate decodes them) and reaches the reactors by
+//!   message only: rings start, stop (after their in-flight I/O), and switch memory tables
+//!   there.
+//! - Data path (`group`, `ring`, [`vring`]): each virtqueue is polled by one reactor of the
+//!   controller's cpumask, which owns it; the guest is told not to kick while the ring is
+//!   polled, requests become bdev I/O through bounce buffers, and completions signal the
+//!   guest through its call eventfd once per poll.
+//! - [`chain`] and [`blk`]: the descriptor-chain parser and the request rules; every chain is
+//!   hostile until proven otherwise. [`spec`]: virtio facts. [`mem`]: guest memory.
 //!
 //! ```
 //! use pmio_vhost::spec::{BlkStatus, ReqType};
@@ -14,5 +23,20 @@
 //! ```
 
 pub mod blk;
+mod buf;
 pub mod chain;
+mod ctrlr;
+pub mod error;
+mod group;
+pub mod mem;
+mod ring;
+mod session;
 pub mod spec;
+mod sys;
+mod tgt;
+pub mod vring;
+
+pub use ctrlr::CtrlrInfo;
+pub use error::VhostError;
+pub use session::MAX_QUEUES;
+pub use tgt::{BlkCtrlrParams, VhostTarget};
