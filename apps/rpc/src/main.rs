@@ -6,6 +6,7 @@
 
 mod client;
 mod nvmf;
+mod vhost;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -327,6 +328,8 @@ enum Method {
     },
     #[command(flatten)]
     Nvmf(nvmf::NvmfMethod),
+    #[command(flatten)]
+    Vhost(vhost::VhostMethod),
 }
 
 /// How rpc.py prints a method's result.
@@ -601,6 +604,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             Print::Nothing,
         ),
         Method::Nvmf(m) => nvmf::request(m),
+        Method::Vhost(m) => vhost::request(m),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());
         }

@@ -8,7 +8,7 @@
 //! - [`methods`]: the method table and the SPDK methods on the target state;
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
 //!   [`uring`] and [`nvme`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
-//!   target.
+//!   target; [`vhost`] has SPDK's `vhost_*` methods on the vhost-user-blk target.
 //! - [`config`]: `-c` start-up configuration in `save_config`'s shape.
 //!
 //! ```
@@ -31,6 +31,7 @@ pub mod sched;
 pub mod server;
 pub mod target;
 pub mod uring;
+pub mod vhost;
 
 /// Releases everything the daemon holds, after the RPC server has stopped and before the
 /// reactors stop: closes the NVMe/TCP target's connections and listeners (they run on the
@@ -39,6 +40,7 @@ pub mod uring;
 pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
     t.nvmf.shutdown();
+    t.vhost.shutdown();
     nvme::detach_all(t);
     for r in t.records().into_iter().rev() {
         if let Err(e) = t.registry.unregister(&r.name) {

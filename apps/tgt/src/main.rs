@@ -36,6 +36,10 @@ struct Args {
     /// Busy-poll instead of sleeping when idle (lower wake-up latency, one core at 100%).
     #[arg(long = "no-interrupt")]
     no_interrupt: bool,
+    /// Directory where vhost-user controllers' sockets are created (SPDK's `-S`; default: the
+    /// current directory).
+    #[arg(short = 'S', long = "vhost-socket-dir")]
+    vhost_socket_dir: Option<PathBuf>,
     /// Idle time after which a reactor sleeps until woken (interrupt mode), in microseconds.
     #[arg(long = "idle-sleep-us", default_value_t = 1000)]
     idle_sleep_us: u64,
@@ -116,6 +120,14 @@ fn run(args: Args) -> anyhow::Result<()> {
         FwState::Runtime
     };
     let target = Arc::new(Target::new(reactors.handle(), state));
+    if let Some(dir) = &args.vhost_socket_dir {
+        if !dir.is_dir() {
+            drop(target);
+            let _ = reactors.stop();
+            bail!("-S {}: not a directory", dir.display());
+        }
+        target.vhost.set_socket_dir(dir);
+    }
     let rpc = Arc::new(Rpc::new(
         target.clone(),
         Box::new(|sig| {

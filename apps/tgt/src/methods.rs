@@ -56,6 +56,7 @@ impl Rpc {
         methods.extend(crate::uring::methods());
         methods.extend(crate::nvme::methods());
         methods.extend(crate::nvmf::methods());
+        methods.extend(crate::vhost::methods());
         Rpc {
             target,
             methods,
@@ -286,7 +287,8 @@ fn framework_start_init(
 
 /// The subsystems `save_config` walks, each with the subsystems it depends on, in the order
 /// their configurations replay: the NVMe-oF target's namespaces need their bdevs.
-pub const SUBSYSTEMS: [(&str, &[&str]); 2] = [("bdev", &[]), ("nvmf", &["bdev"])];
+pub const SUBSYSTEMS: [(&str, &[&str]); 3] =
+    [("bdev", &[]), ("vhost_blk", &["bdev"]), ("nvmf", &["bdev"])];
 
 fn framework_get_subsystems(
     _: &Rpc,
@@ -312,6 +314,7 @@ fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Va
     match name.as_str() {
         "bdev" => Ok(Value::Array(bdev_config(rpc))),
         "nvmf" => Ok(Value::Array(crate::nvmf::config(rpc))),
+        "vhost_blk" => Ok(Value::Array(crate::vhost::config(rpc))),
         _ => Err(RpcError::new(
             code::INVALID_PARAMS,
             format!("Subsystem '{name}' not found"),

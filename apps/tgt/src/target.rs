@@ -16,6 +16,7 @@ use pmio::sched::Scheduler;
 use pmio::{BdevError, BlockDevice, Op, Uuid};
 use pmio_nvmf::NvmfTarget;
 use pmio_reactors::ReactorsHandle;
+use pmio_vhost::VhostTarget;
 use serde_json::{Value, json};
 
 use crate::jsonrpc::RpcError;
@@ -107,6 +108,8 @@ pub struct Target {
     pub registry: Arc<Registry>,
     /// The NVMe/TCP target serving these bdevs (the `nvmf_*` methods).
     pub nvmf: Arc<NvmfTarget>,
+    /// The vhost-user-blk target serving these bdevs to VMs (the `vhost_*` methods).
+    pub vhost: Arc<VhostTarget>,
     /// Held while a bdev changes hands: deleted, or taken by an NVMe-oF namespace. A bdev is then
     /// never deleted between a namespace's look-up of it and the namespace's creation. Lock
     /// order: `ctrlrs`, then this, then `records`.
@@ -153,6 +156,7 @@ impl Target {
         Target {
             tids,
             nvmf: NvmfTarget::new(reactors.clone(), registry.clone()),
+            vhost: VhostTarget::new(reactors.clone(), registry.clone()),
             bdev_owners: Mutex::new(()),
             registry,
             records: Mutex::new(Vec::new()),
@@ -357,6 +361,15 @@ impl Target {
     /// Refuses (`-16`, as SPDK refuses a claimed bdev) when bdev `name` backs an NVMe-oF
     /// namespace: hosts would lose their data path. Call with [`Target::hold_bdev_owners`] held.
     pub fn check_no_namespace(&self, name: &str) -> Result<(), RpcError> {
+        if let Some(ctrlr) = self.vhost.bdev_in_use(name) {
+            return Err(RpcError::errno_detail(
+                -libc::EBUSY,
+                format_args!(
+                    "bdev {name} is the disk of vhost controller {ctrlr}; delete it first \
+                     (vhost_delete_controller {ctrlr})"
+                ),
+            ));
+        }
         match self.nvmf.bdev_in_use(name) {
             Some((nqn, nsid)) => Err(RpcError::errno_detail(
                 -libc::EBUSY,
@@ -376,7 +389,9 @@ impl Target {
 
     /// Whether bdev `name` is claimed: a running job or an NVMe-oF namespace uses it.
     pub fn is_claimed_by_anyone(&self, name: &str) -> bool {
-        self.is_claimed(name) || self.nvmf.bdev_in_use(name).is_some()
+        self.is_claimed(name)
+            || self.nvmf.bdev_in_use(name).is_some()
+            || self.vhost.bdev_in_use(name).is_some()
     }
 
     /// Marks `names` busy (a job uses them) until the returned guard is dropped; fails with the
