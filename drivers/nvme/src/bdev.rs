@@ -114,7 +114,8 @@ impl BlockDevice for NvmeBdev {
         }
     }
 
-    /// Maps the regions into the controller's IOMMU domain (IOVA = VA), replacing earlier
+    /// Maps the regions into the controller's IOMMU domain (at IOVA = VA where the IOMMU
+    /// reaches them, else at allocated IOVAs: `crate::iova`), replacing earlier
     /// registrations they overlap (a freed buffer's address may have been reused). I/O
     /// buffers must lie in registered memory; a failure is logged (I/O to the region then
     /// fails with a data transfer error from the device, never reaching other memory).

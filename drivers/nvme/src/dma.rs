@@ -1,9 +1,12 @@
 //! DMA mapping: the interface between the driver and an IOMMU (or an emulator), and queue
 //! memory that stays mapped as long as it exists.
 //!
-//! The driver always uses IOVA = virtual address: a buffer's address is what it puts in PRP
-//! entries, so the I/O path never translates. A [`DmaMapper`] only has to make a range of the
-//! process's memory reachable by the device at that same address.
+//! A [`DmaMapper`] makes a range of the process's memory reachable by the device and says at
+//! which I/O virtual address: the virtual address itself where the IOMMU can translate it,
+//! else an address it allocated in the IOMMU's valid ranges ([`crate::iova`]). Either way one
+//! mapping is translated by one offset, `iova − va`, for all its bytes: queue memory keeps its
+//! IOVA ([`DmaMem::iova`]), and I/O memory registered with the controller is a table of
+//! [`DmaWindow`]s that the queue pairs search once per command to add the offset.
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -12,23 +15,47 @@ use pmio::dma::DmaRegion;
 
 use crate::error::NvmeError;
 
-/// Makes process memory reachable by the device, with IOVA = virtual address.
+/// Makes process memory reachable by the device.
 ///
 /// VFIO implements it with `VFIO_IOMMU_MAP_DMA`; the test emulator records the ranges it may
-/// touch.
+/// touch (and, given IOVA ranges, translates as an IOMMU would).
 pub trait DmaMapper: Send + Sync {
-    /// Maps `len` bytes at `vaddr` (page aligned) so the device can read and write them at
-    /// I/O virtual address `vaddr`.
+    /// Maps `len` bytes at `vaddr` (page aligned) so the device can read and write them, and
+    /// returns the I/O virtual address of the first byte: `vaddr` when the IOMMU translates
+    /// it as it is, else an address congruent to `vaddr` modulo 2 MiB ([`crate::iova`]).
+    /// Mapping a range that overlaps a live mapping fails with `EEXIST`.
     ///
     /// # Safety
     /// The range must be valid memory owned by the caller, and stay mapped in the process
     /// until [`DmaMapper::unmap`] has been called for it. While mapped, the device may read or
     /// write it at any time: the caller must not keep Rust references to memory the device
     /// writes.
-    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError>;
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64, NvmeError>;
 
     /// Removes a mapping made by [`DmaMapper::map`] with the same `vaddr` and `len`.
     fn unmap(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError>;
+}
+
+/// Registered I/O memory as the hot path sees it: `[start, end)` in virtual addresses, and the
+/// offset that turns them into I/O virtual addresses (`iova = va + offset`, wrapping; a
+/// multiple of 2 MiB, 0 for IOVA = VA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaWindow {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+}
+
+impl DmaWindow {
+    /// The offset of the window holding all of `[addr, addr + len)`: one pass over a table of
+    /// a few registrations (usually one).
+    #[inline]
+    pub fn find(windows: &[DmaWindow], addr: u64, len: u64) -> Option<u64> {
+        windows
+            .iter()
+            .find(|w| w.start <= addr && addr.saturating_add(len) <= w.end)
+            .map(|w| w.offset)
+    }
 }
 
 /// A [`DmaRegion`] mapped for one device; unmapped (then freed) on drop.
@@ -38,6 +65,7 @@ pub trait DmaMapper: Send + Sync {
 /// disabled or shut down).
 pub struct DmaMem {
     region: ManuallyDrop<DmaRegion>,
+    iova: u64,
     mapper: Arc<dyn DmaMapper>,
 }
 
@@ -47,9 +75,10 @@ impl DmaMem {
         let region = DmaRegion::new(len)?;
         // SAFETY: the region is a fresh mapping owned by the returned DmaMem, which unmaps it
         // from the device in Drop before the region itself is unmapped from the process.
-        unsafe { mapper.map(region.as_ptr(), region.len())? };
+        let iova = unsafe { mapper.map(region.as_ptr(), region.len())? };
         Ok(DmaMem {
             region: ManuallyDrop::new(region),
+            iova,
             mapper,
         })
     }
@@ -59,9 +88,9 @@ impl DmaMem {
         self.region.as_ptr()
     }
 
-    /// I/O virtual address of the first byte.
+    /// I/O virtual address of the first byte (what the mapper chose).
     pub fn iova(&self) -> u64 {
-        self.region.iova()
+        self.iova
     }
 
     /// Mapped length.
@@ -111,8 +140,8 @@ impl Drop for DmaMem {
 ///   and retries (live memory never shares an address with a fresh allocation).
 pub(crate) struct Mappings {
     dev: Arc<dyn DmaMapper>,
-    /// (address, length) of each registration.
-    registered: std::sync::Mutex<Vec<(usize, usize)>>,
+    /// Each registration.
+    registered: std::sync::Mutex<Vec<Registration>>,
     /// Bumped on every change of `registered`, so queue pairs refresh their copy.
     generation: std::sync::atomic::AtomicU64,
 }
@@ -132,12 +161,16 @@ impl Mappings {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Copies the registrations as `(start, end)` address ranges into `out`; returns the
-    /// generation they belong to.
-    pub fn snapshot(&self, out: &mut Vec<(u64, u64)>) -> u64 {
+    /// Copies the registrations as windows into `out`; returns the generation they belong
+    /// to.
+    pub fn snapshot(&self, out: &mut Vec<DmaWindow>) -> u64 {
         let reg = self.lock();
         out.clear();
-        out.extend(reg.iter().map(|&(a, l)| (a as u64, (a + l) as u64)));
+        out.extend(reg.iter().map(|r| DmaWindow {
+            start: r.addr as u64,
+            end: (r.addr + r.len) as u64,
+            offset: r.iova.wrapping_sub(r.addr as u64),
+        }));
         self.generation()
     }
 
@@ -146,21 +179,18 @@ impl Mappings {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(usize, usize)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Registration>> {
         self.registered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Unmaps and forgets the registrations overlapping `[a, a + len)`; returns how many.
-    fn evict(
-        &self,
-        reg: &mut Vec<(usize, usize)>,
-        a: usize,
-        len: usize,
-    ) -> Result<usize, NvmeError> {
+    fn evict(&self, reg: &mut Vec<Registration>, a: usize, len: usize) -> Result<usize, NvmeError> {
         let mut evicted = 0;
         let mut i = 0;
         while i < reg.len() {
-            let (ra, rl) = reg[i];
+            let Registration {
+                addr: ra, len: rl, ..
+            } = reg[i];
             if ra < a + len && a < ra + rl {
                 log::debug!("DMA registration {ra:#x}+{rl:#x} replaced by {a:#x}+{len:#x}");
                 self.dev.unmap(ra as *mut u8, rl)?;
@@ -184,8 +214,12 @@ impl Mappings {
         for &(addr, len) in regions {
             self.evict(&mut reg, addr as usize, len)?;
             // SAFETY: forwarded to the caller.
-            unsafe { self.dev.map(addr, len)? };
-            reg.push((addr as usize, len));
+            let iova = unsafe { self.dev.map(addr, len)? };
+            reg.push(Registration {
+                addr: addr as usize,
+                len,
+                iova,
+            });
             self.bump();
         }
         Ok(())
@@ -194,7 +228,10 @@ impl Mappings {
     /// Removes one registration made with exactly this address and length.
     pub fn unregister(&self, addr: *mut u8, len: usize) -> Result<(), NvmeError> {
         let mut reg = self.lock();
-        if let Some(i) = reg.iter().position(|&r| r == (addr as usize, len)) {
+        if let Some(i) = reg
+            .iter()
+            .position(|r| (r.addr, r.len) == (addr as usize, len))
+        {
             reg.swap_remove(i);
             self.bump();
             self.dev.unmap(addr, len)?;
@@ -206,16 +243,24 @@ impl Mappings {
     pub fn unregister_all(&self) {
         let all = std::mem::take(&mut *self.lock());
         self.bump();
-        for (a, l) in all {
-            if let Err(e) = self.dev.unmap(a as *mut u8, l) {
+        for r in all {
+            if let Err(e) = self.dev.unmap(r.addr as *mut u8, r.len) {
                 log::error!("{e}");
             }
         }
     }
 }
 
+/// One registration of I/O memory and where the mapper put it.
+#[derive(Clone, Copy, Debug)]
+struct Registration {
+    addr: usize,
+    len: usize,
+    iova: u64,
+}
+
 impl DmaMapper for Mappings {
-    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64, NvmeError> {
         // SAFETY: forwarded to the caller.
         match unsafe { self.dev.map(vaddr, len) } {
             Err(NvmeError::DmaMap { source, .. })

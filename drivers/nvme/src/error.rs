@@ -64,11 +64,29 @@ pub enum NvmeError {
     )]
     MemlockTooLow { len: usize, soft: u64, hard: u64 },
 
-    /// The IOMMU cannot translate the buffer's virtual address (IOVA = VA).
+    /// No room left in the IOMMU's valid IOVA ranges for a mapping whose virtual address the
+    /// IOMMU cannot translate as it is (see `crate::iova`).
     #[error(
-        "cannot map DMA memory at {va:#x}: outside the IOMMU's address range ({ranges}); the driver uses IOVA = virtual address, which needs a 48-bit IOMMU address width (QEMU: -global intel-iommu.aw-bits=48)"
+        "cannot map {len} bytes of DMA memory at {va:#x}: no free IOVA block left in the IOMMU's valid ranges ({ranges}); {mappings} mappings hold {bytes} bytes of it; unregister memory, or register fewer and larger regions"
     )]
-    IovaOutOfRange { va: u64, ranges: String },
+    IovaExhausted {
+        va: u64,
+        len: u64,
+        ranges: String,
+        mappings: usize,
+        bytes: u64,
+    },
+
+    /// VFIO's type1 IOMMU refused another mapping: the container has `limit` (the module's
+    /// `dma_entry_limit` when the container was opened), the kernel answered ENOSPC.
+    #[error(
+        "cannot map {len} bytes of DMA memory: the VFIO type1 IOMMU's limit of {limit} DMA mappings per container is reached ({mapped} in use; /sys/module/vfio_iommu_type1/parameters/dma_entry_limit, read when a container is opened); register fewer and larger regions, or raise the limit"
+    )]
+    DmaEntryLimit {
+        len: usize,
+        limit: u32,
+        mapped: usize,
+    },
 
     /// VFIO_IOMMU_MAP_DMA or UNMAP_DMA failed.
     #[error("DMA {op} of {len} bytes at {iova:#x} failed: {source}")]

@@ -6,8 +6,9 @@
 //! - [`bdev`]: namespaces as `pmio` block devices ([`NvmeBdev`], `Nvme0n1`).
 //! - [`qpair`]: the I/O queue pair, the hot path ([`NvmeQpair`], a `pmio::DriverQueue`).
 //! - [`regs`]: controller registers and [`RegisterIo`], the register-access interface.
-//! - [`dma`]: [`DmaMapper`], the DMA-mapping interface (IOVA = virtual address), and mapped
-//!   queue memory.
+//! - [`dma`]: [`DmaMapper`], the DMA-mapping interface, and mapped queue memory;
+//!   [`iova`]: where each mapping sits in the IOMMU's address space (IOVA = virtual address
+//!   where the IOMMU reaches it, else allocated from its valid ranges).
 //! - [`spec`]: SQE/CQE/Identify layouts, opcodes, status codes; [`prp`]: PRP entries and lists.
 //! - [`error`]: attach and I/O errors.
 //!
@@ -32,6 +33,7 @@ pub mod dma;
 #[cfg(any(test, feature = "emulator"))]
 pub mod emu;
 pub mod error;
+pub mod iova;
 pub mod prp;
 pub mod qpair;
 mod recovery;

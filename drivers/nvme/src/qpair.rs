@@ -30,7 +30,7 @@ use pmio::request::{IoStatus, Op, ReqFlags, Request};
 use crate::ctrlr::{
     CREATE_CQ, CREATE_SQ, CtrlrInner, Namespace, PAGE_SIZE, create_cq_sqe, create_sq_sqe,
 };
-use crate::dma::DmaMem;
+use crate::dma::{DmaMem, DmaWindow};
 use crate::error::{IoError, NvmeError};
 use crate::prp;
 use crate::recovery::{ALIVE, FAILED, PendingAdmin, REMOVED};
@@ -140,8 +140,9 @@ pub struct NvmeQpair {
     outstanding: usize,
     stats: QpairStats,
     last_error: Option<IoError>,
-    /// Registered I/O memory as (start, end), refreshed when the controller's generation moves.
-    dma_ranges: Vec<(u64, u64)>,
+    /// Registered I/O memory and its IOVA offsets, refreshed when the controller's
+    /// registration generation moves.
+    dma_ranges: Vec<DmaWindow>,
     dma_gen: u64,
     /// Clock origin of `Slot::ts`.
     epoch: Instant,
@@ -342,16 +343,12 @@ impl NvmeQpair {
                 }
                 let list_iova = self.list_iova(tag);
                 let addr = rq.buf.as_ptr() as u64;
-                if !self
-                    .dma_ranges
-                    .iter()
-                    .any(|&(s, e)| s <= addr && addr.saturating_add(bytes) <= e)
-                {
+                let Some(iova_offset) = DmaWindow::find(&self.dma_ranges, addr, bytes) else {
                     return Err(IoError::NotRegistered { addr, len: bytes });
-                }
+                };
                 // SAFETY: tag < depth (checked by the caller) and the tag is not outstanding.
                 let list = unsafe { self.prp_list(tag) };
-                let prps = prp::build(addr, bytes, PAGE_SIZE, list, list_iova)?;
+                let prps = prp::build(addr, bytes, iova_offset, PAGE_SIZE, list, list_iova)?;
                 let opc = if rq.op == Op::Read {
                     nvm_opc::READ
                 } else {

@@ -1,24 +1,33 @@
 //! A PCI NVMe controller through VFIO: container (type1 IOMMU), group and device from the
 //! PCI address, BAR0 mapped for register access, config space through the device fd, DMA
-//! mappings with IOVA = virtual address.
+//! mappings.
 //!
-//! [`VfioPci`] implements both [`RegisterIo`] (BAR0) and [`DmaMapper`] (the container).
+//! [`VfioPci`] implements both [`RegisterIo`] (BAR0) and [`DmaMapper`] (the container). At
+//! open it asks the container for its valid IOVA ranges and its DMA mapping limit
+//! (`VFIO_IOMMU_GET_INFO` and its capability chain, which vfio-ioctls does not expose); each
+//! mapping then goes to IOVA = VA where the IOMMU translates that address, else to a block
+//! allocated in the valid ranges ([`crate::iova`]).
 
 use std::fs::File;
 use std::io;
+use std::mem::offset_of;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use vfio_bindings::bindings::vfio::{
-    VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_BASE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE,
+    VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_REGION_INFO_FLAG_MMAP, VFIO_TYPE, vfio_info_cap_header, vfio_iommu_type1_info,
+    vfio_iommu_type1_info_cap_iova_range, vfio_iommu_type1_info_dma_avail, vfio_iova_range,
 };
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError, VfioOps};
 
 use crate::ctrlr::{Controller, NvmeOptions};
 use crate::dma::DmaMapper;
 use crate::error::NvmeError;
+use crate::iova::{IovaSpace, fmt_ranges};
 use crate::regs::RegisterIo;
 
 /// PCI command register bits: memory space, bus master, INTx disable.
@@ -27,8 +36,15 @@ const PCI_COMMAND_MEMORY: u16 = 1 << 1;
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
 const PCI_COMMAND_INTX_DISABLE: u16 = 1 << 10;
 
-/// `VFIO_IOMMU_GET_INFO` (`_IO(';', 100 + 12)`).
-const VFIO_IOMMU_GET_INFO: libc::c_ulong = 0x3b70;
+/// `VFIO_IOMMU_GET_INFO`: `_IO(VFIO_TYPE, VFIO_BASE + 12)` (no size or direction bits).
+const VFIO_IOMMU_GET_INFO: libc::c_ulong =
+    (VFIO_TYPE as libc::c_ulong) << 8 | (VFIO_BASE + 12) as libc::c_ulong;
+const _: () = assert!(VFIO_IOMMU_GET_INFO == 0x3b70);
+
+/// The type1 IOMMU's mapping limit when the kernel does not report it: the module default
+/// (`dma_entry_limit`, `U16_MAX` since Linux 5.1).
+const DMA_ENTRY_LIMIT_DEFAULT: u32 = 65535;
+const DMA_ENTRY_LIMIT_PATH: &str = "/sys/module/vfio_iommu_type1/parameters/dma_entry_limit";
 
 /// Checks and normalises a PCI address (`DDDD:BB:DD.F`, or `BB:DD.F` meaning domain 0).
 pub fn parse_bdf(s: &str) -> Result<String, NvmeError> {
@@ -59,6 +75,23 @@ pub struct VfioPci {
     bar_len: usize,
     device: VfioDevice,
     container: Arc<VfioContainer>,
+    /// Where each DMA mapping of the container sits; held across MAP/UNMAP_DMA so the
+    /// bookkeeping and the IOMMU agree.
+    iova: Mutex<IovaSpace>,
+    /// DMA mappings the container may hold (type1's `dma_entry_limit` at open).
+    dma_limit: u32,
+}
+
+/// How a container's DMA mappings are placed, for diagnostics ([`VfioPci::iova_stats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IovaStats {
+    /// Live mappings.
+    pub mappings: usize,
+    /// Live mappings at an allocated IOVA (their virtual address is outside the IOMMU's
+    /// ranges or taken).
+    pub translated: usize,
+    /// Mappings the container may hold (`dma_entry_limit`).
+    pub limit: u32,
 }
 
 // SAFETY: `bar` points at an MMIO mapping owned by this object; register accesses are single
@@ -121,12 +154,30 @@ impl VfioPci {
                 reason: format!("mmap failed: {}", io::Error::last_os_error()),
             });
         }
+        // The container has its IOMMU now (set when the device's group joined it).
+        let info = iommu_info(container.as_raw_fd()).unwrap_or_default();
+        let dma_limit = info
+            .dma_avail
+            .or_else(dma_entry_limit_sysfs)
+            .unwrap_or(DMA_ENTRY_LIMIT_DEFAULT);
+        match &info.ranges {
+            Some(r) => log::debug!(
+                "{bdf}: IOMMU IOVA ranges {}, smallest page {:#x}; up to {dma_limit} DMA mappings",
+                fmt_ranges(r),
+                info.pgsizes.map_or(0, |p| 1u64 << p.trailing_zeros())
+            ),
+            None => log::info!(
+                "{bdf}: the IOMMU reports no IOVA ranges (Linux before 5.4): DMA uses IOVA = virtual address"
+            ),
+        }
         let pci = VfioPci {
             bdf,
             bar: bar.cast(),
             bar_len,
             device,
             container,
+            iova: Mutex::new(IovaSpace::new(info.ranges)),
+            dma_limit,
         };
         pci.enable_bus_master()?;
         Ok(pci)
@@ -179,10 +230,24 @@ impl VfioPci {
         Ok(())
     }
 
-    /// Valid IOVA ranges of the container's IOMMU, as `(start, end)` inclusive, when the
-    /// kernel reports them.
-    pub fn iova_ranges(&self) -> Vec<(u64, u64)> {
-        iova_ranges(self.container.as_raw_fd()).unwrap_or_default()
+    /// Valid IOVA ranges of the container's IOMMU, as `(first, last)`, when the kernel
+    /// reports them.
+    pub fn iova_ranges(&self) -> Option<Vec<(u64, u64)>> {
+        self.lock_iova().ranges().map(<[_]>::to_vec)
+    }
+
+    /// How the container's DMA mappings are placed now.
+    pub fn iova_stats(&self) -> IovaStats {
+        let space = self.lock_iova();
+        IovaStats {
+            mappings: space.mappings(),
+            translated: space.translated(),
+            limit: self.dma_limit,
+        }
+    }
+
+    fn lock_iova(&self) -> MutexGuard<'_, IovaSpace> {
+        self.iova.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     #[inline]
@@ -222,27 +287,42 @@ impl RegisterIo for VfioPci {
 }
 
 impl DmaMapper for VfioPci {
-    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64, NvmeError> {
+        let mut space = self.lock_iova();
+        let iova = space.place(vaddr as u64, len as u64)?;
         // SAFETY: forwarded to our caller (memory valid and owned until unmap).
-        let r = unsafe { self.container.vfio_dma_map(vaddr as u64, len, vaddr) };
-        r.map_err(|e| {
+        let r = unsafe { self.container.vfio_dma_map(iova, len, vaddr) };
+        if let Err(e) = r {
+            space.release(vaddr as u64, len as u64);
             let errno = match &e {
                 VfioError::IommuDmaMap(se) => se.errno(),
                 _ => 0,
             };
-            map_error(self, vaddr as u64, len, errno, e)
-        })
+            return Err(self.map_error(space.mappings(), iova, len, errno, e));
+        }
+        Ok(iova)
     }
 
     fn unmap(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        self.container
-            .vfio_dma_unmap(vaddr as u64, len)
-            .map_err(|e| NvmeError::DmaMap {
+        let mut space = self.lock_iova();
+        let Some(iova) = space.iova_of(vaddr as u64, len as u64) else {
+            return Err(NvmeError::DmaMap {
                 op: "unmap",
                 iova: vaddr as u64,
                 len,
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        };
+        self.container
+            .vfio_dma_unmap(iova, len)
+            .map_err(|e| NvmeError::DmaMap {
+                op: "unmap",
+                iova,
+                len,
                 source: io::Error::other(e),
-            })
+            })?;
+        space.release(vaddr as u64, len as u64);
+        Ok(())
     }
 }
 
@@ -254,32 +334,40 @@ impl Drop for VfioPci {
     }
 }
 
-fn map_error(pci: &VfioPci, iova: u64, len: usize, errno: i32, e: VfioError) -> NvmeError {
-    if errno == libc::ENOMEM || errno == libc::EPERM && memlock().0 != libc::RLIM_INFINITY {
-        let (soft, hard) = memlock();
-        return NvmeError::MemlockTooLow { len, soft, hard };
-    }
-    if errno == libc::EINVAL {
-        let ranges = pci.iova_ranges();
-        let end = iova + len as u64 - 1;
-        if !ranges.is_empty() && !ranges.iter().any(|&(s, e)| s <= iova && end <= e) {
-            let ranges = ranges
-                .iter()
-                .map(|(s, e)| format!("{s:#x}..={e:#x}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            return NvmeError::IovaOutOfRange { va: iova, ranges };
+impl VfioPci {
+    /// The error of a failed `VFIO_IOMMU_MAP_DMA` with `mapped` mappings live.
+    #[cold]
+    fn map_error(
+        &self,
+        mapped: usize,
+        iova: u64,
+        len: usize,
+        errno: i32,
+        e: VfioError,
+    ) -> NvmeError {
+        if errno == libc::ENOMEM || errno == libc::EPERM && memlock().0 != libc::RLIM_INFINITY {
+            let (soft, hard) = memlock();
+            return NvmeError::MemlockTooLow { len, soft, hard };
         }
-    }
-    NvmeError::DmaMap {
-        op: "map",
-        iova,
-        len,
-        source: if errno != 0 {
-            io::Error::from_raw_os_error(errno)
-        } else {
-            io::Error::other(e)
-        },
+        // type1 answers ENOSPC for one reason only: the container's mappings reached
+        // dma_entry_limit (vfio_dma_do_map, `if (!iommu->dma_avail)`).
+        if errno == libc::ENOSPC {
+            return NvmeError::DmaEntryLimit {
+                len,
+                limit: self.dma_limit,
+                mapped,
+            };
+        }
+        NvmeError::DmaMap {
+            op: "map",
+            iova,
+            len,
+            source: if errno != 0 {
+                io::Error::from_raw_os_error(errno)
+            } else {
+                io::Error::other(e)
+            },
+        }
     }
 }
 
@@ -409,51 +497,107 @@ fn device_error(bdf: &str, sysfs: &Path, e: VfioError) -> NvmeError {
     }
 }
 
-/// Reads the type1 IOMMU's valid IOVA ranges (VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE).
-fn iova_ranges(container_fd: i32) -> Option<Vec<(u64, u64)>> {
-    // struct vfio_iommu_type1_info { argsz u32, flags u32, iova_pgsizes u64, cap_offset u32,
-    // pad u32 } followed by the capability chain.
+/// What `VFIO_IOMMU_GET_INFO` says of a type1 container.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct IommuInfo {
+    /// Supported IOMMU page sizes (a bitmap of sizes).
+    pgsizes: Option<u64>,
+    /// Valid IOVA ranges `(first, last)`: the IOVA_RANGE capability (Linux 5.4+).
+    ranges: Option<Vec<(u64, u64)>>,
+    /// Mappings the container may still make: the DMA_AVAIL capability (Linux 5.10+).
+    dma_avail: Option<u32>,
+}
+
+/// Asks the container for its IOMMU info, capability chain included.
+fn iommu_info(container_fd: i32) -> Option<IommuInfo> {
+    // u64 words: the info struct and the capabilities are 8-byte aligned.
     let mut buf = vec![0u64; 512];
-    let argsz = (buf.len() * 8) as u32;
-    buf[0] = u64::from(argsz);
-    // SAFETY: `buf` is a writable buffer of `argsz` bytes, as the ioctl's argsz says.
-    let rc = unsafe { libc::ioctl(container_fd, VFIO_IOMMU_GET_INFO, buf.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let u32_at = |o: usize| {
-        bytes
-            .get(o..o + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
-    };
-    let u64_at = |o: usize| {
-        bytes
-            .get(o..o + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
-    };
-    let flags = u32_at(4)?;
-    if flags & 2 == 0 {
-        return None; // no capability chain
-    }
-    let mut off = u32_at(16)? as usize;
-    for _ in 0..16 {
-        if off == 0 || off >= bytes.len() {
-            break;
+    for _ in 0..2 {
+        let argsz = (buf.len() * 8) as u32;
+        // argsz, then flags = 0.
+        let mut head = [0u8; 8];
+        head[..4].copy_from_slice(&argsz.to_ne_bytes());
+        buf[0] = u64::from_ne_bytes(head);
+        // SAFETY: `buf` is writable for `argsz` bytes, as the ioctl's argsz says, and lives
+        // across the call; the kernel writes no more than argsz.
+        let rc = unsafe { libc::ioctl(container_fd, VFIO_IOMMU_GET_INFO, buf.as_mut_ptr()) };
+        if rc != 0 {
+            log::debug!("VFIO_IOMMU_GET_INFO: {}", io::Error::last_os_error());
+            return None;
         }
-        // struct vfio_info_cap_header { id u16, version u16, next u32 }
-        let id = u32_at(off)? & 0xffff;
-        let next = u32_at(off + 4)? as usize;
-        if id == 1 {
-            // { header, nr_iovas u32, reserved u32, { start u64, end u64 }[] }
-            let n = u32_at(off + 8)? as usize;
-            return (0..n.min(64))
-                .map(|i| Some((u64_at(off + 16 + 16 * i)?, u64_at(off + 24 + 16 * i)?)))
-                .collect();
+        let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let need = read_u32(&bytes, offset_of!(vfio_iommu_type1_info, argsz))?;
+        if need as usize <= bytes.len() {
+            return parse_type1_info(&bytes);
         }
-        off = next;
+        // The capabilities did not fit: the kernel said how much room they need.
+        buf = vec![0u64; (need as usize).div_ceil(8)];
     }
     None
+}
+
+fn read_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn read_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Parses `struct vfio_iommu_type1_info` and its capability chain (offsets from the start of
+/// the buffer, each capability naming the next; 0 ends the chain).
+fn parse_type1_info(b: &[u8]) -> Option<IommuInfo> {
+    let flags = read_u32(b, offset_of!(vfio_iommu_type1_info, flags))?;
+    let mut info = IommuInfo::default();
+    if flags & VFIO_IOMMU_INFO_PGSIZES != 0 {
+        info.pgsizes = read_u64(b, offset_of!(vfio_iommu_type1_info, iova_pgsizes));
+    }
+    if flags & VFIO_IOMMU_INFO_CAPS == 0 {
+        return Some(info);
+    }
+    let mut off = read_u32(b, offset_of!(vfio_iommu_type1_info, cap_offset))? as usize;
+    // A chain longer than the buffer has room for is corrupt: stop rather than loop.
+    for _ in 0..b.len() / size_of::<vfio_info_cap_header>() {
+        if off == 0 {
+            break;
+        }
+        let id = read_u32(b, off + offset_of!(vfio_info_cap_header, id))? & 0xffff;
+        match id {
+            VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE => {
+                let n = read_u32(
+                    b,
+                    off + offset_of!(vfio_iommu_type1_info_cap_iova_range, nr_iovas),
+                )? as usize;
+                let first = off + offset_of!(vfio_iommu_type1_info_cap_iova_range, iova_ranges);
+                let ranges = (0..n)
+                    .map(|i| {
+                        let at = first + i * size_of::<vfio_iova_range>();
+                        Some((
+                            read_u64(b, at + offset_of!(vfio_iova_range, start))?,
+                            read_u64(b, at + offset_of!(vfio_iova_range, end))?,
+                        ))
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                info.ranges = Some(ranges);
+            }
+            VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL => {
+                info.dma_avail =
+                    read_u32(b, off + offset_of!(vfio_iommu_type1_info_dma_avail, avail));
+            }
+            _ => {}
+        }
+        off = read_u32(b, off + offset_of!(vfio_info_cap_header, next))? as usize;
+    }
+    Some(info)
+}
+
+/// type1's `dma_entry_limit` module parameter (kernels without the DMA_AVAIL capability).
+fn dma_entry_limit_sysfs() -> Option<u32> {
+    std::fs::read_to_string(DMA_ENTRY_LIMIT_PATH)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Attaches the controller at PCI address `bdf` through VFIO and brings it up.
@@ -490,6 +634,60 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// Builds `vfio_iommu_type1_info` with a DMA_AVAIL and an IOVA_RANGE capability, as Linux
+    /// 6.x returns it for QEMU's 39-bit virtual IOMMU.
+    fn info_bytes(next_of_last: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        let u32s = |b: &mut Vec<u8>, v: &[u32]| v.iter().for_each(|x| b.extend(x.to_ne_bytes()));
+        let u64s = |b: &mut Vec<u8>, v: &[u64]| v.iter().for_each(|x| b.extend(x.to_ne_bytes()));
+        u32s(
+            &mut b,
+            &[88, VFIO_IOMMU_INFO_PGSIZES | VFIO_IOMMU_INFO_CAPS],
+        );
+        u64s(&mut b, &[0x4020_1000]);
+        u32s(&mut b, &[24, 0]);
+        // DMA_AVAIL at 24: header { id 3, version 1, next 40 }, avail, padding.
+        u32s(
+            &mut b,
+            &[VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL | 1 << 16, 40, 65535, 0],
+        );
+        // IOVA_RANGE at 40: header, nr_iovas 2, reserved, 2 ranges.
+        u32s(
+            &mut b,
+            &[
+                VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE | 1 << 16,
+                next_of_last,
+                2,
+                0,
+            ],
+        );
+        u64s(&mut b, &[0, 0xfedf_ffff, 0xfef0_0000, 0x7f_ffff_ffff]);
+        assert_eq!(b.len(), 88);
+        b
+    }
+
+    #[test]
+    fn type1_info_capability_chain_is_parsed() {
+        let info = parse_type1_info(&info_bytes(0)).unwrap();
+        assert_eq!(
+            info,
+            IommuInfo {
+                pgsizes: Some(0x4020_1000),
+                ranges: Some(vec![(0, 0xfedf_ffff), (0xfef0_0000, 0x7f_ffff_ffff)]),
+                dma_avail: Some(65535),
+            }
+        );
+        // A chain that loops back ends; a truncated one gives up, without panicking.
+        let looped = parse_type1_info(&info_bytes(24)).unwrap();
+        assert_eq!(looped.dma_avail, Some(65535));
+        assert_eq!(parse_type1_info(&info_bytes(0)[..60]), None);
+        // No capabilities (an old kernel): nothing but the page sizes.
+        let mut old = info_bytes(0);
+        old[4..8].copy_from_slice(&VFIO_IOMMU_INFO_PGSIZES.to_ne_bytes());
+        let info = parse_type1_info(&old).unwrap();
+        assert_eq!((info.ranges, info.dma_avail), (None, None));
     }
 
     #[test]

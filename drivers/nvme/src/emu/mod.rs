@@ -6,7 +6,9 @@
 //! the driver uses (Identify controller / namespace / active namespace list, Set Features Number
 //! of Queues, Create / Delete I/O SQ and CQ, Abort), NVM I/O (read, write, flush, write zeroes,
 //! dataset management) against RAM with PRP lists, and SQ/CQ rings with doorbells and phase
-//! tags. DMA reaches only memory the driver mapped, as through an IOMMU.
+//! tags. DMA reaches only memory the driver mapped, as through an IOMMU: at IOVA = VA, or,
+//! after [`Emu::set_iova_ranges`], wherever [`crate::iova`] places it in those ranges (as
+//! VFIO does on a narrow IOMMU), translated back on every access.
 //!
 //! CSTS.RDY follows CC.EN at once, or after a delay ([`EmuConfig::ready_delay`],
 //! [`Emu::set_ready_delays`]) as a real controller's reset and initialisation take.
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::dma::DmaMapper;
 use crate::error::NvmeError;
+use crate::iova::IovaSpace;
 use crate::regs::{RegisterIo, off};
 use crate::spec::{
     Cqe, IdentifyController, IdentifyNamespace, LbaFormat, Sqe, Status, admin_opc, cns, fid,
@@ -249,7 +252,8 @@ struct State {
     sqs: Vec<Option<Sq>>,
     cqs: Vec<Option<Cq>>,
     disk: Vec<u8>,
-    mapped: Vec<(u64, usize)>,
+    /// The DMA mappings and their IOVAs.
+    iommu: IovaSpace,
     rules: Vec<FaultRule>,
     rng: u64,
     held: Vec<Held>,
@@ -297,7 +301,7 @@ impl Emu {
                 sqs: (0..nq).map(|_| None).collect(),
                 cqs: (0..nq).map(|_| None).collect(),
                 disk,
-                mapped: Vec::new(),
+                iommu: IovaSpace::new(None),
                 rules: Vec::new(),
                 rng: 0x9e37_79b9_7f4a_7c15,
                 held: Vec::new(),
@@ -386,7 +390,21 @@ impl Emu {
 
     /// DMA ranges currently mapped.
     pub fn mapped(&self) -> usize {
-        self.lock().mapped.len()
+        self.lock().iommu.mappings()
+    }
+
+    /// Makes the emulator an IOMMU whose valid IOVA ranges are `ranges` (`(first, last)`):
+    /// memory outside them is mapped at allocated IOVAs, as VFIO does on a 39-bit IOMMU.
+    /// Call it before anything is mapped (before attach).
+    pub fn set_iova_ranges(&self, ranges: Vec<(u64, u64)>) {
+        let mut s = self.lock();
+        assert_eq!(s.iommu.mappings(), 0, "IOVA ranges set with DMA mapped");
+        s.iommu = IovaSpace::new(Some(ranges));
+    }
+
+    /// DMA mappings at an IOVA other than their virtual address.
+    pub fn translated(&self) -> usize {
+        self.lock().iommu.translated()
     }
 
     /// CSTS.SHST.
@@ -600,31 +618,29 @@ impl State {
         None
     }
 
-    fn dma_ok(&self, iova: u64, len: usize) -> bool {
-        self.mapped.iter().any(|&(a, l)| {
-            a <= iova
-                && iova
-                    .checked_add(len as u64)
-                    .is_some_and(|e| e <= a + l as u64)
-        })
+    /// The process address of `len` mapped bytes at `iova` (`None`: not all mapped).
+    fn host(&self, iova: u64, len: usize) -> Option<*mut u8> {
+        self.iommu
+            .translate(iova, len as u64)
+            .map(|va| va as *mut u8)
     }
 
     fn read_mem(&self, iova: u64, out: &mut [u8]) -> bool {
-        if !self.dma_ok(iova, out.len()) {
+        let Some(p) = self.host(iova, out.len()) else {
             return false;
-        }
-        // SAFETY: the range lies in memory the driver mapped for DMA (IOVA = VA) and keeps
-        // alive while mapped (the DmaMapper contract).
-        unsafe { std::ptr::copy_nonoverlapping(iova as *const u8, out.as_mut_ptr(), out.len()) };
+        };
+        // SAFETY: the range lies in memory the driver mapped for DMA and keeps alive while
+        // mapped (the DmaMapper contract).
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
         true
     }
 
     fn write_mem(&self, iova: u64, data: &[u8]) -> bool {
-        if !self.dma_ok(iova, data.len()) {
+        let Some(p) = self.host(iova, data.len()) else {
             return false;
-        }
+        };
         // SAFETY: as read_mem; the driver holds no Rust references to device-written memory.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), iova as *mut u8, data.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
         true
     }
 
@@ -659,12 +675,16 @@ impl State {
             return sqe.prp2 & (page - 1) == 0 && self.copy(sqe.prp2, pos, left, to_host);
         }
         let n = left.div_ceil(page as usize);
-        if n > 512 || !sqe.prp2.is_multiple_of(8) || !self.dma_ok(sqe.prp2, n * 8) {
+        if n > 512 || !sqe.prp2.is_multiple_of(8) {
             return false;
         }
+        let Some(list) = self.host(sqe.prp2, n * 8) else {
+            return false;
+        };
         for i in 0..n {
-            // SAFETY: the list lies in mapped memory (checked above), 8-byte aligned.
-            let a = unsafe { (sqe.prp2 as *const u64).add(i).read_volatile() };
+            // SAFETY: the list lies in mapped memory (checked above), 8-byte aligned (IOVA
+            // and address agree modulo the page size).
+            let a = unsafe { list.cast::<u64>().add(i).read_volatile() };
             let l = left.min(page as usize);
             if a & (page - 1) != 0 || !self.copy(a, pos, l, to_host) {
                 return false;
@@ -677,17 +697,21 @@ impl State {
 
     /// Copies `len` bytes between namespace byte `pos` and mapped memory at `iova`.
     fn copy(&mut self, iova: u64, pos: usize, len: usize, to_host: bool) -> bool {
-        if !self.dma_ok(iova, len) || pos + len > self.disk.len() {
+        let Some(host) = self.host(iova, len) else {
+            return false;
+        };
+        if pos + len > self.disk.len() {
             return false;
         }
         let disk = self.disk[pos..pos + len].as_mut_ptr();
-        // SAFETY: `iova..+len` is memory the driver mapped for DMA (checked), the disk range is
-        // in bounds (checked); they never overlap (the disk is the emulator's own Vec).
+        // SAFETY: `host..+len` is memory the driver mapped for DMA (translated above), the
+        // disk range is in bounds (checked); they never overlap (the disk is the emulator's
+        // own Vec).
         unsafe {
             if to_host {
-                std::ptr::copy_nonoverlapping(disk, iova as *mut u8, len);
+                std::ptr::copy_nonoverlapping(disk, host, len);
             } else {
-                std::ptr::copy_nonoverlapping(iova as *const u8, disk, len);
+                std::ptr::copy_nonoverlapping(host, disk, len);
             }
         }
         true
@@ -1109,29 +1133,15 @@ impl RegisterIo for Emu {
 }
 
 impl DmaMapper for Emu {
-    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
-        let mut s = self.lock();
-        let (a, end) = (vaddr as u64, vaddr as u64 + len as u64);
-        // As VFIO type1: an overlap with an existing mapping is EEXIST.
-        if s.mapped.iter().any(|&(m, l)| m < end && a < m + l as u64) {
-            return Err(NvmeError::DmaMap {
-                op: "map",
-                iova: a,
-                len,
-                source: std::io::Error::from_raw_os_error(libc::EEXIST),
-            });
-        }
-        s.mapped.push((a, len));
-        Ok(())
+    unsafe fn map(&self, vaddr: *mut u8, len: usize) -> Result<u64, NvmeError> {
+        // As VFIO: an overlap with an existing mapping is EEXIST.
+        self.lock().iommu.place(vaddr as u64, len as u64)
     }
 
     fn unmap(&self, vaddr: *mut u8, len: usize) -> Result<(), NvmeError> {
         let mut s = self.lock();
-        match s.mapped.iter().position(|&m| m == (vaddr as u64, len)) {
-            Some(i) => {
-                s.mapped.swap_remove(i);
-                Ok(())
-            }
+        match s.iommu.release(vaddr as u64, len as u64) {
+            Some(_) => Ok(()),
             None => Err(NvmeError::DmaMap {
                 op: "unmap",
                 iova: vaddr as u64,

@@ -425,6 +425,85 @@ fn emu_verify_workload_without_faults() {
     );
 }
 
+/// An IOMMU whose valid IOVAs (below 1 GiB) hold none of the process's mappings, as a 39-bit
+/// one holds none of a process's mmap area: the driver's rings, PRP lists and buffers all get
+/// allocated IOVAs.
+fn narrow_iommu_emu() -> Arc<Emu> {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_iova_ranges(vec![(0, (1 << 30) - 1)]);
+    emu
+}
+
+#[test]
+fn emu_io_through_translated_iovas() {
+    let emu = narrow_iommu_emu();
+    let c = attach(&emu, NvmeOptions::default());
+    let mut q = c.bdev(1).unwrap().open_qpair(4).unwrap();
+    let buf = Buf::new(&c, 64 << 10);
+    assert_eq!(emu.mapped(), 3, "admin queue, queue pair, buffer");
+    assert_eq!(emu.translated(), 3, "all at allocated IOVAs");
+    // 24 KiB at offset 512: a PRP list of 6 entries after PRP1, all translated.
+    let pattern: Vec<u8> = (0..24 << 10).map(|i| (i * 7 + 3) as u8).collect();
+    buf.fill(512, &pattern);
+    let mut rqs = vec![Request::default(); 4];
+    let ios = [
+        Io {
+            op: Op::Write,
+            lba: 100,
+            nblocks: 48,
+            buf: buf.io(512, 24 << 10),
+            ..Io::default()
+        },
+        Io {
+            op: Op::Read,
+            lba: 100,
+            nblocks: 48,
+            buf: buf.io(32 << 10, 24 << 10),
+            ..Io::default()
+        },
+    ];
+    let mut done = Vec::new();
+    for (i, io) in ios.iter().enumerate() {
+        rqs[i].tag = i as u16;
+        rqs[i].prepare(io, 0);
+        q.submit(&mut rqs, &[i as u16]);
+        done.clear();
+        q.poll(&mut rqs, &mut done, 4);
+        assert_eq!(done, vec![i as u16]);
+        assert_eq!(rqs[i].status, IoStatus::Success, "{:?}", q.last_error());
+    }
+    assert_eq!(
+        emu.disk(100 * 512, 24 << 10),
+        pattern,
+        "the device read the buffer"
+    );
+    assert_eq!(
+        buf.bytes(32 << 10, 24 << 10),
+        &pattern[..],
+        "and wrote it back"
+    );
+    drop(q);
+    drop(buf);
+    c.detach().unwrap();
+    drop(c);
+    assert_eq!((emu.mapped(), emu.translated()), (0, 0));
+}
+
+#[test]
+fn fault_fatal_status_resets_and_resubmits_through_translated_iovas() {
+    let emu = narrow_iommu_emu();
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 16);
+    assert_eq!(emu.translated(), 3);
+    w.run(&writes(64, 1));
+    emu.inject(FaultRule::new(Fault::Fatal).nth(100));
+    let st = w.run(&writes(64, 2));
+    assert!(st.iter().all(|s| s.is_success()), "{st:?}");
+    assert_eq!(w.q.stats().resets, 1);
+    w.verify_by_reading();
+    w.verify_in_emulator();
+}
+
 #[test]
 fn fault_delay_within_timeout_completes_late() {
     let emu = Emu::new(EmuConfig::default());
