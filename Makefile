@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf bench-nvmf clean
+.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost bench-nvmf clean
 
 all: build
 
@@ -11,7 +11,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit fault-alone loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf
+test: lint unit fault-alone loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
@@ -103,6 +103,14 @@ vm-test-nvmf:
 	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --module nvme-tcp --module crc32c_generic \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf -- test/vm/nvmf-in-guest.sh
+
+# pmio-tgt on the host serving a QEMU guest's virtio disks over vhost-user-blk (issue 19): RPC
+# checks, then in the guest dd, pmio-perf --verify at 4 KiB and 128 KiB on two queues, a driver
+# reset, discard and write zeroes, a read-only disk; then pmio-tgt restarted from save_config.
+vm-test-vhost:
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(CARGO) build --release -p pmio-vhost --example blkzeroout
+	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-test.sh
 
 # pmio-tgt against Linux's nvmet-tcp in the guest, same initiator load (BENCHMARKS.md).
 bench-nvmf:

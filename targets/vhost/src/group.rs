@@ -90,8 +90,10 @@ impl VhostGroup {
             .get(name)
             .ok_or_else(|| VhostError::BdevNotFound(name.to_string()))?;
         let depth = dev.info().max_queue_depth.min(256);
-        let q = BdevQueue::open(
-            dev,
+        // Opened through the registry, so the bdev's I/O statistics include the VM's I/O.
+        let q = BdevQueue::open_in(
+            registry,
+            name,
             BdevQueueOptions {
                 depth,
                 ..BdevQueueOptions::default()
