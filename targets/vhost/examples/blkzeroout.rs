@@ -30,7 +30,11 @@ fn main() {
     // SAFETY: BLKZEROOUT reads two u64s (offset, length) from `range`, which outlives the call.
     let rc = unsafe { libc::ioctl(dev.as_raw_fd(), BLKZEROOUT, range.as_ptr()) };
     if rc != 0 {
-        eprintln!("blkzeroout: {}: {}", args[1], std::io::Error::last_os_error());
+        eprintln!(
+            "blkzeroout: {}: {}",
+            args[1],
+            std::io::Error::last_os_error()
+        );
         std::process::exit(1);
     }
 }
