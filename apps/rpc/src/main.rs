@@ -5,10 +5,10 @@
 //! rpc.py prints it) or a connection failure.
 
 mod client;
+mod config;
 mod nvmf;
 mod vhost;
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -690,98 +690,6 @@ fn save_config(c: &mut Client, indent: i32) -> Result<(), CallError> {
     Ok(())
 }
 
-fn load_config(
-    c: &mut Client,
-    include_aliases: bool,
-    json_conf: Option<&PathBuf>,
-) -> Result<(), CallError> {
-    let text = match json_conf {
-        Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| CallError::Transport(format!("reading {}: {e}", p.display())))?,
-        None => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| CallError::Transport(format!("reading standard input: {e}")))?;
-            s
-        }
-    };
-    let doc: Value = serde_json::from_str(&text)
-        .map_err(|e| CallError::Transport(format!("invalid JSON configuration: {e}")))?;
-    let Some(subsystems) = doc.get("subsystems").and_then(Value::as_array) else {
-        return Err(CallError::Transport(
-            "invalid JSON configuration: no \"subsystems\" array".into(),
-        ));
-    };
-    // As rpc.py: drop subsystems with no config, check every method is known, then replay in
-    // rounds of what the current state allows, calling framework_start_init when allowed.
-    let mut pending: Vec<Vec<Value>> = subsystems
-        .iter()
-        .filter_map(|s| s.get("config").and_then(Value::as_array).cloned())
-        .filter(|c| !c.is_empty())
-        .collect();
-    let names = |v: Value| -> Vec<String> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(str::to_string))
-            .collect()
-    };
-    let allowed = names(c.call(
-        "rpc_get_methods",
-        Some(json!({ "include_aliases": include_aliases })),
-    )?);
-    if pending.is_empty() {
-        if allowed.iter().any(|m| m == "framework_start_init") {
-            c.call("framework_start_init", None)?;
-        }
-        return Ok(());
-    }
-    for e in pending.iter().flatten() {
-        let known = e
-            .get("method")
-            .and_then(Value::as_str)
-            .is_some_and(|m| allowed.iter().any(|a| a == m));
-        if !known {
-            return Err(CallError::Transport(
-                "Unknown method was included in the config file".into(),
-            ));
-        }
-    }
-    while !pending.is_empty() {
-        let allowed = names(c.call(
-            "rpc_get_methods",
-            Some(json!({ "current": true, "include_aliases": include_aliases })),
-        )?);
-        let mut found = false;
-        for config in pending.iter_mut() {
-            let mut rest = Vec::new();
-            for e in config.drain(..) {
-                let m = e.get("method").and_then(Value::as_str).unwrap_or_default();
-                if allowed.iter().any(|a| a == m) {
-                    c.call(m, e.get("params").cloned())?;
-                    found = true;
-                } else {
-                    rest.push(e);
-                }
-            }
-            *config = rest;
-        }
-        pending.retain(|c| !c.is_empty());
-        if allowed.iter().any(|m| m == "framework_start_init") {
-            c.call("framework_start_init", None)?;
-            found = true;
-        }
-        if !found {
-            break;
-        }
-    }
-    if !pending.is_empty() {
-        println!("Some configs were skipped because the RPC state that can call them passed over.");
-    }
-    Ok(())
-}
-
 fn connect(args: &Args) -> Result<Client, CallError> {
     let timeout = Duration::try_from_secs_f64(args.timeout.max(0.0)).unwrap_or(Duration::ZERO);
     let mut last = None;
@@ -803,7 +711,7 @@ fn run(args: &Args) -> Result<(), CallError> {
         Method::LoadConfig {
             include_aliases,
             json_conf,
-        } => load_config(&mut c, *include_aliases, json_conf.as_ref()),
+        } => config::load_config(&mut c, *include_aliases, json_conf.as_ref()),
         m => {
             let (method, params, how) = request(m).map_err(CallError::Transport)?;
             let r = c.call(method, params)?;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+use pmio_tgt::config::{self, settings::ReactorMode};
 use pmio_tgt::methods::Rpc;
 use pmio_tgt::server::{Server, ServerOptions};
 use pmio_tgt::target::{FwState, Target};
@@ -23,9 +24,13 @@ struct Args {
     /// RPC listen socket path.
     #[arg(short = 'r', long = "rpc-socket", default_value = "/var/tmp/pmio.sock")]
     rpc_socket: PathBuf,
-    /// Start-up configuration in the shape save_config prints.
+    /// Start-up configuration in the shape save_config prints (pmio's or SPDK's, unchanged).
     #[arg(short = 'c', long = "json")]
     json: Option<PathBuf>,
+    /// Check a configuration without starting anything: print what would be created, mapped,
+    /// ignored and refused; exit 0 if it would load, 1 if not.
+    #[arg(long = "check-config", value_name = "FILE", conflicts_with = "json")]
+    check_config: Option<PathBuf>,
     /// Wait for framework_start_init before initialising (only start-up methods until then).
     #[arg(long = "wait-for-rpc")]
     wait_for_rpc: bool,
@@ -89,6 +94,17 @@ fn wait_signal(set: &libc::sigset_t) -> i32 {
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    if let Some(path) = &args.check_config {
+        // No socket, no reactors, no device: safe beside a running SPDK.
+        match pmio_tgt::config::check::run(path) {
+            Ok(true) => std::process::exit(0),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("pmio-tgt: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
     if let Err(e) = run(args) {
         eprintln!("pmio-tgt: {e:#}");
         std::process::exit(1);
@@ -98,17 +114,33 @@ fn main() {
 fn run(args: Args) -> anyhow::Result<()> {
     let set = block_signals()?;
     let mask = CoreMask::parse(&args.cpumask).with_context(|| format!("-m {}", args.cpumask))?;
-    let calls = match &args.json {
-        Some(p) => pmio_tgt::config::load(p)?,
-        None => Vec::new(),
+    let doc = match &args.json {
+        Some(p) => {
+            let doc = pmio_tgt::config::load(p)?;
+            // What pmio cannot create stops us here, before the socket and the reactors.
+            let r = config::check::check(&doc, config::check::World::default());
+            if r.count(config::report::Verdict::Refuse) > 0 {
+                let refusals: Vec<String> = r.refusals().map(|l| l.describe()).collect();
+                bail!(
+                    "configuration {} refused, nothing was started:\n  {}\n(pmio-tgt \
+                     --check-config {} lists what it creates, maps and ignores)",
+                    p.display(),
+                    refusals.join("\n  "),
+                    p.display()
+                );
+            }
+            doc
+        }
+        None => pmio_tgt::config::Document::default(),
     };
     // Bind first: a live daemon on the socket stops us before anything else starts.
     let server = Server::bind(ServerOptions {
         mode: args.rpc_socket_mode,
         ..ServerOptions::new(&args.rpc_socket)
     })?;
+    let idle_sleep = Duration::from_micros(args.idle_sleep_us);
     let opts = ReactorsOptions {
-        interrupt_idle: (!args.no_interrupt).then(|| Duration::from_micros(args.idle_sleep_us)),
+        interrupt_idle: (!args.no_interrupt).then_some(idle_sleep),
         thread_name_prefix: "reactor".into(),
         ..ReactorsOptions::default()
     };
@@ -137,17 +169,26 @@ fn run(args: Args) -> anyhow::Result<()> {
             unsafe { libc::kill(libc::getpid(), sig) };
         }),
     ));
+    // framework_set_scheduler "static" goes back to this mode, "dynamic" sleeps idle reactors.
+    rpc.settings.set_reactor_mode(ReactorMode {
+        interrupt_idle: (!args.no_interrupt).then_some(idle_sleep),
+        idle_sleep,
+    });
     if args.wait_for_rpc {
-        rpc.defer_config(calls);
-    } else if let Err(e) = pmio_tgt::config::apply(&rpc, &calls) {
-        // What the configuration set up so far (listeners, bdevs) goes before the reactors stop.
+        rpc.defer_config(doc);
+    } else if let Err(e) = pmio_tgt::config::apply(&rpc, &doc).map(|r| {
+        if !doc.calls.is_empty() {
+            log::info!("configuration applied: {}", r.totals());
+        }
+    }) {
+        // The load removed what it created; anything else goes before the reactors stop.
         pmio_tgt::shutdown(&rpc);
         drop(rpc);
         drop(target);
         if let Err(s) = reactors.stop() {
             log::warn!("stopping reactors: {s}");
         }
-        return Err(e.context(format!(
+        return Err(anyhow::Error::new(e).context(format!(
             "applying {}",
             args.json
                 .as_deref()

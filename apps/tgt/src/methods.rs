@@ -43,34 +43,52 @@ pub struct Rpc {
     pub target: Arc<Target>,
     methods: Vec<Method>,
     on_kill: KillFn,
-    /// `-c` calls held back by `--wait-for-rpc` until `framework_start_init`.
-    pending_config: std::sync::Mutex<Vec<crate::config::ConfigCall>>,
+    /// The `-c` configuration held back by `--wait-for-rpc` until `framework_start_init`.
+    pending_config: std::sync::Mutex<Option<crate::config::Document>>,
+    /// Settings mapped from SPDK configurations (NVMe driver defaults, scheduler).
+    pub settings: crate::config::settings::Settings,
+}
+
+/// Every method of pmio-tgt (what [`Rpc::new`] serves; `--check-config` asks it without a
+/// daemon).
+pub fn all_methods() -> Vec<Method> {
+    let mut methods = base_methods();
+    methods.extend(crate::perf::methods());
+    methods.extend(crate::sched::methods());
+    methods.extend(crate::uring::methods());
+    methods.extend(crate::nvme::methods());
+    methods.extend(crate::nvmf::methods());
+    methods.extend(crate::vhost::methods());
+    methods.extend(crate::config::methods());
+    methods
 }
 
 impl Rpc {
     /// The full method table over `target`; `on_kill` handles `spdk_kill_instance`.
     pub fn new(target: Arc<Target>, on_kill: KillFn) -> Rpc {
-        let mut methods = base_methods();
-        methods.extend(crate::perf::methods());
-        methods.extend(crate::sched::methods());
-        methods.extend(crate::uring::methods());
-        methods.extend(crate::nvme::methods());
-        methods.extend(crate::nvmf::methods());
-        methods.extend(crate::vhost::methods());
         Rpc {
             target,
-            methods,
+            methods: all_methods(),
             on_kill,
-            pending_config: std::sync::Mutex::new(Vec::new()),
+            pending_config: std::sync::Mutex::new(None),
+            settings: Default::default(),
         }
     }
 
-    /// Holds `calls` until `framework_start_init` (start-up with `--wait-for-rpc` and `-c`).
-    pub fn defer_config(&self, calls: Vec<crate::config::ConfigCall>) {
+    /// Holds `doc` until `framework_start_init` (start-up with `--wait-for-rpc` and `-c`).
+    pub fn defer_config(&self, doc: crate::config::Document) {
         *self
             .pending_config
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = calls;
+            .unwrap_or_else(|p| p.into_inner()) = Some(doc);
+    }
+
+    /// The state mask of `method`, if pmio has it.
+    pub fn states_of(&self, method: &str) -> Option<u8> {
+        self.methods
+            .iter()
+            .find(|m| m.name == method)
+            .map(|m| m.states)
     }
 
     /// Names of every method, or of those callable in the current state.
@@ -89,7 +107,12 @@ impl Rpc {
             .methods
             .iter()
             .find(|m| m.name == method)
-            .ok_or_else(RpcError::method_not_found)?;
+            .ok_or_else(|| match crate::config::not_found_detail(method) {
+                Some(why) => {
+                    RpcError::new(code::METHOD_NOT_FOUND, format!("Method not found: {why}"))
+                }
+                None => RpcError::method_not_found(),
+            })?;
         let state = self.target.state();
         if m.states & state.bit() == 0 {
             let msg = if state == FwState::Startup {
@@ -111,7 +134,9 @@ impl Rpc {
 impl Handler for Rpc {
     fn call(&self, call: &Call) -> Result<Value, RpcError> {
         log::debug!("RPC {}", call.method);
-        self.invoke(&call.method, call.params.as_ref())
+        // rpc.py's load_config replays a file call by call on one connection: the session
+        // makes that replay all-or-nothing (see config::session).
+        crate::config::session::call(self, call)
     }
 
     fn after_reply(&self, call: &Call) {
@@ -275,13 +300,20 @@ fn framework_start_init(
         ));
     }
     log::info!("framework initialized (runtime state)");
-    let calls = std::mem::take(&mut *rpc.pending_config.lock().unwrap_or_else(|p| p.into_inner()));
-    crate::config::apply(rpc, &calls).map_err(|e| {
-        RpcError::errno_detail(
-            -libc::EINVAL,
-            format_args!("applying the -c configuration: {e:#}"),
-        )
-    })?;
+    let doc = rpc
+        .pending_config
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(doc) = doc {
+        let r = crate::config::apply(rpc, &doc).map_err(|e| {
+            RpcError::errno_detail(
+                -libc::EINVAL,
+                format_args!("applying the -c configuration: {e}"),
+            )
+        })?;
+        log::info!("-c configuration applied: {}", r.totals());
+    }
     Ok(Value::Bool(true))
 }
 
@@ -291,17 +323,20 @@ pub const SUBSYSTEMS: [(&str, &[&str]); 3] =
     [("bdev", &[]), ("vhost_blk", &["bdev"]), ("nvmf", &["bdev"])];
 
 fn framework_get_subsystems(
-    _: &Rpc,
+    rpc: &Rpc,
     method: &str,
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
     no_params(method, params)?;
-    Ok(Value::Array(
-        SUBSYSTEMS
-            .iter()
-            .map(|(s, deps)| json!({"subsystem": s, "depends_on": deps}))
-            .collect(),
-    ))
+    let mut out: Vec<Value> = SUBSYSTEMS
+        .iter()
+        .map(|(s, deps)| json!({"subsystem": s, "depends_on": deps}))
+        .collect();
+    // A scheduler loaded from a configuration is saved in SPDK's section for it.
+    if rpc.settings.saved_scheduler().is_some() {
+        out.push(json!({"subsystem": "scheduler", "depends_on": []}));
+    }
+    Ok(Value::Array(out))
 }
 
 fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
@@ -314,6 +349,9 @@ fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Va
     match name.as_str() {
         "bdev" => Ok(Value::Array(bdev_config(rpc))),
         "nvmf" => Ok(Value::Array(crate::nvmf::config(rpc))),
+        "scheduler" => Ok(Value::Array(
+            rpc.settings.saved_scheduler().into_iter().collect(),
+        )),
         "vhost_blk" => Ok(Value::Array(crate::vhost::config(rpc))),
         _ => Err(RpcError::new(
             code::INVALID_PARAMS,
@@ -325,7 +363,9 @@ fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Va
 /// The method calls that recreate every bdev, controller and scheduler setting, in order.
 pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     let t = &rpc.target;
-    let mut out: Vec<Value> = t.records().into_iter().filter_map(|r| r.create).collect();
+    // NVMe driver defaults first: they apply to the controllers attached after them.
+    let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
+    out.extend(t.records().into_iter().filter_map(|r| r.create));
     for c in t.ctrlrs() {
         out.push(json!({
             "method": "bdev_nvme_attach_controller",

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use pmio::BlockDevice;
-use pmio_nvme::{NvmeError, NvmeOptions};
+use pmio_nvme::NvmeError;
 use serde_json::{Value, json};
 
 use crate::jsonrpc::RpcError;
@@ -62,12 +62,13 @@ fn nvme_error(e: &NvmeError) -> RpcError {
     RpcError::errno_detail(-errno, e)
 }
 
-/// Fabrics-only parameters rpc.py may send: refused for PCIe when given.
-const FABRICS_ONLY: [&str; 8] = [
+/// Fabrics-only parameters rpc.py may send: refused for PCIe when given. (`hostnqn` is not
+/// among them: SPDK's `save_config` writes it for every controller, PCIe ones included, and
+/// SPDK accepts it back.)
+const FABRICS_ONLY: [&str; 7] = [
     "adrfam",
     "trsvcid",
     "subnqn",
-    "hostnqn",
     "hostaddr",
     "hostsvcid",
     "psk",
@@ -113,6 +114,8 @@ fn bdev_nvme_attach_controller(
             fabrics.push(k);
         }
     }
+    // A PCIe controller has no host NQN; SPDK writes one for every controller it saves.
+    p.opt::<String>("hostnqn")?;
     // Reconnect/timeouts tunables of fabrics controllers: meaningless for PCIe, accepted.
     for k in [
         "ctrlr_loss_timeout_sec",
@@ -157,10 +160,8 @@ fn bdev_nvme_attach_controller(
             format_args!("{traddr} is already attached as controller {}", c.name),
         ));
     }
-    let mut opts = NvmeOptions {
-        name: name.clone(),
-        ..NvmeOptions::default()
-    };
+    // The driver's defaults with what bdev_nvme_set_options mapped (config::settings).
+    let mut opts = rpc.settings.nvme_options(&name);
     if let Some(n) = num_io_queues {
         opts.max_io_queues = n;
     }

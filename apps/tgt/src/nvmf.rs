@@ -430,6 +430,33 @@ fn nvmf_create_transport(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<V
     Ok(Value::Bool(true))
 }
 
+/// Whether the TCP transport exists with the options `nvmf_create_transport` `params` ask for
+/// (`None`: no transport yet). Only the options pmio honours are compared; a configuration
+/// loaded again finds its transport there (see `config::table`).
+pub(crate) fn transport_matches(rpc: &Rpc, params: &Value) -> Option<bool> {
+    let have = rpc.target.nvmf.transport()?;
+    let d = TransportOpts::default();
+    let num = |k: &str, dflt: u32| match params.get(k) {
+        None | Some(Value::Null) => Some(dflt),
+        Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()),
+    };
+    let num16 = |k: &str, dflt: u16| num(k, dflt.into()).and_then(|n| u16::try_from(n).ok());
+    let want = TransportOpts {
+        max_queue_depth: num16("max_queue_depth", d.max_queue_depth)?,
+        max_io_qpairs_per_ctrlr: num16("max_io_qpairs_per_ctrlr", d.max_io_qpairs_per_ctrlr)?,
+        in_capsule_data_size: num("in_capsule_data_size", d.in_capsule_data_size)?,
+        max_io_size: num("max_io_size", d.max_io_size)?,
+        io_unit_size: num("io_unit_size", d.io_unit_size)?,
+        max_aq_depth: num16("max_aq_depth", d.max_aq_depth)?,
+        c2h_success: match params.get("c2h_success") {
+            None | Some(Value::Null) => d.c2h_success,
+            Some(v) => v.as_bool()?,
+        },
+        abort_timeout_sec: num("abort_timeout_sec", d.abort_timeout_sec)?,
+    };
+    Some(want == have)
+}
+
 fn nvmf_get_transports(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let mut a = Args::new(params)?;
     let trtype: Option<String> = a.opt("trtype")?;

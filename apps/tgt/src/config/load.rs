@@ -1,0 +1,524 @@
+//! Applying a configuration: `-c` at start-up, the `load_config` method, and each call of
+//! rpc.py's replay ([`super::session`]).
+//!
+//! A document is applied in two steps:
+//!
+//! 1. Check it whole ([`super::check`]) against the running daemon: a refused or unknown
+//!    method, an unknown section with calls, a namespace on a bdev nobody creates, a bad
+//!    value: the load stops before anything is created, listing every problem.
+//! 2. Apply the calls in order ([`step`]), each object's undo recorded in a [`Txn`]. A call
+//!    that fails anyway (a port in use, a device that does not answer) removes what the load
+//!    created, newest first, and restores the settings; the error names the call, its object
+//!    and what was rolled back.
+//!
+//! In the start-up state (`--wait-for-rpc`), calls allowed there run first, then
+//! `framework_start_init`, then the rest, as rpc.py's `load_config` and SPDK's `-c` do.
+
+use serde_json::{Value, json};
+
+use super::check::{self, World};
+use super::document::{ConfigCall, Document};
+use super::report::{Report, Verdict};
+use super::rollback::Txn;
+use super::settings::NoteKind;
+use super::table::{self, Before, Handling, Undo};
+use crate::jsonrpc::{RpcError, code};
+use crate::methods::{Rpc, STARTUP};
+use crate::target::FwState;
+
+/// A load that stopped: the reply's code and the whole story (what failed, what was rolled
+/// back).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadError {
+    /// JSON-RPC error code (the failed method's, or -95 for a refusal).
+    pub code: i32,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl LoadError {
+    /// The JSON-RPC error for it.
+    pub fn to_rpc(&self) -> RpcError {
+        RpcError::new(self.code, self.message.clone())
+    }
+}
+
+/// Stops a load on the check's refusals, listing each (`where: method object: why`).
+fn refused(r: &Report) -> Option<LoadError> {
+    let all: Vec<String> = r.refusals().map(|l| l.describe()).collect();
+    if all.is_empty() {
+        return None;
+    }
+    Some(LoadError {
+        code: -libc::EOPNOTSUPP,
+        message: format!(
+            "configuration refused, nothing was applied: {}",
+            all.join("; ")
+        ),
+    })
+}
+
+/// Checks `doc` against the running daemon, then applies it. On success, the report of what
+/// was created, mapped and ignored.
+pub fn apply(rpc: &Rpc, doc: &Document) -> Result<Report, LoadError> {
+    let screen = check::check(doc, World::of(rpc));
+    if let Some(e) = refused(&screen) {
+        return Err(e);
+    }
+    let mut report = Report::default();
+    // Sections are reported by the check; calls by the step that runs them.
+    report
+        .lines
+        .extend(screen.lines.iter().filter(|l| l.method == "-").cloned());
+    for l in &report.lines {
+        log::info!("config: {}: {}", l.origin, l.text);
+    }
+    let mut txn = Txn::default();
+    match run_all(rpc, doc, &mut txn, &mut report) {
+        Ok(()) => Ok(report),
+        Err(e) => {
+            let rolled = txn.rollback(rpc);
+            Err(LoadError {
+                code: e.code,
+                message: format!("{}; rolled back: {rolled}", e.message),
+            })
+        }
+    }
+}
+
+fn run_all(rpc: &Rpc, doc: &Document, txn: &mut Txn, report: &mut Report) -> Result<(), RpcError> {
+    if rpc.target.state() == FwState::Startup {
+        let (now, later): (Vec<&ConfigCall>, Vec<&ConfigCall>) = doc
+            .calls
+            .iter()
+            .partition(|c| rpc.states_of(&c.method).unwrap_or(0) & STARTUP != 0);
+        for c in now {
+            step(rpc, c, txn, report)?;
+        }
+        rpc.invoke("framework_start_init", None)?;
+        for c in later {
+            step(rpc, c, txn, report)?;
+        }
+        return Ok(());
+    }
+    for c in &doc.calls {
+        step(rpc, c, txn, report)?;
+    }
+    Ok(())
+}
+
+/// Runs one call of a configuration: refuses what the table refuses, plans and applies a
+/// setting, creates an object and records its undo in `txn`. Returns the method's own result
+/// (rpc.py's replay passes it back to the client). Errors name where the call came from and
+/// its object.
+pub fn step(
+    rpc: &Rpc,
+    c: &ConfigCall,
+    txn: &mut Txn,
+    report: &mut Report,
+) -> Result<Value, RpcError> {
+    let params = c.params.clone().unwrap_or_else(|| json!({}));
+    let Some(entry) = table::lookup(&c.method) else {
+        return Err(RpcError::errno_detail(
+            -libc::EOPNOTSUPP,
+            format_args!(
+                "{}: Unknown method {}: neither SPDK v25.09's save_config nor pmio writes it",
+                c.origin, c.method
+            ),
+        ));
+    };
+    let handling = entry.handling(rpc.states_of(&c.method).is_some());
+    match handling {
+        Handling::Refuse(path, why) | Handling::Vhost(path, why, _) => {
+            let obj = table::param(&params, path).unwrap_or_else(|| "?".into());
+            Err(RpcError::errno_detail(
+                -libc::EOPNOTSUPP,
+                format_args!(
+                    "{}: {} section: {} {obj} refused: {why}",
+                    c.origin, entry.section, c.method
+                ),
+            ))
+        }
+        Handling::Ignore(why) => {
+            if !matches!(c.params, None | Some(Value::Object(_))) {
+                return Err(RpcError::decode(format_args!(
+                    "{}: {}: params must be an object",
+                    c.origin, c.method
+                )));
+            }
+            rpc.settings.log_ignored(&c.method, "", why);
+            report.push(Verdict::Ignore, &c.origin, &c.method, why);
+            Ok(Value::Bool(true))
+        }
+        Handling::Setting(plan) => {
+            let p = plan(c.params.as_ref()).map_err(|e| at(c, "", e))?;
+            txn.before_setting(rpc);
+            rpc.settings
+                .apply(rpc, &p.effect)
+                .map_err(|e| at(c, "", e))?;
+            rpc.settings.log_notes(&c.method, &p.notes);
+            if p.maps() {
+                let mut text = p.summary(NoteKind::Mapped);
+                let same = p.summary(NoteKind::Same);
+                if !text.is_empty() && !same.is_empty() {
+                    text.push_str("; ");
+                }
+                text.push_str(&same);
+                report.push(Verdict::Map, &c.origin, &c.method, text);
+            }
+            for n in p.notes.iter().filter(|n| n.kind == NoteKind::Ignored) {
+                report.push(Verdict::Ignore, &c.origin, &c.method, n.to_string());
+            }
+            Ok(Value::Bool(true))
+        }
+        Handling::Create(cr) | Handling::Set(cr) => {
+            let verdict = match handling {
+                Handling::Set(_) => Verdict::Set,
+                _ => Verdict::Create,
+            };
+            let what = (cr.what)(&params);
+            let (method, params) = translate(&c.method, params).map_err(|e| at(c, &what, e))?;
+            let before = match cr.undo {
+                Undo::Before(f) => Some(f(rpc, &params)),
+                _ => None,
+            };
+            if let Some(Before::Present(why)) = &before {
+                log::info!("config: {}: {} already there: {why}", c.origin, c.method);
+                report.push(verdict, &c.origin, &c.method, format!("{what}: {why}"));
+                return Ok(Value::Bool(true));
+            }
+            let result = rpc
+                .invoke(method, Some(&params))
+                .map_err(|e| at(c, &what, hint(&c.method, &params, e)))?;
+            match before {
+                Some(Before::Undo(u)) => txn.push(u),
+                Some(Before::Keep(k)) => txn.keep(k),
+                Some(Before::Present(_)) => {}
+                None => {
+                    if let Some(u) = cr.undo.call(&what, &params, &result) {
+                        txn.push(u);
+                    }
+                }
+            }
+            report.push(verdict, &c.origin, &c.method, what);
+            Ok(result)
+        }
+    }
+}
+
+/// SPDK methods pmio serves with another of its methods: `bdev_aio_create` becomes
+/// `bdev_uring_create` on the same file.
+fn translate(method: &str, params: Value) -> Result<(&str, Value), RpcError> {
+    match method {
+        "bdev_aio_create" => {
+            let u = check::aio_as_uring(&params)
+                .map_err(|e| RpcError::errno_detail(-libc::EOPNOTSUPP, e))?;
+            log::info!("config: bdev_aio_create becomes bdev_uring_create {u}");
+            Ok(("bdev_uring_create", u))
+        }
+        m => Ok((m, params)),
+    }
+}
+
+/// Adds to an error what the name of a missing bdev suggests (an lvol, a partition).
+fn hint(method: &str, params: &Value, e: RpcError) -> RpcError {
+    if method != "nvmf_subsystem_add_ns" {
+        return e;
+    }
+    let Some(b) = table::param(params, "namespace.bdev_name") else {
+        return e;
+    };
+    if e.code != code::INVALID_PARAMS || !e.message.contains(&b) {
+        return e;
+    }
+    let more = check::missing_bdev(&b);
+    match more.split_once(" (") {
+        Some((_, h)) => RpcError::new(e.code, format!("{} ({h}", e.message)),
+        None => e,
+    }
+}
+
+/// The error of call `c` on `what`, with where it came from.
+fn at(c: &ConfigCall, what: &str, e: RpcError) -> RpcError {
+    let obj = if what.is_empty() {
+        String::new()
+    } else {
+        format!(" ({what})")
+    };
+    RpcError::new(
+        e.code,
+        format!(
+            "{}: {}{obj}: {} (code {})",
+            c.origin, c.method, e.message, e.code
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::config::document::parse;
+    use crate::config::testutil::{NVMF, SAMPLE, call, free_port, nvmf_fixture, rpc};
+
+    fn names(r: &Rpc) -> Vec<String> {
+        call(r, "bdev_get_bdevs", Value::Null)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn nqns(r: &Rpc) -> Vec<String> {
+        r.target
+            .nvmf
+            .config()
+            .subsystems
+            .iter()
+            .map(|s| s.nqn.clone())
+            .collect()
+    }
+
+    #[test]
+    fn the_spdk_sample_loads() {
+        let (_re, r) = rpc(FwState::Runtime);
+        let rep = apply(&r, &parse(SAMPLE).unwrap()).unwrap();
+        assert_eq!(names(&r), ["Malloc0", "Null0"]);
+        let b = call(&r, "bdev_get_bdevs", json!({"name": "Null0"})).unwrap();
+        assert_eq!(b[0]["uuid"], "936bd35f-4de0-4658-aa00-5177613485bf");
+        assert_eq!(b[0]["block_size"], 4096);
+        assert_eq!(rep.count(Verdict::Create), 2);
+        assert_eq!(rep.count(Verdict::Refuse), 0);
+        assert!(rep.count(Verdict::Ignore) >= 10, "{}", rep.render());
+        // "static" keeps the reactors as they were; it is saved back in its own section.
+        assert_eq!(
+            r.target.reactors().interrupt_idle(0),
+            Some(std::time::Duration::from_millis(1))
+        );
+        assert_eq!(
+            r.settings.saved_scheduler().unwrap()["params"],
+            json!({"name": "static"})
+        );
+    }
+
+    #[test]
+    fn the_spdk_nvmf_section_loads_and_round_trips() {
+        let (text, io, disc) = nvmf_fixture();
+        let (re, r) = rpc(FwState::Runtime);
+        apply(&r, &parse(&text).unwrap()).unwrap();
+        assert_eq!(names(&r), ["Malloc0", "Malloc1", "Null0"]);
+        let subs = call(&r, "nvmf_get_subsystems", Value::Null).unwrap();
+        assert_eq!(subs[0]["listen_addresses"][0]["trsvcid"], disc.to_string());
+        let c1 = &subs[1];
+        assert_eq!(c1["nqn"], "nqn.2016-06.io.spdk:cnode1");
+        assert_eq!(c1["allow_any_host"], false);
+        assert_eq!(
+            c1["hosts"][0]["nqn"],
+            "nqn.2014-08.org.nvmexpress:uuid:6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+        );
+        assert_eq!(c1["namespaces"][1]["nsid"], 2);
+        assert_eq!(c1["namespaces"][1]["bdev_name"], "Malloc1");
+        assert_eq!(
+            c1["namespaces"][1]["nguid"],
+            "B6A1E9D20F434E8B8C7752D9A3E1C6F4"
+        );
+        assert_eq!(c1["listen_addresses"][0]["trsvcid"], io.to_string());
+        assert_eq!(subs[2]["max_namespaces"], 32);
+        let t = call(&r, "nvmf_get_transports", Value::Null).unwrap();
+        assert_eq!(t[0]["io_unit_size"], 8192);
+        assert_eq!(t[0]["c2h_success"], false);
+        // pmio's own save_config of it loads into a fresh daemon as the same target, once
+        // this one has let go of its ports.
+        let nvmf_saved = crate::nvmf::config(&r);
+        let saved = json!({"subsystems": [
+            {"subsystem": "bdev", "config": crate::methods::bdev_config(&r)},
+            {"subsystem": "nvmf", "config": nvmf_saved}]});
+        crate::shutdown(&r);
+        drop(r);
+        re.stop().unwrap();
+        let (_re2, r2) = rpc(FwState::Runtime);
+        apply(&r2, &parse(&saved.to_string()).unwrap()).unwrap();
+        assert_eq!(call(&r2, "nvmf_get_subsystems", Value::Null).unwrap(), subs);
+        assert_eq!(call(&r2, "nvmf_get_transports", Value::Null).unwrap(), t);
+        assert_eq!(
+            json!(crate::nvmf::config(&r2)),
+            saved["subsystems"][1]["config"]
+        );
+        crate::shutdown(&r2);
+    }
+
+    #[test]
+    fn a_failed_load_removes_what_it_created() {
+        let (_re, r) = rpc(FwState::Runtime);
+        // Something that was there before the load stays whatever happens.
+        call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "Old", "num_blocks": 8, "block_size": 512}),
+        )
+        .unwrap();
+        let before_modes = r.target.reactors().interrupt_idle(0);
+        // The port is taken by someone else: only binding finds out, after the rest exists.
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = busy.local_addr().unwrap().port();
+        let free = free_port();
+        let doc = json!({"subsystems": [
+            {"subsystem": "bdev", "config": [
+                {"method": "bdev_nvme_set_options", "params": {"timeout_us": 2000000,
+                    "action_on_timeout": "reset"}},
+                {"method": "bdev_malloc_create", "params": {"name": "M", "num_blocks": 64, "block_size": 512}}]},
+            {"subsystem": "scheduler", "config": [
+                {"method": "framework_set_scheduler", "params": {"name": "dynamic"}}]},
+            {"subsystem": "nvmf", "config": [
+                {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
+                {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:c1"}},
+                {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:c1",
+                    "namespace": {"bdev_name": "M"}}},
+                {"method": "nvmf_subsystem_add_host", "params": {"nqn": "nqn.2016-06.io.spdk:c1",
+                    "host": "nqn.2014-08.org.nvmexpress:uuid:1"}},
+                {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:c1",
+                    "listen_address": {"trtype": "TCP", "traddr": "127.0.0.1", "trsvcid": free.to_string()}}},
+                {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:c1",
+                    "listen_address": {"trtype": "TCP", "traddr": "127.0.0.1", "trsvcid": port.to_string()}}}]}]});
+        let e = apply(&r, &parse(&doc.to_string()).unwrap()).unwrap_err();
+        assert!(e.message.contains("subsystems[2] (nvmf) config[5]"), "{e}");
+        assert!(
+            e.message.contains(&format!("listener 127.0.0.1:{port}")),
+            "{e}"
+        );
+        for gone in [
+            "listener 127.0.0.1",
+            "host nqn.2014-08.org.nvmexpress:uuid:1",
+            "namespace on bdev M",
+            "subsystem nqn.2016-06.io.spdk:c1",
+            "bdev M",
+            "settings restored",
+            "the TCP transport stays",
+        ] {
+            assert!(e.message.contains(gone), "{gone}: {e}");
+        }
+        assert_eq!(names(&r), ["Old"]);
+        assert_eq!(nqns(&r), [pmio_nvmf::subsystem::DISCOVERY_NQN]);
+        // Nobody listens on the port the load had bound.
+        assert!(std::net::TcpListener::bind(("127.0.0.1", free)).is_ok());
+        assert_eq!(r.settings.state(), Default::default());
+        assert_eq!(r.target.reactors().interrupt_idle(0), before_modes);
+        // Fixed, the same file loads: the transport left behind is taken as it is.
+        drop(busy);
+        apply(&r, &parse(&doc.to_string()).unwrap()).unwrap();
+        assert_eq!(names(&r), ["Old", "M"]);
+        assert_eq!(
+            r.settings.nvme_options("Nvme9").io_timeout,
+            std::time::Duration::from_secs(2)
+        );
+        // The mapped NVMe options come first in the bdev section of save_config.
+        assert_eq!(
+            crate::methods::bdev_config(&r)[0]["method"],
+            "bdev_nvme_set_options"
+        );
+        r.target.nvmf.shutdown();
+    }
+
+    #[test]
+    fn refusals_stop_before_anything_is_created() {
+        let (_re, r) = rpc(FwState::Runtime);
+        let doc = r#"{"subsystems":[{"subsystem":"bdev","config":[
+            {"method":"bdev_malloc_create","params":{"name":"M0","num_blocks":64,"block_size":512}},
+            {"method":"bdev_malloc_create","params":{"name":"M1","num_blocks":64,"block_size":512}},
+            {"method":"bdev_raid_create","params":{"name":"Raid0","raid_level":"raid1","base_bdevs":["M0","M1"]}}]},
+            {"subsystem":"iscsi","config":[
+            {"method":"iscsi_create_target_node","params":{"name":"disk1","alias_name":"d","luns":[{"bdev_name":"Raid0","lun_id":0}]}}]}]}"#;
+        let e = apply(&r, &parse(doc).unwrap()).unwrap_err();
+        assert_eq!(e.code, -libc::EOPNOTSUPP);
+        assert!(
+            e.message
+                .starts_with("configuration refused, nothing was applied"),
+            "{e}"
+        );
+        assert!(
+            e.message.contains(
+                "subsystems[0] (bdev) config[2]: bdev_raid_create Raid0: pmio has no RAID"
+            ),
+            "{e}"
+        );
+        assert!(
+            e.message
+                .contains("subsystems[1] (iscsi) config[0]: iscsi_create_target_node disk1"),
+            "{e}"
+        );
+        assert!(names(&r).is_empty());
+    }
+
+    #[test]
+    fn start_up_state_runs_settings_then_init_then_objects() {
+        let (_re, r) = rpc(FwState::Startup);
+        let rep = apply(&r, &parse(SAMPLE).unwrap()).unwrap();
+        assert_eq!(r.target.state(), FwState::Runtime);
+        assert_eq!(names(&r), ["Malloc0", "Null0"]);
+        // Settings (allowed at start-up) were reported before the creates.
+        let first_create = rep
+            .lines
+            .iter()
+            .position(|l| l.verdict == Verdict::Create)
+            .unwrap();
+        assert!(
+            rep.lines[..first_create]
+                .iter()
+                .any(|l| l.method == "iobuf_set_options")
+        );
+        assert!(
+            !rep.lines[first_create..]
+                .iter()
+                .any(|l| l.method == "iobuf_set_options")
+        );
+    }
+
+    #[test]
+    fn load_config_method_answers_the_report() {
+        let (_re, r) = rpc(FwState::Runtime);
+        let v = call(&r, "load_config", serde_json::from_str(SAMPLE).unwrap()).unwrap();
+        assert_eq!(
+            v["created"],
+            json!([
+                "bdev_malloc_create: bdev Malloc0",
+                "bdev_null_create: bdev Null0"
+            ])
+        );
+        assert!(v["ignored"].as_array().unwrap().iter().any(|l| {
+            l.as_str()
+                .unwrap()
+                .starts_with("iobuf_set_options: pmio has no shared iobuf pool")
+        }));
+        // The same again: the bdevs exist (SPDK refuses a second create too), nothing changes.
+        let e = call(&r, "load_config", serde_json::from_str(SAMPLE).unwrap()).unwrap_err();
+        assert!(
+            e.message.contains("bdev Malloc0 already exists"),
+            "{}",
+            e.message
+        );
+        assert_eq!(names(&r), ["Malloc0", "Null0"]);
+        for bad in [
+            json!({}),
+            json!({"subsystems": 1}),
+            json!({"subsystems": [], "x": 1}),
+        ] {
+            assert_eq!(call(&r, "load_config", bad).unwrap_err().code, -32602);
+        }
+        // A refused method called on its own is "Method not found", with why.
+        let e = call(&r, "bdev_raid_create", json!({"name": "R"})).unwrap_err();
+        assert_eq!(e.code, -32601);
+        assert!(e.message.contains("pmio has no RAID"), "{}", e.message);
+        let _ = NVMF;
+    }
+}

@@ -1,0 +1,198 @@
+//! Configurations in the shape `save_config` prints — pmio's own and SPDK v25.09's, unchanged:
+//! `pmio-tgt -c FILE`, the `load_config` method (pmio-rpc), rpc.py's `load_config` replay, and
+//! `pmio-tgt --check-config FILE`.
+//!
+//! - [`document`]: reading the file, with limits (size, nesting, counts).
+//! - [`table`]: every method a configuration may hold and what pmio does with it: create,
+//!   set, map, ignore, refuse (vhost: refused until pmio has it).
+//! - [`settings`]: SPDK's settings planned key by key, and the daemon's mapped settings.
+//! - [`check`]: the whole document checked without side effects (`--check-config`, and the
+//!   first pass of every load).
+//! - [`load`]: applying it, all or nothing ([`rollback`]'s list of what to remove again).
+//! - [`session`]: rpc.py's call-by-call replay made all-or-nothing.
+//! - [`report`]: what was (or would be) created, mapped, ignored and refused.
+//!
+//! ```
+//! use pmio_tgt::config::{check, document};
+//! let doc = document::parse(r#"{"subsystems": [
+//!     {"subsystem": "iobuf", "config": [{"method": "iobuf_set_options",
+//!         "params": {"small_pool_count": 8192}}]},
+//!     {"subsystem": "bdev", "config": [{"method": "bdev_raid_create",
+//!         "params": {"name": "Raid0", "raid_level": "raid0", "base_bdevs": ["a", "b"]}}]}]}"#)
+//! .unwrap();
+//! let r = check::check(&doc, check::World::default());
+//! assert_eq!(r.lines[0].verdict.word(), "ignore");
+//! assert_eq!(r.lines[1].verdict.word(), "refuse");
+//! assert!(r.lines[1].text.starts_with("Raid0: pmio has no RAID"));
+//! ```
+
+pub mod check;
+pub mod document;
+pub mod load;
+pub mod report;
+pub mod rollback;
+pub mod session;
+pub mod settings;
+pub mod table;
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+pub use document::{ConfigCall, Document, parse};
+pub use load::{LoadError, apply};
+
+use crate::jsonrpc::{RpcError, code};
+use crate::methods::{Method, RUNTIME, Rpc, STARTUP};
+use table::{Handling, TABLE};
+
+/// Reads and parses the file at `path` (refusing an oversized one before reading it).
+pub fn load(path: &Path) -> anyhow::Result<Document> {
+    let what = || format!("configuration {}", path.display());
+    let len = std::fs::metadata(path).with_context(what)?.len();
+    if len > document::MAX_FILE_BYTES as u64 {
+        bail!(
+            "{}: {len} bytes, larger than the {} MiB a configuration may have",
+            what(),
+            document::MAX_FILE_BYTES >> 20
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(what)?;
+    parse(&text).with_context(what)
+}
+
+/// The RPC methods of this module: SPDK's settings methods (mapped or ignored, callable in
+/// both states, as SPDK's start-up-only ones are not: a file loaded at run time applies them),
+/// and `load_config`.
+pub fn methods() -> Vec<Method> {
+    let mut out: Vec<Method> = TABLE
+        .iter()
+        .filter_map(|e| match e.handling {
+            Handling::Setting(_) => Some(Method {
+                name: e.method,
+                states: STARTUP | RUNTIME,
+                run: run_setting,
+            }),
+            Handling::Ignore(_) => Some(Method {
+                name: e.method,
+                states: STARTUP | RUNTIME,
+                run: run_ignored,
+            }),
+            _ => None,
+        })
+        .collect();
+    out.push(Method {
+        name: "load_config",
+        states: STARTUP | RUNTIME,
+        run: load_config,
+    });
+    out
+}
+
+/// A settings method called on its own: planned, applied, its notes logged.
+fn run_setting(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let Some(Handling::Setting(plan)) = table::lookup(method).map(|e| e.handling) else {
+        return Err(RpcError::method_not_found());
+    };
+    let p = plan(params)?;
+    rpc.settings.apply(rpc, &p.effect)?;
+    rpc.settings.log_notes(method, &p.notes);
+    Ok(Value::Bool(true))
+}
+
+/// A settings method pmio has no use for: accepted (parameters must be an object), logged once.
+fn run_ignored(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let Some(Handling::Ignore(why)) = table::lookup(method).map(|e| e.handling) else {
+        return Err(RpcError::method_not_found());
+    };
+    if !matches!(params, None | Some(Value::Object(_))) {
+        return Err(RpcError::decode("params must be an object"));
+    }
+    rpc.settings.log_ignored(method, "", why);
+    Ok(Value::Bool(true))
+}
+
+/// `load_config {"subsystems": [...]}` (pmio's; rpc.py replays the file instead): checks the
+/// whole document, applies it, removes what it created if a call fails. Answers what was
+/// created, set, mapped and ignored.
+fn load_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let Some(p) = params else {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "Invalid parameters: load_config takes the configuration {\"subsystems\": [...]}",
+        ));
+    };
+    let doc = document::from_value(p)
+        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("Invalid parameters: {e:#}")))?;
+    let report = apply(rpc, &doc).map_err(|e| {
+        log::warn!("load_config: {e}");
+        e.to_rpc()
+    })?;
+    log::info!("load_config: {}", report.totals());
+    Ok(report.to_json())
+}
+
+/// Why a method pmio refuses in a configuration is not a method of pmio (appended to
+/// "Method not found").
+pub fn not_found_detail(method: &str) -> Option<&'static str> {
+    match table::lookup(method)?.handling {
+        Handling::Refuse(_, why) | Handling::Vhost(_, why, _) => Some(why),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! A target on one unpinned reactor, and the fixtures with their ports made free.
+
+    use std::sync::Arc;
+
+    use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+    use serde_json::Value;
+
+    use crate::jsonrpc::RpcError;
+    use crate::methods::Rpc;
+    use crate::target::{FwState, Target};
+
+    /// SPDK v25.09's `save_config` of an spdk_tgt with a malloc and a null bdev.
+    pub const SAMPLE: &str = include_str!("../../tests/fixtures/spdk-v25.09-sample.json");
+    /// The same with an NVMe/TCP target: transport, discovery listener, two subsystems.
+    pub const NVMF: &str = include_str!("../../tests/fixtures/spdk-v25.09-nvmf.json");
+
+    pub fn rpc(state: FwState) -> (Reactors, Rpc) {
+        let reactors = Reactors::start(
+            CoreMask::parse("0x1").unwrap(),
+            ReactorsOptions {
+                pin_threads: false,
+                interrupt_idle: Some(std::time::Duration::from_millis(1)),
+                ..ReactorsOptions::default()
+            },
+        )
+        .unwrap();
+        let target = Arc::new(Target::new(reactors.handle(), state));
+        (reactors, Rpc::new(target, Box::new(|_| {})))
+    }
+
+    pub fn call(r: &Rpc, m: &str, p: Value) -> Result<Value, RpcError> {
+        r.invoke(m, Some(&p).filter(|p| !p.is_null()))
+    }
+
+    pub fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// The nvmf fixture with its ports (4420 for the subsystems, 8009 for discovery) moved to
+    /// free ones.
+    pub fn nvmf_fixture() -> (String, u16, u16) {
+        let (io, disc) = (free_port(), free_port());
+        let text = NVMF
+            .replace("\"trsvcid\": \"4420\"", &format!("\"trsvcid\": \"{io}\""))
+            .replace("\"trsvcid\": \"8009\"", &format!("\"trsvcid\": \"{disc}\""));
+        (text, io, disc)
+    }
+}

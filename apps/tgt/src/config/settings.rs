@@ -1,0 +1,1052 @@
+//! SPDK's settings methods (`bdev_nvme_set_options`, `framework_set_scheduler`,
+//! `sock_impl_set_options`, `nvmf_set_config`, ...) and what they become in pmio.
+//!
+//! A setting is first *planned*, with no side effect: each key gets a [`Note`] saying whether it
+//! maps onto a pmio setting ([`NoteKind::Mapped`]), asks for what pmio does anyway
+//! ([`NoteKind::Same`]) or has no equivalent and is dropped, with the reason
+//! ([`NoteKind::Ignored`]). The plan's [`Effect`] is then applied to the daemon's [`Settings`].
+//! `--check-config` stops after planning. A key at SPDK's default says nothing: pmio keeps its own
+//! default. Keys pmio does not know (a newer SPDK's) are dropped with a note, never refused: a
+//! setting carries no data.
+//!
+//! [`Settings`] holds what was mapped (NVMe driver defaults for later attaches, the scheduler
+//! choice) so `save_config` writes it back and a failed load can restore the state before it.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pmio_nvme::NvmeOptions;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::jsonrpc::{RpcError, code};
+use crate::methods::Rpc;
+
+/// What one key of a setting became.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoteKind {
+    /// Applied to a pmio setting.
+    Mapped,
+    /// Asks for what pmio does anyway.
+    Same,
+    /// No equivalent in pmio: dropped.
+    Ignored,
+}
+
+/// One key's fate, with the words an operator reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    /// Mapped, same or ignored.
+    pub kind: NoteKind,
+    /// The key (empty for a note on the whole call).
+    pub key: String,
+    /// What pmio does with it, and why.
+    pub text: String,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key.is_empty() {
+            f.write_str(&self.text)
+        } else {
+            write!(f, "{}: {}", self.key, self.text)
+        }
+    }
+}
+
+/// A setting's effect on the daemon.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Nothing changes.
+    None,
+    /// New defaults for NVMe controllers attached from now on; `saved` is what `save_config`
+    /// writes back.
+    Nvme {
+        /// The driver options that change.
+        defaults: NvmeDefaults,
+        /// The call's parameters.
+        saved: Value,
+    },
+    /// A scheduler choice (reactor modes); `saved` is what `save_config` writes back.
+    Scheduler {
+        /// Static or dynamic.
+        choice: SchedChoice,
+        /// The call's parameters.
+        saved: Value,
+    },
+}
+
+/// A planned setting: the notes and the effect.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// One note per key that says something.
+    pub notes: Vec<Note>,
+    /// What applying it changes.
+    pub effect: Effect,
+}
+
+impl Plan {
+    /// Whether anything of the call maps onto pmio (else the call is only ignored).
+    pub fn maps(&self) -> bool {
+        self.notes.iter().any(|n| n.kind != NoteKind::Ignored)
+    }
+
+    /// The notes of `kind`, as `key: text` (a note on the whole call: `text`) joined by "; ".
+    pub fn summary(&self, kind: NoteKind) -> String {
+        self.notes
+            .iter()
+            .filter(|n| n.kind == kind)
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// A planning function: decodes a call's parameters, no side effect.
+pub type PlanFn = fn(Option<&Value>) -> Result<Plan, RpcError>;
+
+/// NVMe driver options `bdev_nvme_set_options` sets for controllers attached afterwards
+/// (`None`: the driver's default).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NvmeDefaults {
+    /// [`NvmeOptions::io_timeout`] (`timeout_us` with action abort or reset).
+    pub io_timeout: Option<Duration>,
+    /// [`NvmeOptions::admin_timeout`] (`timeout_admin_us`).
+    pub admin_timeout: Option<Duration>,
+    /// [`NvmeOptions::io_retries`] (`transport_retry_count`).
+    pub io_retries: Option<u8>,
+    /// [`NvmeOptions::recovery_retries`] (`bdev_retry_count`).
+    pub recovery_retries: Option<u8>,
+    /// [`NvmeOptions::health_check_interval`] (`nvme_adminq_poll_period_us`).
+    pub health_check_interval: Option<Duration>,
+}
+
+impl NvmeDefaults {
+    /// Overrides the fields that were set.
+    pub fn apply_to(&self, o: &mut NvmeOptions) {
+        if let Some(v) = self.io_timeout {
+            o.io_timeout = v;
+        }
+        if let Some(v) = self.admin_timeout {
+            o.admin_timeout = v;
+        }
+        if let Some(v) = self.io_retries {
+            o.io_retries = v;
+        }
+        if let Some(v) = self.recovery_retries {
+            o.recovery_retries = v;
+        }
+        if let Some(v) = self.health_check_interval {
+            o.health_check_interval = v;
+        }
+    }
+}
+
+/// SPDK's scheduler names, as pmio's reactors honour them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchedChoice {
+    /// `static` (and `gscheduler`): reactors keep the mode the command line gave them.
+    Static,
+    /// `dynamic`: every reactor in interrupt mode, so idle ones sleep.
+    Dynamic,
+}
+
+/// What the command line asked of the reactors, for `framework_set_scheduler`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReactorMode {
+    /// Interrupt-mode idle time (`None`: `--no-interrupt`, busy polling).
+    pub interrupt_idle: Option<Duration>,
+    /// `--idle-sleep-us`: the idle time `dynamic` uses.
+    pub idle_sleep: Duration,
+}
+
+/// The mapped settings of the daemon.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SettingsState {
+    /// NVMe driver defaults for later attaches.
+    pub nvme: NvmeDefaults,
+    /// The last `bdev_nvme_set_options` parameters (written back by `save_config`).
+    pub nvme_saved: Option<Value>,
+    /// The last `framework_set_scheduler` choice and parameters.
+    pub scheduler: Option<(SchedChoice, Value)>,
+}
+
+/// A copy of the settings and the reactors' modes, to go back to when a load fails.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    state: SettingsState,
+    modes: Vec<(u32, Option<Duration>)>,
+}
+
+/// The daemon's mapped settings (one per [`Rpc`]).
+#[derive(Debug, Default)]
+pub struct Settings {
+    state: Mutex<SettingsState>,
+    reactor_mode: Mutex<Option<ReactorMode>>,
+    /// Ignored notes already logged (each is logged once).
+    logged: Mutex<HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Settings {
+    /// Records what the command line asked of the reactors.
+    pub fn set_reactor_mode(&self, mode: ReactorMode) {
+        *lock(&self.reactor_mode) = Some(mode);
+    }
+
+    /// The current state.
+    pub fn state(&self) -> SettingsState {
+        lock(&self.state).clone()
+    }
+
+    /// NVMe driver options for a new controller named `name`: the driver's defaults with what
+    /// `bdev_nvme_set_options` mapped.
+    pub fn nvme_options(&self, name: &str) -> NvmeOptions {
+        let mut o = NvmeOptions {
+            name: name.to_string(),
+            ..NvmeOptions::default()
+        };
+        lock(&self.state).nvme.apply_to(&mut o);
+        o
+    }
+
+    /// Copies the settings and the reactors' modes.
+    pub fn snapshot(&self, rpc: &Rpc) -> Snapshot {
+        let h = rpc.target.reactors();
+        Snapshot {
+            state: self.state(),
+            modes: h
+                .cores()
+                .iter()
+                .map(|&c| (c, h.interrupt_idle(c)))
+                .collect(),
+        }
+    }
+
+    /// Goes back to `snap`.
+    pub fn restore(&self, rpc: &Rpc, snap: Snapshot) {
+        let h = rpc.target.reactors();
+        for (core, idle) in snap.modes {
+            if let Err(e) = h.set_interrupt_idle(core, idle) {
+                log::warn!("config: restoring reactor {core}'s mode: {e}");
+            }
+        }
+        *lock(&self.state) = snap.state;
+    }
+
+    /// Applies a planned effect.
+    pub fn apply(&self, rpc: &Rpc, effect: &Effect) -> Result<(), RpcError> {
+        match effect {
+            Effect::None => Ok(()),
+            Effect::Nvme { defaults, saved } => {
+                let mut s = lock(&self.state);
+                s.nvme = *defaults;
+                s.nvme_saved = Some(saved.clone());
+                Ok(())
+            }
+            Effect::Scheduler { choice, saved } => {
+                self.switch_reactors(rpc, *choice)?;
+                lock(&self.state).scheduler = Some((*choice, saved.clone()));
+                Ok(())
+            }
+        }
+    }
+
+    /// `dynamic`: every reactor in interrupt mode; `static`: back to the command line's mode
+    /// (unchanged when the daemon did not say what it was).
+    fn switch_reactors(&self, rpc: &Rpc, choice: SchedChoice) -> Result<(), RpcError> {
+        let mode = *lock(&self.reactor_mode);
+        let want = match (choice, mode) {
+            (SchedChoice::Dynamic, Some(m)) => Some(m.interrupt_idle.unwrap_or(m.idle_sleep)),
+            (SchedChoice::Dynamic, None) => Some(Duration::from_millis(1)),
+            (SchedChoice::Static, Some(m)) => m.interrupt_idle,
+            (SchedChoice::Static, None) => return Ok(()),
+        };
+        let h = rpc.target.reactors();
+        for &core in h.cores() {
+            h.set_interrupt_idle(core, want).map_err(|e| {
+                RpcError::errno_detail(-libc::EINVAL, format_args!("reactor {core}: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Logs a call's notes: what maps, every time; each ignored key once per daemon.
+    pub fn log_notes(&self, method: &str, notes: &[Note]) {
+        for n in notes {
+            match n.kind {
+                NoteKind::Mapped => log::info!("config: {method}: {n}"),
+                NoteKind::Same => log::debug!("config: {method}: {n}"),
+                NoteKind::Ignored => self.log_ignored(method, &n.key, &n.text),
+            }
+        }
+    }
+
+    /// Logs that `key` of `method` (empty: the whole call) was ignored, once per daemon.
+    pub fn log_ignored(&self, method: &str, key: &str, why: &str) {
+        let line = if key.is_empty() {
+            format!("config: ignored {method}: {why}")
+        } else {
+            format!("config: {method}: ignored {key}: {why}")
+        };
+        if lock(&self.logged).insert(line.clone()) {
+            log::info!("{line}");
+        }
+    }
+
+    /// The calls `save_config` writes for the mapped settings: `bdev_nvme_set_options` (in the
+    /// bdev section, before any attach) and `framework_set_scheduler` (the scheduler section).
+    pub fn saved_nvme(&self) -> Option<Value> {
+        lock(&self.state)
+            .nvme_saved
+            .clone()
+            .map(|p| json!({"method": "bdev_nvme_set_options", "params": p}))
+    }
+
+    /// See [`Settings::saved_nvme`].
+    pub fn saved_scheduler(&self) -> Option<Value> {
+        lock(&self.state)
+            .scheduler
+            .as_ref()
+            .map(|(_, p)| json!({"method": "framework_set_scheduler", "params": p}))
+    }
+}
+
+// --- decoding ---
+
+/// A call's parameters taken key by key; whatever is left over is ignored with a note.
+struct Keys {
+    map: Map<String, Value>,
+    notes: Vec<Note>,
+    method: &'static str,
+}
+
+impl Keys {
+    fn new(method: &'static str, params: Option<&Value>) -> Result<Keys, RpcError> {
+        let map = match params {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(RpcError::decode("params must be an object")),
+        };
+        Ok(Keys {
+            map,
+            notes: Vec::new(),
+            method,
+        })
+    }
+
+    /// A key of type `T` (a wrong type is an error: the file is broken).
+    fn take<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, RpcError> {
+        match self.map.remove(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => serde_json::from_value(v).map(Some).map_err(|e| {
+                RpcError::decode(format_args!("{}: parameter \"{key}\": {e}", self.method))
+            }),
+        }
+    }
+
+    fn note(&mut self, kind: NoteKind, key: &str, text: impl Into<String>) {
+        self.notes.push(Note {
+            kind,
+            key: key.to_string(),
+            text: text.into(),
+        });
+    }
+
+    fn mapped(&mut self, key: &str, text: impl Into<String>) {
+        self.note(NoteKind::Mapped, key, text);
+    }
+
+    fn same(&mut self, key: &str, text: impl Into<String>) {
+        self.note(NoteKind::Same, key, text);
+    }
+
+    fn ignored(&mut self, key: &str, text: impl Into<String>) {
+        self.note(NoteKind::Ignored, key, text);
+    }
+
+    /// Keys that only matter away from SPDK's default `default`: ignored with `why` when set
+    /// to something else.
+    fn ignore_unless<T>(&mut self, keys: &[&str], default: T, why: &str) -> Result<(), RpcError>
+    where
+        T: DeserializeOwned + PartialEq + std::fmt::Display,
+    {
+        for k in keys {
+            if let Some(v) = self.take::<T>(k)?
+                && v != default
+            {
+                self.ignored(k, format!("{v}: {why}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Keys ignored whatever their value (checked to be JSON of the right kind only).
+    fn ignore_any(&mut self, keys: &[&str], why: &str) -> Result<(), RpcError> {
+        for k in keys {
+            if let Some(v) = self.take::<Value>(k)? {
+                self.ignored(k, format!("{v}: {why}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends decoding: unknown keys are dropped with a note.
+    fn finish(mut self, effect: Effect) -> Plan {
+        let rest: Vec<(String, Value)> = std::mem::take(&mut self.map).into_iter().collect();
+        for (k, v) in rest {
+            self.ignored(
+                &k,
+                format!(
+                    "{v}: not a {} key pmio knows (a newer SPDK's?)",
+                    self.method
+                ),
+            );
+        }
+        Plan {
+            notes: self.notes,
+            effect,
+        }
+    }
+}
+
+fn us(v: u64) -> Duration {
+    Duration::from_micros(v)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+// --- bdev ---
+
+/// Why an NVMe-oF-only key means nothing to pmio.
+const FABRICS_ONLY: &str = "for NVMe-oF controllers; pmio attaches PCIe controllers";
+
+/// `bdev_nvme_set_options`: timeouts and retry counts map onto the VFIO driver's options of
+/// controllers attached afterwards; keep-alive, reconnect and transport knobs are NVMe-oF's.
+pub fn bdev_nvme_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("bdev_nvme_set_options", params)?;
+    let mut d = NvmeDefaults::default();
+    let action: Option<String> = k.take("action_on_timeout")?;
+    let timeout_us: Option<u64> = k.take("timeout_us")?;
+    match (timeout_us.unwrap_or(0), action.as_deref().unwrap_or("none")) {
+        (_, a) if !matches!(a, "none" | "abort" | "reset") => {
+            return Err(RpcError::new(
+                code::INVALID_PARAMS,
+                format!(
+                    "bdev_nvme_set_options: action_on_timeout \"{a}\" is not none, abort or reset"
+                ),
+            ));
+        }
+        (0, "none") => {}
+        (0, a) => k.same(
+            "action_on_timeout",
+            format!("{a} without timeout_us never fires; pmio keeps its I/O timeout (30 s)"),
+        ),
+        (t, "none") => k.ignored(
+            "timeout_us",
+            format!(
+                "{t} with action none only logged slow commands; pmio cannot just log, it keeps \
+                 its recovery (30 s, abort then reset)"
+            ),
+        ),
+        (t, a) => {
+            d.io_timeout = Some(us(t));
+            k.mapped(
+                "timeout_us",
+                format!(
+                    "{t} with action {a} -> NVMe I/O timeout {}: pmio aborts the command, then \
+                     resets the controller if the abort fails",
+                    secs(us(t))
+                ),
+            );
+        }
+    }
+    if let Some(t) = k.take::<u64>("timeout_admin_us")?
+        && t != 0
+    {
+        d.admin_timeout = Some(us(t));
+        k.mapped(
+            "timeout_admin_us",
+            format!("{t} -> admin command timeout {}", secs(us(t))),
+        );
+    }
+    if let Some(n) = k.take::<i64>("transport_retry_count")?
+        && n != 4
+    {
+        let v = u8::try_from(n).map_err(|_| {
+            RpcError::new(
+                code::INVALID_PARAMS,
+                format!("bdev_nvme_set_options: transport_retry_count {n} is not 0..=255"),
+            )
+        })?;
+        d.io_retries = Some(v);
+        k.mapped(
+            "transport_retry_count",
+            format!("{n} -> retries of a command with a retryable status: {v}"),
+        );
+    }
+    if let Some(n) = k.take::<i64>("bdev_retry_count")?
+        && n != 3
+    {
+        let v = match n {
+            -1 => u8::MAX,
+            0..=255 => n as u8,
+            _ => {
+                return Err(RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("bdev_nvme_set_options: bdev_retry_count {n} is not -1..=255"),
+                ));
+            }
+        };
+        d.recovery_retries = Some(v);
+        let infinite = if n == -1 {
+            " (SPDK's -1, retry forever: pmio stops at 255)"
+        } else {
+            ""
+        };
+        k.mapped(
+            "bdev_retry_count",
+            format!("{n} -> resubmissions after a timeout or reset: {v}{infinite}"),
+        );
+    }
+    match k.take::<u64>("nvme_adminq_poll_period_us")? {
+        None | Some(10_000) => {}
+        Some(0) => k.ignored(
+            "nvme_adminq_poll_period_us",
+            "0 would read the controller's status on every poll; pmio keeps 10 ms",
+        ),
+        Some(t) => {
+            d.health_check_interval = Some(us(t));
+            k.mapped(
+                "nvme_adminq_poll_period_us",
+                format!("{t} -> controller health check every {}", secs(us(t))),
+            );
+        }
+    }
+    k.ignore_unless(
+        &["nvme_ioq_poll_period_us"],
+        0u64,
+        "pmio polls I/O queues on every reactor turn",
+    )?;
+    k.ignore_unless(
+        &["io_queue_requests"],
+        0u64,
+        "pmio sizes each queue's requests to its depth",
+    )?;
+    k.ignore_unless(
+        &["delay_cmd_submit"],
+        true,
+        "pmio writes a queue's doorbell once per submission batch",
+    )?;
+    k.ignore_unless(
+        &[
+            "arbitration_burst",
+            "low_priority_weight",
+            "medium_priority_weight",
+            "high_priority_weight",
+        ],
+        0u64,
+        "pmio leaves the controller in round-robin arbitration",
+    )?;
+    k.ignore_unless(
+        &[
+            "ctrlr_loss_timeout_sec",
+            "reconnect_delay_sec",
+            "fast_io_fail_timeout_sec",
+        ],
+        0i64,
+        "pmio has no reconnect timer: a controller whose reset fails stays failed; \
+         bdev_retry_count bounds resubmissions",
+    )?;
+    k.ignore_unless(&["keep_alive_timeout_ms"], 10_000u64, FABRICS_ONLY)?;
+    k.ignore_unless(
+        &[
+            "transport_ack_timeout",
+            "transport_tos",
+            "tcp_connect_timeout_ms",
+            "rdma_srq_size",
+            "rdma_max_cq_size",
+            "rdma_cm_event_timeout_ms",
+        ],
+        0u64,
+        FABRICS_ONLY,
+    )?;
+    k.ignore_unless(
+        &["disable_auto_failback", "rdma_umr_per_io"],
+        false,
+        FABRICS_ONLY,
+    )?;
+    k.ignore_unless(
+        &["nvme_error_stat", "io_path_stat"],
+        false,
+        "pmio keeps no per-status or per-path statistics",
+    )?;
+    k.ignore_unless(
+        &["allow_accel_sequence"],
+        false,
+        "pmio has no accel framework",
+    )?;
+    if k.take::<bool>("generate_uuids")? == Some(true) {
+        k.same(
+            "generate_uuids",
+            "pmio always gives a namespace bdev a UUID: its NGUID, else one derived from serial, \
+             model and NSID",
+        );
+    }
+    if k.take::<bool>("enable_flush")? == Some(true) {
+        k.same("enable_flush", "pmio sends Flush to NVMe controllers");
+    }
+    dhchap_lists(&mut k)?;
+    k.same(
+        "",
+        "for controllers attached from now on; keys at SPDK's defaults keep pmio's own",
+    );
+    let saved = params.cloned().unwrap_or_else(|| json!({}));
+    Ok(k.finish(Effect::Nvme { defaults: d, saved }))
+}
+
+/// SPDK's default DH-HMAC-CHAP lists (every digest and group).
+const DHCHAP_DIGESTS: [&str; 3] = ["sha256", "sha384", "sha512"];
+const DHCHAP_DHGROUPS: [&str; 6] = [
+    "null",
+    "ffdhe2048",
+    "ffdhe3072",
+    "ffdhe4096",
+    "ffdhe6144",
+    "ffdhe8192",
+];
+
+/// `dhchap_digests` / `dhchap_dhgroups`: ignored unless at SPDK's default (all of them).
+fn dhchap_lists(k: &mut Keys) -> Result<(), RpcError> {
+    for (key, all) in [
+        ("dhchap_digests", &DHCHAP_DIGESTS[..]),
+        ("dhchap_dhgroups", &DHCHAP_DHGROUPS[..]),
+    ] {
+        if let Some(v) = k.take::<Vec<String>>(key)?
+            && v != all
+        {
+            k.ignored(
+                key,
+                format!("{v:?}: pmio has no DH-HMAC-CHAP authentication"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `bdev_nvme_set_hotplug`: pmio has no hot-plug poller.
+pub fn bdev_nvme_set_hotplug(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("bdev_nvme_set_hotplug", params)?;
+    let enable: Option<bool> = k.take("enable")?;
+    let period: Option<u64> = k.take("period_us")?;
+    if enable == Some(true) {
+        let every = period.map(|p| format!(" every {p} us")).unwrap_or_default();
+        k.ignored(
+            "enable",
+            format!(
+                "true{every}: pmio does not look for inserted controllers; attach them with \
+                 bdev_nvme_attach_controller"
+            ),
+        );
+    } else {
+        k.same(
+            "enable",
+            "false: pmio has no hot-plug poller; controllers come from bdev_nvme_attach_controller",
+        );
+    }
+    Ok(k.finish(Effect::None))
+}
+
+/// `bdev_wait_for_examine`: a barrier that pmio's bdevs pass at once.
+pub fn bdev_wait_for_examine(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("bdev_wait_for_examine", params)?;
+    k.same(
+        "",
+        "pmio does no examine (no partition tables, no lvol stores): a bdev is ready once its \
+         create method has answered",
+    );
+    Ok(k.finish(Effect::None))
+}
+
+// --- scheduler ---
+
+/// `framework_set_scheduler`: `static` keeps the reactors' mode, `dynamic` puts them in
+/// interrupt mode (SPDK's dynamic scheduler gathers idle work to free cores; pmio never moves
+/// work, so an idle reactor sleeps instead).
+pub fn framework_set_scheduler(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("framework_set_scheduler", params)?;
+    let name: Option<String> = k.take("name")?;
+    let Some(name) = name else {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "framework_set_scheduler: missing required parameter \"name\"",
+        ));
+    };
+    k.ignore_unless(
+        &["period"],
+        0u64,
+        "pmio has no scheduling period: it never moves work between reactors",
+    )?;
+    let choice = match name.as_str() {
+        "static" | "gscheduler" => {
+            k.same(
+                "name",
+                format!(
+                    "{name}: pmio never moves work between reactors; each keeps the mode the \
+                     command line gave it (interrupt mode unless --no-interrupt)"
+                ),
+            );
+            if name == "gscheduler" {
+                k.ignored(
+                    "name",
+                    "gscheduler's governor: pmio does not change CPU frequencies",
+                );
+            }
+            k.ignore_any(&["mappings"], "pmio places work on reactors itself")?;
+            SchedChoice::Static
+        }
+        "dynamic" => {
+            k.mapped(
+                "name",
+                "dynamic -> interrupt mode on every reactor: an idle reactor sleeps until work \
+                 arrives (SPDK's dynamic scheduler frees idle cores)",
+            );
+            k.ignore_any(
+                &["load_limit", "core_limit", "core_busy"],
+                "pmio does not move work between reactors; idle ones sleep",
+            )?;
+            SchedChoice::Dynamic
+        }
+        other => {
+            return Err(RpcError::new(
+                code::INTERNAL_ERROR,
+                format!(
+                    "No such file or directory: no scheduler \"{other}\" (SPDK's are static, \
+                     dynamic and gscheduler)"
+                ),
+            ));
+        }
+    };
+    let saved = params.cloned().unwrap_or_else(|| json!({}));
+    Ok(k.finish(Effect::Scheduler { choice, saved }))
+}
+
+// --- sock ---
+
+/// `sock_set_default_impl`: pmio's sockets are posix sockets.
+pub fn sock_set_default_impl(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("sock_set_default_impl", params)?;
+    match k.take::<String>("impl_name")?.as_deref() {
+        Some("posix") => k.same(
+            "impl_name",
+            "posix: pmio's NVMe/TCP sockets are posix sockets",
+        ),
+        Some(other) => k.ignored(
+            "impl_name",
+            format!("{other}: pmio's NVMe/TCP sockets are posix sockets"),
+        ),
+        None => {
+            return Err(RpcError::decode(
+                "sock_set_default_impl: missing required parameter \"impl_name\"",
+            ));
+        }
+    }
+    Ok(k.finish(Effect::None))
+}
+
+/// `sock_impl_set_options`: for `posix`, the options pmio's sockets already match are noted;
+/// buffer sizes, the receive pipe and zero-copy have no counterpart (pmio-nvmf sets
+/// TCP_NODELAY, like SPDK, and leaves buffer sizes to the kernel). Other implementations'
+/// options (ssl, uring) do not apply.
+pub fn sock_impl_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("sock_impl_set_options", params)?;
+    let Some(imp) = k.take::<String>("impl_name")? else {
+        return Err(RpcError::decode(
+            "sock_impl_set_options: missing required parameter \"impl_name\"",
+        ));
+    };
+    if imp != "posix" {
+        let why = if imp == "ssl" {
+            "pmio has no TLS".to_string()
+        } else {
+            format!("pmio's NVMe/TCP sockets are posix sockets, not {imp}")
+        };
+        k.ignored("impl_name", format!("{imp}: {why}"));
+        k.map.clear();
+        return Ok(k.finish(Effect::None));
+    }
+    for key in ["recv_buf_size", "send_buf_size"] {
+        if let Some(v) = k.take::<u64>(key)? {
+            let sysctl = if key == "recv_buf_size" {
+                "tcp_rmem"
+            } else {
+                "tcp_wmem"
+            };
+            k.ignored(
+                key,
+                format!(
+                    "{v}: pmio leaves socket buffers to the kernel's autotuning (raise the \
+                     maximum of net.ipv4.{sysctl} to {v} for the same ceiling)"
+                ),
+            );
+        }
+    }
+    if let Some(v) = k.take::<bool>("enable_recv_pipe")? {
+        k.ignored(
+            "enable_recv_pipe",
+            format!("{v}: pmio reads each PDU into its own buffers, with no pipe in between"),
+        );
+    }
+    for (key, pmio) in [
+        ("enable_quickack", "pmio does not set TCP_QUICKACK"),
+        (
+            "enable_zerocopy_send_server",
+            "pmio copies on send (no MSG_ZEROCOPY)",
+        ),
+        (
+            "enable_zerocopy_send_client",
+            "pmio copies on send (no MSG_ZEROCOPY)",
+        ),
+        ("enable_ktls", "pmio has no TLS"),
+    ] {
+        match k.take::<bool>(key)? {
+            Some(true) => k.ignored(key, format!("true: {pmio}")),
+            Some(false) => k.same(key, format!("false: {pmio}")),
+            None => {}
+        }
+    }
+    for (key, pmio) in [
+        (
+            "enable_placement_id",
+            "pmio places connections on reactors round robin",
+        ),
+        (
+            "zerocopy_threshold",
+            "pmio copies on send (no MSG_ZEROCOPY)",
+        ),
+        ("tls_version", "pmio has no TLS"),
+    ] {
+        match k.take::<u64>(key)? {
+            Some(0) => k.same(key, format!("0: {pmio}")),
+            Some(v) => k.ignored(key, format!("{v}: {pmio}")),
+            None => {}
+        }
+    }
+    k.ignore_any(&["psk_key", "psk_identity"], "pmio has no TLS")?;
+    Ok(k.finish(Effect::None))
+}
+
+// --- nvmf ---
+
+/// `nvmf_set_config`: what the discovery log lists and which admin commands pass through.
+pub fn nvmf_set_config(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("nvmf_set_config", params)?;
+    const DISCOVERY: &str = "pmio's discovery log lists every listener of every subsystem the \
+                             host may use";
+    match k.take::<String>("discovery_filter")?.as_deref() {
+        None => {}
+        Some("match_any") => k.same("discovery_filter", format!("match_any: {DISCOVERY}")),
+        Some(f) => k.ignored(
+            "discovery_filter",
+            format!("{f}: {DISCOVERY} (hosts see more entries, never fewer)"),
+        ),
+    }
+    if let Some(p) = k.take::<Map<String, Value>>("admin_cmd_passthru")? {
+        for (key, v) in p {
+            let why = match key.as_str() {
+                "identify_ctrlr" => "pmio answers Identify from its own subsystem data",
+                "vendor_specific" => "pmio passes no vendor-specific admin command through",
+                _ => "not an admin_cmd_passthru key pmio knows",
+            };
+            match v {
+                Value::Bool(false) => {}
+                v => k.ignored(&format!("admin_cmd_passthru.{key}"), format!("{v}: {why}")),
+            }
+        }
+    }
+    k.ignore_any(
+        &["poll_groups_mask"],
+        "pmio runs a poll group on every reactor of -m",
+    )?;
+    dhchap_lists(&mut k)?;
+    Ok(k.finish(Effect::None))
+}
+
+/// `nvmf_set_max_subsystems`: pmio has no fixed-size subsystem table.
+pub fn nvmf_set_max_subsystems(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("nvmf_set_max_subsystems", params)?;
+    k.ignore_any(
+        &["max_subsystems"],
+        "pmio has no fixed-size subsystem table",
+    )?;
+    Ok(k.finish(Effect::None))
+}
+
+/// `nvmf_set_crdt`: the Command Retry Delay Times reported in Identify Controller.
+pub fn nvmf_set_crdt(params: Option<&Value>) -> Result<Plan, RpcError> {
+    let mut k = Keys::new("nvmf_set_crdt", params)?;
+    for key in ["crdt1", "crdt2", "crdt3"] {
+        match k.take::<u16>(key)? {
+            None => {}
+            Some(0) => k.same(key, "0: pmio reports no retry delay; hosts retry at once"),
+            Some(v) => k.ignored(
+                key,
+                format!("{v}: pmio never asks hosts to delay a retry (it reports CRDT 0)"),
+            ),
+        }
+    }
+    Ok(k.finish(Effect::None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(method: &str) -> Value {
+        let doc: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/spdk-v25.09-sample.json"))
+                .unwrap();
+        doc["subsystems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["config"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["method"] == method)
+            .unwrap()["params"]
+            .clone()
+    }
+
+    #[test]
+    fn spdk_defaults_change_nothing() {
+        let p = bdev_nvme_set_options(Some(&sample("bdev_nvme_set_options"))).unwrap();
+        assert!(
+            p.notes.iter().all(|n| n.kind == NoteKind::Same),
+            "{:?}",
+            p.notes
+        );
+        let Effect::Nvme { defaults, .. } = p.effect else {
+            panic!("{:?}", p.effect)
+        };
+        assert_eq!(defaults, NvmeDefaults::default());
+        let mut o = NvmeOptions::default();
+        defaults.apply_to(&mut o);
+        assert_eq!(format!("{o:?}"), format!("{:?}", NvmeOptions::default()));
+    }
+
+    #[test]
+    fn nvme_timeouts_and_retries_map() {
+        let p = bdev_nvme_set_options(Some(&json!({
+            "action_on_timeout": "abort", "timeout_us": 5_000_000, "timeout_admin_us": 2_000_000,
+            "transport_retry_count": 7, "bdev_retry_count": -1, "nvme_adminq_poll_period_us": 50_000,
+            "keep_alive_timeout_ms": 5000, "ctrlr_loss_timeout_sec": 30, "future_knob": 1
+        })))
+        .unwrap();
+        let Effect::Nvme { defaults, .. } = &p.effect else {
+            panic!()
+        };
+        assert_eq!(
+            *defaults,
+            NvmeDefaults {
+                io_timeout: Some(Duration::from_secs(5)),
+                admin_timeout: Some(Duration::from_secs(2)),
+                io_retries: Some(7),
+                recovery_retries: Some(255),
+                health_check_interval: Some(Duration::from_millis(50)),
+            }
+        );
+        let ignored = p.summary(NoteKind::Ignored);
+        for k in [
+            "keep_alive_timeout_ms",
+            "ctrlr_loss_timeout_sec",
+            "future_knob",
+        ] {
+            assert!(ignored.contains(k), "{ignored}");
+        }
+        // SPDK's "none" only logs: pmio keeps its own recovery.
+        let p = bdev_nvme_set_options(Some(&json!({"timeout_us": 1000}))).unwrap();
+        let Effect::Nvme { defaults, .. } = &p.effect else {
+            panic!()
+        };
+        assert_eq!(defaults.io_timeout, None);
+        assert!(p.summary(NoteKind::Ignored).contains("only logged"));
+        for bad in [
+            json!({"action_on_timeout": "explode"}),
+            json!({"transport_retry_count": 300}),
+            json!({"timeout_us": "soon"}),
+        ] {
+            assert!(bdev_nvme_set_options(Some(&bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn scheduler_names() {
+        let p = framework_set_scheduler(Some(&json!({"name": "static"}))).unwrap();
+        assert!(matches!(
+            p.effect,
+            Effect::Scheduler {
+                choice: SchedChoice::Static,
+                ..
+            }
+        ));
+        assert!(p.maps());
+        let p = framework_set_scheduler(Some(
+            &json!({"name": "dynamic", "period": 100000, "load_limit": 20}),
+        ))
+        .unwrap();
+        assert!(matches!(
+            p.effect,
+            Effect::Scheduler {
+                choice: SchedChoice::Dynamic,
+                ..
+            }
+        ));
+        let ig = p.summary(NoteKind::Ignored);
+        assert!(ig.contains("period") && ig.contains("load_limit"), "{ig}");
+        assert!(framework_set_scheduler(Some(&json!({"name": "fancy"}))).is_err());
+        assert!(framework_set_scheduler(None).is_err());
+    }
+
+    #[test]
+    fn sockets_and_nvmf_settings() {
+        let doc: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/spdk-v25.09-sample.json"))
+                .unwrap();
+        let sock = doc["subsystems"][2]["config"].as_array().unwrap();
+        let ssl = sock_impl_set_options(Some(&sock[1]["params"])).unwrap();
+        assert!(!ssl.maps());
+        assert_eq!(ssl.notes.len(), 1, "{:?}", ssl.notes);
+        let posix = sock_impl_set_options(Some(&sock[2]["params"])).unwrap();
+        assert!(posix.maps());
+        assert!(
+            posix
+                .summary(NoteKind::Ignored)
+                .contains("net.ipv4.tcp_rmem to 2097152")
+        );
+        assert!(
+            sock_set_default_impl(Some(&sock[0]["params"]))
+                .unwrap()
+                .maps()
+        );
+        let cfg = nvmf_set_config(Some(&sample("nvmf_set_config"))).unwrap();
+        assert!(cfg.maps());
+        assert_eq!(cfg.summary(NoteKind::Ignored), "");
+        let crdt = nvmf_set_crdt(Some(&json!({"crdt1": 0, "crdt2": 5}))).unwrap();
+        assert!(crdt.summary(NoteKind::Ignored).contains("crdt2"));
+        assert!(
+            !nvmf_set_max_subsystems(Some(&sample("nvmf_set_max_subsystems")))
+                .unwrap()
+                .maps()
+        );
+        assert!(
+            bdev_nvme_set_hotplug(Some(&sample("bdev_nvme_set_hotplug")))
+                .unwrap()
+                .maps()
+        );
+    }
+}
