@@ -219,7 +219,7 @@ pub fn step(
 fn translate(method: &str, params: Value) -> Result<(&str, Value), RpcError> {
     match method {
         "bdev_aio_create" => {
-            let u = check::aio_as_uring(&params)
+            let u = check::params::aio_as_uring(&params)
                 .map_err(|e| RpcError::errno_detail(-libc::EOPNOTSUPP, e))?;
             log::info!("config: bdev_aio_create becomes bdev_uring_create {u}");
             Ok(("bdev_uring_create", u))
@@ -239,7 +239,7 @@ fn hint(method: &str, params: &Value, e: RpcError) -> RpcError {
     if e.code != code::INVALID_PARAMS || !e.message.contains(&b) {
         return e;
     }
-    let more = check::missing_bdev(&b);
+    let more = check::params::missing_bdev(&b);
     match more.split_once(" (") {
         Some((_, h)) => RpcError::new(e.code, format!("{} ({h}", e.message)),
         None => e,

@@ -21,8 +21,8 @@
 
 use serde_json::{Value, json};
 
-use super::check::{self, CheckFn};
-use super::settings::{self, PlanFn};
+use super::check::{CheckFn, params};
+use super::settings::{PlanFn, plans};
 use crate::methods::Rpc;
 
 /// How a failed load removes what a call created.
@@ -367,12 +367,12 @@ pub static TABLE: &[Entry] = &[
     e(
         "sock_set_default_impl",
         "sock",
-        Handling::Setting(settings::sock_set_default_impl),
+        Handling::Setting(plans::sock_set_default_impl),
     ),
     e(
         "sock_impl_set_options",
         "sock",
-        Handling::Setting(settings::sock_impl_set_options),
+        Handling::Setting(plans::sock_impl_set_options),
     ),
     // vmd
     e(
@@ -448,17 +448,17 @@ pub static TABLE: &[Entry] = &[
     e(
         "bdev_nvme_set_options",
         "bdev",
-        Handling::Setting(settings::bdev_nvme_set_options),
+        Handling::Setting(plans::bdev_nvme_set_options),
     ),
     e(
         "bdev_nvme_set_hotplug",
         "bdev",
-        Handling::Setting(settings::bdev_nvme_set_hotplug),
+        Handling::Setting(plans::bdev_nvme_set_hotplug),
     ),
     e(
         "bdev_wait_for_examine",
         "bdev",
-        Handling::Setting(settings::bdev_wait_for_examine),
+        Handling::Setting(plans::bdev_wait_for_examine),
     ),
     e(
         "bdev_examine",
@@ -489,7 +489,7 @@ pub static TABLE: &[Entry] = &[
         create(
             bdev_name,
             Undo::Call("bdev_null_delete", NAME),
-            check::bdev_null,
+            params::bdev_null,
         ),
     ),
     e(
@@ -498,7 +498,7 @@ pub static TABLE: &[Entry] = &[
         create(
             bdev_name,
             Undo::Call("bdev_malloc_delete", NAME),
-            check::bdev_malloc,
+            params::bdev_malloc,
         ),
     ),
     e(
@@ -507,7 +507,7 @@ pub static TABLE: &[Entry] = &[
         create(
             bdev_name,
             Undo::Call("bdev_uring_delete", NAME),
-            check::bdev_uring,
+            params::bdev_uring,
         ),
     ),
     e(
@@ -516,13 +516,13 @@ pub static TABLE: &[Entry] = &[
         create(
             bdev_name,
             Undo::Call("bdev_uring_delete", NAME),
-            check::bdev_aio,
+            params::bdev_aio,
         ),
     ),
     e(
         "bdev_nvme_attach_controller",
         "bdev",
-        create(ctrlr_name, Undo::Before(before_attach), check::nvme_attach),
+        create(ctrlr_name, Undo::Before(before_attach), params::nvme_attach),
     ),
     e(
         "bdev_set_scheduler",
@@ -530,7 +530,7 @@ pub static TABLE: &[Entry] = &[
         Handling::Set(Create {
             what: scheduler_name,
             undo: Undo::Before(before_scheduler),
-            check: check::bdev_set_scheduler,
+            check: params::bdev_set_scheduler,
         }),
     ),
     // bdev: what pmio cannot create
@@ -694,7 +694,7 @@ pub static TABLE: &[Entry] = &[
     e(
         "framework_set_scheduler",
         "scheduler",
-        Handling::Setting(settings::framework_set_scheduler),
+        Handling::Setting(plans::framework_set_scheduler),
     ),
     // vhost_scsi
     e(
@@ -722,7 +722,7 @@ pub static TABLE: &[Entry] = &[
             Create {
                 what: vhost_name,
                 undo: Undo::Call("vhost_delete_controller", &[("ctrlr", Arg::Param("ctrlr"))]),
-                check: check::vhost_blk,
+                check: params::vhost_blk,
             },
         ),
     ),
@@ -769,17 +769,17 @@ pub static TABLE: &[Entry] = &[
     e(
         "nvmf_set_config",
         "nvmf",
-        Handling::Setting(settings::nvmf_set_config),
+        Handling::Setting(plans::nvmf_set_config),
     ),
     e(
         "nvmf_set_max_subsystems",
         "nvmf",
-        Handling::Setting(settings::nvmf_set_max_subsystems),
+        Handling::Setting(plans::nvmf_set_max_subsystems),
     ),
     e(
         "nvmf_set_crdt",
         "nvmf",
-        Handling::Setting(settings::nvmf_set_crdt),
+        Handling::Setting(plans::nvmf_set_crdt),
     ),
     e(
         "nvmf_create_transport",
@@ -787,7 +787,7 @@ pub static TABLE: &[Entry] = &[
         create(
             transport_name,
             Undo::Before(before_transport),
-            check::nvmf_transport,
+            params::nvmf_transport,
         ),
     ),
     e(
@@ -796,7 +796,7 @@ pub static TABLE: &[Entry] = &[
         create(
             subsystem_name,
             Undo::Call("nvmf_delete_subsystem", &[("nqn", Arg::Param("nqn"))]),
-            check::nvmf_subsystem,
+            params::nvmf_subsystem,
         ),
     ),
     e(
@@ -808,7 +808,7 @@ pub static TABLE: &[Entry] = &[
                 "nvmf_subsystem_remove_host",
                 &[("nqn", Arg::Param("nqn")), ("host", Arg::Param("host"))],
             ),
-            check::nvmf_host,
+            params::nvmf_host,
         ),
     ),
     e(
@@ -820,7 +820,7 @@ pub static TABLE: &[Entry] = &[
                 "nvmf_subsystem_remove_ns",
                 &[("nqn", Arg::Param("nqn")), ("nsid", Arg::Result)],
             ),
-            check::nvmf_ns,
+            params::nvmf_ns,
         ),
     ),
     e(
@@ -835,7 +835,7 @@ pub static TABLE: &[Entry] = &[
                     ("listen_address", Arg::Param("listen_address")),
                 ],
             ),
-            check::nvmf_listener,
+            params::nvmf_listener,
         ),
     ),
     e(
@@ -844,7 +844,7 @@ pub static TABLE: &[Entry] = &[
         Handling::Set(Create {
             what: allow_any_host_name,
             undo: Undo::Before(before_allow_any_host),
-            check: check::nvmf_allow_any_host,
+            check: params::nvmf_allow_any_host,
         }),
     ),
     e(

@@ -1,0 +1,486 @@
+//! Checking a configuration without applying it: `pmio-tgt --check-config FILE`, and the first
+//! pass of every load.
+//!
+//! Each call is classified by the [table](super::table); settings are planned; object-creating
+//! calls are checked against a [`World`]: the names the file (and, for a load at run time, the
+//! running daemon) creates, so a namespace on a bdev nobody creates, a listener before any
+//! transport or a duplicate name is found before anything exists. Nothing here touches a
+//! device, a port or a reactor: the operator runs it on the machine where SPDK still serves.
+//! The checks mirror the parameter decoding of the pmio methods; a test pins the two together
+//! (the SPDK files that check clean also load).
+
+pub mod params;
+
+use std::path::Path;
+
+use pmio::Uuid;
+use pmio_nvmf::subsystem::{DISCOVERY_NQN, ListenAddr, TransportOpts};
+use serde_json::{Value, json};
+
+use super::document::{ConfigCall, Document};
+use super::report::{Report, Verdict};
+use super::settings::NoteKind;
+use super::table::{self, Handling, SECTIONS};
+use crate::methods::Rpc;
+
+/// A check of one object-creating call: what it would create, or what is wrong.
+pub type CheckFn = fn(&Value, &mut World) -> Result<String, String>;
+
+/// A subsystem as the checks see it.
+#[derive(Clone, Debug)]
+struct SubSeen {
+    nqn: String,
+    max_ns: u32,
+    nsids: Vec<u32>,
+    hosts: Vec<String>,
+    listeners: Vec<ListenAddr>,
+}
+
+/// The objects that exist at a point of the check: those of the running daemon (for a load at
+/// run time) and those the calls so far create.
+#[derive(Clone, Debug)]
+pub struct World {
+    /// The methods of this pmio-tgt (a vhost entry is a create when its method is one).
+    methods: Vec<&'static str>,
+    bdevs: Vec<(String, Option<Uuid>)>,
+    ctrlrs: Vec<(String, String)>,
+    transport: Option<TransportOpts>,
+    subsystems: Vec<SubSeen>,
+    vhost: Vec<String>,
+}
+
+impl Default for World {
+    fn default() -> World {
+        World {
+            methods: crate::methods::all_methods()
+                .iter()
+                .map(|m| m.name)
+                .collect(),
+            bdevs: Vec::new(),
+            ctrlrs: Vec::new(),
+            transport: None,
+            subsystems: vec![SubSeen {
+                nqn: DISCOVERY_NQN.into(),
+                max_ns: 0,
+                nsids: Vec::new(),
+                hosts: Vec::new(),
+                listeners: Vec::new(),
+            }],
+            vhost: Vec::new(),
+        }
+    }
+}
+
+impl World {
+    /// What a running daemon has.
+    pub fn of(rpc: &Rpc) -> World {
+        let t = &rpc.target;
+        let c = t.nvmf.config();
+        World {
+            methods: rpc.method_names(false),
+            bdevs: t
+                .registry
+                .list()
+                .iter()
+                .map(|d| (d.info().name.clone(), Some(d.info().uuid)))
+                .collect(),
+            ctrlrs: t.ctrlrs().into_iter().map(|c| (c.name, c.traddr)).collect(),
+            transport: c.transport.clone(),
+            subsystems: c
+                .subsystems
+                .iter()
+                .map(|s| SubSeen {
+                    nqn: s.nqn.clone(),
+                    max_ns: s.max_namespaces,
+                    nsids: s.namespaces.iter().map(|n| n.nsid).collect(),
+                    hosts: s.hosts.clone(),
+                    listeners: s.listeners.clone(),
+                })
+                .collect(),
+            vhost: if rpc.states_of("vhost_get_controllers").is_some() {
+                rpc.invoke("vhost_get_controllers", None)
+                    .ok()
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|c| c["ctrlr"].as_str().map(str::to_string))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Whether bdev `name` (a name, a UUID alias, or `<ctrlr>n<nsid>` of a controller
+    /// attached in this file) would exist.
+    fn has_bdev(&self, name: &str) -> bool {
+        if self.bdevs.iter().any(|(n, _)| n == name) {
+            return true;
+        }
+        if let Some(u) = Uuid::parse(name)
+            && self.bdevs.iter().any(|(_, id)| *id == Some(u))
+        {
+            return true;
+        }
+        self.ctrlrs.iter().any(|(c, _)| {
+            name.strip_prefix(c.as_str())
+                .and_then(|r| r.strip_prefix('n'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+    }
+
+    fn add_bdev(&mut self, name: &str, uuid: Option<Uuid>) -> Result<(), String> {
+        if self.bdevs.iter().any(|(n, _)| n == name) {
+            return Err(format!("bdev {name} already exists"));
+        }
+        self.bdevs.push((name.to_string(), uuid));
+        Ok(())
+    }
+
+    fn subsystem(&mut self, nqn: &str) -> Result<&mut SubSeen, String> {
+        self.subsystems
+            .iter_mut()
+            .find(|s| s.nqn == nqn)
+            .ok_or_else(|| format!("subsystem {nqn} is not created before this call"))
+    }
+}
+
+/// Checks a document against `world`: one line per call (and per empty section, per ignored
+/// key of a setting). Refusals are [`Verdict::Refuse`] lines; the load may go on only if
+/// there are none.
+pub fn check(doc: &Document, mut world: World) -> Report {
+    let mut r = Report::default();
+    let mut calls = doc.calls.iter();
+    for s in &doc.sections {
+        let origin = format!("subsystems[{}] ({})", s.index, s.name);
+        let known = SECTIONS.contains(&s.name.as_str());
+        match (known, s.calls) {
+            (true, 0) => r.push(Verdict::Ignore, &origin, "-", "empty section"),
+            (false, 0) => r.push(
+                Verdict::Ignore,
+                &origin,
+                "-",
+                format!(
+                    "section {} is unknown to SPDK v25.09 and pmio; empty",
+                    s.name
+                ),
+            ),
+            (false, n) => r.push(
+                Verdict::Refuse,
+                &origin,
+                "-",
+                format!(
+                    "unknown section {} with {n} calls: neither SPDK v25.09 nor pmio has this \
+                     subsystem, and what it configures is not skipped silently",
+                    s.name
+                ),
+            ),
+            (true, _) => {}
+        }
+        for c in calls.by_ref().take(s.calls) {
+            if known {
+                check_call(&mut r, c, &mut world);
+            }
+        }
+    }
+    r
+}
+
+/// One call: its report lines, `world` updated with what it creates.
+fn check_call(r: &mut Report, c: &ConfigCall, world: &mut World) {
+    let params = c.params.clone().unwrap_or_else(|| json!({}));
+    let Some(entry) = table::lookup(&c.method) else {
+        r.push(
+            Verdict::Refuse,
+            &c.origin,
+            &c.method,
+            format!(
+                "Unknown method {}: neither SPDK v25.09's save_config nor pmio writes it",
+                c.method
+            ),
+        );
+        return;
+    };
+    let registered = world.methods.contains(&entry.method);
+    let handling = entry.handling(registered);
+    match handling {
+        Handling::Refuse(path, why) | Handling::Vhost(path, why, _) => {
+            let obj = table::param(&params, path).unwrap_or_else(|| "?".into());
+            r.push(
+                Verdict::Refuse,
+                &c.origin,
+                &c.method,
+                format!("{obj}: {why}"),
+            );
+        }
+        Handling::Ignore(why) => r.push(Verdict::Ignore, &c.origin, &c.method, why),
+        Handling::Setting(plan) => match plan(c.params.as_ref()) {
+            Err(e) => r.push(Verdict::Refuse, &c.origin, &c.method, e.message),
+            Ok(p) => {
+                if p.maps() {
+                    let mut text = p.summary(NoteKind::Mapped);
+                    let same = p.summary(NoteKind::Same);
+                    if !same.is_empty() {
+                        if !text.is_empty() {
+                            text.push_str("; ");
+                        }
+                        text.push_str(&same);
+                    }
+                    r.push(Verdict::Map, &c.origin, &c.method, text);
+                }
+                for n in p.notes.iter().filter(|n| n.kind == NoteKind::Ignored) {
+                    r.push(Verdict::Ignore, &c.origin, &c.method, n.to_string());
+                }
+            }
+        },
+        Handling::Create(cr) | Handling::Set(cr) => {
+            let verdict = match handling {
+                Handling::Set(_) => Verdict::Set,
+                _ => Verdict::Create,
+            };
+            match (cr.check)(&params, world) {
+                Ok(text) => r.push(verdict, &c.origin, &c.method, text),
+                Err(e) => r.push(
+                    Verdict::Refuse,
+                    &c.origin,
+                    &c.method,
+                    format!("{}: {e}", (cr.what)(&params)),
+                ),
+            }
+        }
+    }
+}
+
+/// `pmio-tgt --check-config FILE`: prints the report; true when the file would load.
+pub fn run(path: &Path) -> anyhow::Result<bool> {
+    let doc = super::load(path)?;
+    let r = check(&doc, World::default());
+    print!("{}", r.render());
+    let ok = r.count(Verdict::Refuse) == 0;
+    println!(
+        "{}: {}",
+        path.display(),
+        if ok {
+            "pmio-tgt -c would load this configuration"
+        } else {
+            "pmio-tgt -c would refuse this configuration (nothing would start)"
+        }
+    );
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::document::parse;
+
+    const SAMPLE: &str = include_str!("../../../tests/fixtures/spdk-v25.09-sample.json");
+    const NVMF: &str = include_str!("../../../tests/fixtures/spdk-v25.09-nvmf.json");
+
+    #[test]
+    fn the_spdk_sample_checks_clean() {
+        let r = check(&parse(SAMPLE).unwrap(), World::default());
+        assert_eq!(r.count(Verdict::Refuse), 0, "{}", r.render());
+        assert_eq!(r.count(Verdict::Create), 2, "{}", r.render());
+        // Mapped: sock_set_default_impl, sock_impl_set_options (posix), bdev_nvme_set_options,
+        // bdev_nvme_set_hotplug, bdev_wait_for_examine, framework_set_scheduler,
+        // nvmf_set_config, nvmf_set_crdt.
+        assert_eq!(r.count(Verdict::Map), 8, "{}", r.render());
+        let text = r.render();
+        for want in [
+            "iobuf_set_options",
+            "accel_set_options",
+            "bdev_set_options",
+            "bdev_raid_set_options",
+            "iscsi_set_options",
+            "nvmf_set_max_subsystems",
+            "subsystems[0] (keyring)",
+            "subsystems[6] (scsi)",
+        ] {
+            assert!(
+                r.lines.iter().any(|l| l.verdict == Verdict::Ignore
+                    && (l.method == want || l.origin.starts_with(want))),
+                "{want} not ignored:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_spdk_nvmf_fixture_checks_clean() {
+        let r = check(&parse(NVMF).unwrap(), World::default());
+        assert_eq!(r.count(Verdict::Refuse), 0, "{}", r.render());
+        let created: Vec<&str> = r
+            .lines
+            .iter()
+            .filter(|l| l.verdict == Verdict::Create)
+            .map(|l| l.method.as_str())
+            .collect();
+        assert_eq!(
+            created,
+            [
+                "bdev_malloc_create",
+                "bdev_malloc_create",
+                "bdev_null_create",
+                "nvmf_create_transport",
+                "nvmf_subsystem_add_listener",
+                "nvmf_create_subsystem",
+                "nvmf_subsystem_add_host",
+                "nvmf_subsystem_add_ns",
+                "nvmf_subsystem_add_ns",
+                "nvmf_subsystem_add_listener",
+                "nvmf_create_subsystem",
+                "nvmf_subsystem_add_ns",
+                "nvmf_subsystem_add_listener",
+            ]
+        );
+    }
+
+    fn refusal(doc: &str) -> String {
+        let r = check(&parse(doc).unwrap(), World::default());
+        let out: Vec<String> = r
+            .refusals()
+            .map(|l| format!("{} {}", l.method, l.text))
+            .collect();
+        assert!(!out.is_empty(), "{doc} checked clean");
+        out.join("\n")
+    }
+
+    fn one(section: &str, method: &str, params: Value) -> String {
+        json!({"subsystems": [{"subsystem": section, "config": [
+            {"method": method, "params": params}]}]})
+        .to_string()
+    }
+
+    #[test]
+    fn refusals_name_method_and_object() {
+        for (section, method, params, want) in [
+            (
+                "bdev",
+                "bdev_raid_create",
+                json!({"name": "Raid0", "raid_level": "raid1", "base_bdevs": ["a", "b"]}),
+                "bdev_raid_create Raid0: pmio has no RAID",
+            ),
+            (
+                "iscsi",
+                "iscsi_create_target_node",
+                json!({"name": "iqn.2016-06.io.spdk:disk1", "luns": []}),
+                "iqn.2016-06.io.spdk:disk1: pmio has no iSCSI target",
+            ),
+            (
+                "bdev",
+                "bdev_nvme_attach_controller",
+                json!({"name": "Nvme1", "trtype": "TCP", "traddr": "10.0.0.2", "subnqn": "nqn.x:y"}),
+                "pmio attaches PCIe controllers only; the namespaces of nqn.x:y",
+            ),
+            (
+                "bdev",
+                "bdev_lvol_create_lvstore",
+                json!({"bdev_name": "Nvme0n1", "lvs_name": "lvs0"}),
+                "lvs0: pmio has no logical volumes",
+            ),
+            (
+                "keyring",
+                "keyring_file_add_key",
+                json!({"name": "key0", "path": "/tmp/k"}),
+                "key0: pmio has no TLS",
+            ),
+            ("bdev", "bdev_frobnicate", json!({}), "Unknown method"),
+            (
+                "frob",
+                "bdev_malloc_create",
+                json!({"num_blocks": 8, "block_size": 512}),
+                "unknown section frob",
+            ),
+        ] {
+            let e = refusal(&one(section, method, params));
+            assert!(e.contains(want), "{method}: {e}");
+        }
+    }
+
+    /// A vhost-blk controller is created once pmio-tgt has the method, refused before.
+    #[test]
+    fn vhost_follows_the_method_table() {
+        const VHOST: &str = include_str!("../../../tests/fixtures/spdk-v25.09-vhost-blk.json");
+        let doc = parse(VHOST).unwrap();
+        let mut world = World::default();
+        let has = world.methods.contains(&"vhost_create_blk_controller");
+        let r = check(&doc, world.clone());
+        let line = r
+            .lines
+            .iter()
+            .find(|l| l.method == "vhost_create_blk_controller")
+            .unwrap();
+        if has {
+            assert_eq!(line.verdict, Verdict::Create, "{}", r.render());
+            assert_eq!(
+                line.text,
+                "vhost-user-blk controller vhost.0 on bdev Malloc1"
+            );
+        }
+        world
+            .methods
+            .retain(|m| *m != "vhost_create_blk_controller");
+        let r = check(&doc, world);
+        let line = r
+            .lines
+            .iter()
+            .find(|l| l.method == "vhost_create_blk_controller")
+            .unwrap();
+        assert_eq!(line.verdict, Verdict::Refuse);
+        assert!(
+            line.text
+                .starts_with("vhost.0: this pmio-tgt has no vhost-user-blk target"),
+            "{}",
+            line.text
+        );
+    }
+
+    #[test]
+    fn references_and_values_are_checked() {
+        let bad_ns = r#"{"subsystems":[{"subsystem":"nvmf","config":[
+            {"method":"nvmf_create_subsystem","params":{"nqn":"nqn.2016-06.io.spdk:c1"}},
+            {"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2016-06.io.spdk:c1",
+              "namespace":{"bdev_name":"lvs0/lv0"}}}]}]}"#;
+        assert!(refusal(bad_ns).contains("SPDK logical volume"));
+        let no_transport = r#"{"subsystems":[{"subsystem":"nvmf","config":[
+            {"method":"nvmf_subsystem_add_listener","params":{"nqn":"nqn.2014-08.org.nvmexpress.discovery",
+              "listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420"}}}]}]}"#;
+        assert!(refusal(no_transport).contains("no TCP transport"));
+        let e = refusal(&one(
+            "bdev",
+            "bdev_null_create",
+            json!({"name": "N", "num_blocks": 8, "block_size": 500}),
+        ));
+        assert!(e.contains("500"), "{e}");
+        let e = refusal(&one(
+            "bdev",
+            "bdev_null_create",
+            json!({"name": "N", "num_blocks": "many", "block_size": 512}),
+        ));
+        assert!(e.contains("\"num_blocks\""), "{e}");
+        let e = refusal(&one(
+            "bdev",
+            "bdev_malloc_create",
+            json!({"name": "M", "num_blocks": 8, "block_size": 512, "md_size": 8}),
+        ));
+        assert!(e.contains("md_size"), "{e}");
+        let e = refusal(&one(
+            "bdev",
+            "bdev_aio_create",
+            json!({"name": "A", "filename": "/nonexistent/x", "readonly": true}),
+        ));
+        assert!(e.contains("read-only"), "{e}");
+        let e = refusal(&one(
+            "bdev",
+            "bdev_nvme_attach_controller",
+            json!({"name": "Nvme0", "trtype": "PCIe", "traddr": "ffff:ff:1f.7"}),
+        ));
+        assert!(e.contains("no PCI device at ffff:ff:1f.7"), "{e}");
+        let e = refusal(&one(
+            "bdev",
+            "bdev_nvme_set_options",
+            json!({"action_on_timeout": "explode"}),
+        ));
+        assert!(e.contains("explode"), "{e}");
+    }
+}
