@@ -9,7 +9,8 @@
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
 //!   [`uring`] and [`nvme`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
 //!   target; [`vhost`] has SPDK's `vhost_*` methods on the vhost-user-blk target.
-//! - [`config`]: `-c` start-up configuration in `save_config`'s shape.
+//! - [`config`]: configurations in `save_config`'s shape, pmio's and SPDK's unchanged (`-c`,
+//!   `load_config`, rpc.py's replay, `--check-config`): what is created, mapped, ignored, refused.
 //!
 //! ```
 //! use pmio_tgt::jsonrpc::{Decoder, handle_value, RpcError};

@@ -431,6 +431,46 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_load_puts_old_settings_of_objects_back() {
+        let (_re, r) = rpc(FwState::Runtime);
+        call(
+            &r,
+            "bdev_null_create",
+            json!({"name": "N0", "num_blocks": 64, "block_size": 512}),
+        )
+        .unwrap();
+        call(
+            &r,
+            "nvmf_create_subsystem",
+            json!({"nqn": "nqn.2016-06.io.spdk:c1"}),
+        )
+        .unwrap();
+        call(
+            &r,
+            "bdev_set_scheduler",
+            json!({"name": "N0", "scheduler": "mq-deadline", "fifo_batch": 4}),
+        )
+        .unwrap();
+        // The check passes (the path exists); creating a bdev on a directory fails.
+        let doc = json!({"subsystems": [{"subsystem": "bdev", "config": [
+            {"method": "bdev_set_scheduler", "params": {"name": "N0", "scheduler": "none"}},
+            {"method": "nvmf_subsystem_allow_any_host",
+                "params": {"nqn": "nqn.2016-06.io.spdk:c1", "allow_any_host": true}},
+            {"method": "bdev_uring_create", "params": {"name": "U", "filename": "/"}}]}]});
+        let e = apply(&r, &parse(&doc.to_string()).unwrap()).unwrap_err();
+        assert!(e.message.contains("bdev_uring_create (bdev U)"), "{e}");
+        let s = call(&r, "bdev_get_scheduler", json!({"name": "N0"})).unwrap();
+        assert_eq!(s[0]["scheduler"], "mq-deadline");
+        assert_eq!(s[0]["tunables"]["fifo_batch"], 4);
+        let c1 = r.target.nvmf.config();
+        assert!(
+            !c1.subsystem("nqn.2016-06.io.spdk:c1")
+                .unwrap()
+                .allow_any_host
+        );
+    }
+
+    #[test]
     fn refusals_stop_before_anything_is_created() {
         let (_re, r) = rpc(FwState::Runtime);
         let doc = r#"{"subsystems":[{"subsystem":"bdev","config":[

@@ -478,6 +478,12 @@ mod tests {
         assert!(e.contains("no PCI device at ffff:ff:1f.7"), "{e}");
         let e = refusal(&one(
             "bdev",
+            "bdev_nvme_attach_controller",
+            json!({"name": "Nvme0", "trtype": "PCIe", "traddr": "not-a-bdf"}),
+        ));
+        assert!(e.contains("not-a-bdf"), "{e}");
+        let e = refusal(&one(
+            "bdev",
             "bdev_nvme_set_options",
             json!({"action_on_timeout": "explode"}),
         ));

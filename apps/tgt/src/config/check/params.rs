@@ -307,7 +307,8 @@ pub fn nvme_attach(v: &Value, w: &mut World) -> Result<String, String> {
     {
         return Err(format!("{traddr} is already attached as controller {n}"));
     }
-    let dev = Path::new("/sys/bus/pci/devices").join(&traddr);
+    let bdf = pmio_nvme::vfio::parse_bdf(&traddr).map_err(|e| e.to_string())?;
+    let dev = Path::new("/sys/bus/pci/devices").join(&bdf);
     if !dev.exists() {
         return Err(format!("no PCI device at {traddr}"));
     }
