@@ -470,6 +470,78 @@ mod tests {
         );
     }
 
+    /// The check mirrors the methods' decoding: every key shape rpc.py and SPDK send, checked
+    /// clean, is taken by the method too (a stricter check would refuse good files).
+    #[test]
+    fn every_key_the_check_takes_the_method_takes() {
+        let (_re, r) = rpc(FwState::Runtime);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("disk");
+        std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
+        let port = free_port().to_string();
+        let nqn = "nqn.2016-06.io.spdk:keys";
+        let bdev = vec![
+            json!({"method": "bdev_null_create", "params": {"name": "N", "num_blocks": 64,
+                    "block_size": 512, "uuid": "12345678-1234-4234-8234-123456789abc",
+                    "physical_block_size": 512, "md_size": 0, "dif_type": 0,
+                    "dif_is_head_of_md": false, "dif_pi_format": 0,
+                    "preferred_write_granularity": 0, "preferred_write_alignment": 0,
+                    "optimal_write_size": 0, "preferred_unmap_granularity": 0,
+                    "preferred_unmap_alignment": 0}}),
+            json!({"method": "bdev_malloc_create", "params": {"num_blocks": 64, "block_size": 512,
+                    "physical_block_size": 0, "optimal_io_boundary": 0, "md_size": 0,
+                    "md_interleave": false, "dif_type": 0, "dif_is_head_of_md": false,
+                    "dif_pi_format": 0, "numa_id": -1}}),
+            json!({"method": "bdev_uring_create", "params": {"name": "U", "filename": file,
+                    "block_size": 512, "uuid": "22345678-1234-4234-8234-123456789abc",
+                    "direct": false}}),
+            json!({"method": "bdev_aio_create", "params": {"name": "A", "filename": file,
+                    "block_size": 512, "readonly": false, "fallocate": false}}),
+            json!({"method": "bdev_set_scheduler", "params": {"name": "N", "scheduler": "mq-deadline",
+                    "read_expire": 500, "write_expire": 5000, "writes_starved": 2,
+                    "front_merges": 1, "fifo_batch": 16, "prio_aging_expire": 10000,
+                    "nr_requests": 64}}),
+        ];
+        let nvmf = vec![
+            json!({"method": "nvmf_create_transport", "params": {"trtype": "tcp", "tgt_name": "nvmf_tgt",
+                    "max_queue_depth": 64, "max_io_qpairs_per_ctrlr": 8, "in_capsule_data_size": 8192,
+                    "max_io_size": 131072, "io_unit_size": 131072, "max_aq_depth": 32,
+                    "num_shared_buffers": 4095, "buf_cache_size": 32, "dif_insert_or_strip": false,
+                    "zcopy": false, "c2h_success": true, "sock_priority": 0, "abort_timeout_sec": 1,
+                    "ack_timeout": 0, "data_wr_pool_size": 0, "disable_command_passthru": false,
+                    "no_srq": false, "no_wr_batching": false, "disable_mappable_bar0": false,
+                    "disable_adaptive_irq": false, "disable_shadow_doorbells": false,
+                    "num_cqe": 0, "max_srq_depth": 0, "acceptor_backlog": 100,
+                    "acceptor_poll_rate": 10000, "control_msg_num": 32, "kas": 0, "min_kato": 1000}}),
+            json!({"method": "nvmf_create_subsystem", "params": {"nqn": nqn, "tgt_name": "nvmf_tgt",
+                    "serial_number": "SPDK0001", "model_number": "pmio", "max_namespaces": 4,
+                    "allow_any_host": false, "ana_reporting": false, "min_cntlid": 1,
+                    "max_cntlid": 100, "max_discard_size_kib": 0, "max_write_zeroes_size_kib": 0,
+                    "passthrough": false, "enable_nssr": false}}),
+            json!({"method": "nvmf_subsystem_add_host", "params": {"nqn": nqn, "tgt_name": "nvmf_tgt",
+                    "host": "nqn.2014-08.org.nvmexpress:uuid:2"}}),
+            json!({"method": "nvmf_subsystem_add_ns", "params": {"nqn": nqn, "tgt_name": "nvmf_tgt",
+                    "namespace": {"nsid": 3, "bdev_name": "12345678-1234-4234-8234-123456789abc",
+                        "nguid": "00112233445566778899AABBCCDDEEFF", "eui64": "0011223344556677",
+                        "uuid": "32345678-1234-4234-8234-123456789abc", "anagrpid": 0,
+                        "no_auto_visible": false, "hide_metadata": false}}}),
+            json!({"method": "nvmf_subsystem_add_listener", "params": {"nqn": nqn, "tgt_name": "nvmf_tgt",
+                    "listen_address": {"trtype": "TCP", "adrfam": "ipv4", "traddr": "127.0.0.1",
+                        "trsvcid": port}, "secure_channel": false, "ana_state": "optimized",
+                    "sock_impl": "posix"}}),
+            json!({"method": "nvmf_subsystem_allow_any_host", "params": {"nqn": nqn,
+                    "allow_any_host": true, "tgt_name": "nvmf_tgt"}}),
+        ];
+        let doc = json!({"subsystems": [{"subsystem": "bdev", "config": bdev},
+            {"subsystem": "nvmf", "config": nvmf}]});
+        let doc = parse(&doc.to_string()).unwrap();
+        let checked = check::check(&doc, World::of(&r));
+        assert_eq!(checked.count(Verdict::Refuse), 0, "{}", checked.render());
+        apply(&r, &doc).unwrap();
+        assert_eq!(names(&r), ["N", "Malloc0", "U", "A"]);
+        crate::shutdown(&r);
+    }
+
     #[test]
     fn refusals_stop_before_anything_is_created() {
         let (_re, r) = rpc(FwState::Runtime);
