@@ -3,7 +3,9 @@
 # Two malloc bdevs on two reactors: vhost.0 (two queues) and a read-only vhost.1. RPC checks
 # on the host (SPDK's replies, packed_ring refused, a served bdev cannot be deleted), then the
 # guest's checks (test/vm/vhost-in-guest.sh), then pmio-tgt restarted from its save_config
-# serving a second guest. Any failed check exits non-zero.
+# serving a second guest; last, pmio-tgt killed and restarted under a guest's pmio-perf --verify
+# (QEMU reconnects; the in-flight log resubmits what was in flight). Any failed check exits
+# non-zero.
 set -euo pipefail
 BIN=${BIN:-target/release}
 RUN_IN_VM=${RUN_IN_VM:-../shared/vm/run-in-vm}
@@ -88,5 +90,30 @@ $R vhost_delete_controller vhost.1
 out=$($R vhost_delete_controller vhost.1 2>&1) && fail "deleted twice"
 expect "No such device" "$out"
 [ -e "$DIR/vhost.1" ] && fail "socket left after delete"
+
+echo "== pmio-tgt killed and restarted under the guest's I/O"
+truncate -s 64M "$DIR/disk.img"
+$R bdev_uring_create "$DIR/disk.img" Uring0 4096 --buffered >/dev/null
+$R vhost_create_blk_controller vhost.r Uring0
+$R save_config > "$DIR/config2.json"
+: > "$DIR/vm.log"
+"$RUN_IN_VM" --quiet --timeout 240 --cpus 2 --vhost-user-blk "$DIR/vhost.r,queues=2" \
+    --qemu-arg=-set --qemu-arg=chardev.vub0.reconnect=1 \
+    --file "$BIN/pmio-perf" -- test/vm/vhost-restart-in-guest.sh > "$DIR/vm.log" 2>&1 &
+VM=$!
+for _ in $(seq 300); do grep -q "vhost.r: queue 1 started" "$DIR/tgt.log" && break; sleep 0.1; done
+grep -q "vhost.r: queue 1 started" "$DIR/tgt.log" || { kill $VM; fail "the guest never started vhost.r"; }
+sleep 4
+kill -9 "$TGT"
+wait "$TGT" 2>/dev/null || true
+TGT=
+echo "killed pmio-tgt under I/O; restarting it in 1 s"
+sleep 1
+start_tgt -c "$DIR/config2.json"
+rc=0
+wait $VM || rc=$?
+cat "$DIR/vm.log"
+[ $rc = 0 ] || fail "guest across the restart (exit $rc)"
+grep "resubmitted" "$DIR/tgt.log" | sed 's/.*vhost /  /' || echo "  (nothing was in flight at the kill)"
 stop_tgt
 echo "vm-test-vhost passed"

@@ -33,6 +33,8 @@ pub enum VhostError {
     },
     #[error("memory table: {0}")]
     MemTable(String),
+    #[error("in-flight log: {0}")]
+    Inflight(String),
     #[error("virtqueue: {0}")]
     Ring(String),
     #[error(transparent)]

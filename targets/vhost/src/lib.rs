@@ -28,6 +28,7 @@ pub mod chain;
 mod ctrlr;
 pub mod error;
 mod group;
+pub mod inflight;
 pub mod mem;
 mod ring;
 mod session;

@@ -26,6 +26,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::blk::{self, Action, DevFacts};
 use crate::buf::{BUF_SIZE, BufPool, DataBuf};
 use crate::chain::{self, Segment};
+use crate::inflight::QueueLog;
 use crate::mem::GuestMem;
 use crate::spec::{BlkStatus, DwzRange, ID_BYTES};
 use crate::vring::{RingError, Vring, VringAddrs};
@@ -61,6 +62,8 @@ pub struct RingSetup {
     pub readonly: bool,
     /// GET_ID's answer.
     pub serial: [u8; ID_BYTES],
+    /// The queue's in-flight log, when the front end negotiated INFLIGHT_SHMFD.
+    pub log: Option<QueueLog>,
 }
 
 /// A ring's life on its reactor.
@@ -138,6 +141,12 @@ pub(crate) struct RingTask {
     slots: Box<[Slot]>,
     /// Heads whose next chunk found the bdev queue full, oldest first.
     waiting: VecDeque<u16>,
+    /// The in-flight log, and what it still has to hear of: heads in flight when a previous
+    /// backend stopped (resubmitted first, oldest first), heads returned since the last
+    /// publish.
+    log: Option<QueueLog>,
+    replay: VecDeque<u16>,
+    returned: Vec<u16>,
     inflight: u32,
     state: RingState,
     kicks_on: bool,
@@ -171,14 +180,46 @@ impl RingTask {
             range_chunk: max_xfer.min(u64::from(u32::MAX)),
             slots: (0..s.size).map(|_| Slot::new()).collect(),
             waiting: VecDeque::with_capacity(usize::from(s.size)),
+            log: s.log,
+            replay: VecDeque::new(),
+            returned: Vec::with_capacity(usize::from(s.size)),
             inflight: 0,
             state: RingState::Running,
             kicks_on: false,
             idle_since_ns: now_ns,
             completed: 0,
         };
+        t.recover();
         t.kicks(false);
         Ok(t)
+    }
+
+    /// With an in-flight log: finds the requests a previous backend took and did not return,
+    /// to resubmit them before anything new. The front end set the ring's base to the guest's
+    /// used index (it cannot know better); the heads taken are those returned plus those in
+    /// flight, so the next new head is at used + in flight.
+    fn recover(&mut self) {
+        let Some(log) = &mut self.log else { return };
+        let m = self.mem.mem();
+        let Ok(used) = self.vring.guest_used(m) else {
+            return;
+        };
+        let v = &self.vring;
+        let heads = log.recover(used, |i| v.used_head(m, i));
+        if heads.is_empty() && self.vring.last_avail() == used {
+            return;
+        }
+        let next = used.wrapping_add(heads.len() as u16);
+        log::info!(
+            "vhost {}: queue {}: {} request(s) in flight before the restart resubmitted \
+             (used index {used}, next available {next}, front end said {})",
+            self.name,
+            self.key.queue,
+            heads.len(),
+            self.vring.last_avail()
+        );
+        self.vring.restart_at(next, used);
+        self.replay = heads.into();
     }
 
     /// The kick eventfd, for the reactor to watch.
@@ -222,6 +263,7 @@ impl RingTask {
     pub fn must_poll(&self) -> bool {
         self.inflight > 0
             || !self.waiting.is_empty()
+            || !self.replay.is_empty()
             || matches!(self.state, RingState::Stopping(_))
             || (matches!(self.state, RingState::Running) && !self.kicks_on)
     }
@@ -263,6 +305,19 @@ impl RingTask {
         }
         let mem = Arc::clone(&self.mem);
         let m = mem.mem();
+        if !self.replay.is_empty() {
+            for _ in 0..FETCH_BURST {
+                let Some(head) = self.replay.pop_front() else {
+                    break;
+                };
+                if head >= self.vring.size() || self.slots[usize::from(head)].busy {
+                    self.broken(&format!("the in-flight log names head {head} twice"));
+                    return true;
+                }
+                self.start(m, head, io);
+            }
+            return true;
+        }
         let n = match self.vring.pending(m) {
             Ok(n) => n,
             Err(e) => {
@@ -299,6 +354,9 @@ impl RingTask {
             if self.slots[usize::from(head)].busy {
                 self.broken(&RingError::HeadInFlight(head).to_string());
                 break;
+            }
+            if let Some(log) = &mut self.log {
+                log.begin(head);
             }
             self.start(m, head, io);
         }
@@ -540,13 +598,25 @@ impl RingTask {
         self.completed += 1;
         if let Err(e) = self.vring.push_used(m, head, len) {
             self.broken(&e.to_string());
+            return;
+        }
+        if self.log.is_some() {
+            self.returned.push(head);
         }
     }
 
     /// Publishes this poll's completions and signals the guest once if it wants it.
     pub fn publish(&mut self) -> bool {
         let mem = Arc::clone(&self.mem);
-        match self.vring.publish(mem.mem()) {
+        let published = self.vring.publish(mem.mem());
+        if published.is_ok()
+            && !self.returned.is_empty()
+            && let Some(log) = &mut self.log
+        {
+            log.end_batch(&self.returned, self.vring.used_idx());
+            self.returned.clear();
+        }
+        match published {
             Ok(true) => {
                 if let Some(c) = &self.call {
                     crate::sys::signal(c.as_raw_fd());

@@ -23,6 +23,7 @@ use vhost::vhost_user::message::{
 use vhost::vhost_user::{Backend, Error, GpuBackend, Result, VhostUserBackendReqHandlerMut};
 
 use crate::ctrlr::CtrlrInfo;
+use crate::inflight::InflightRegion;
 use crate::mem::{GuestMem, RegionDesc};
 use crate::ring::{RingKey, RingSetup};
 use crate::spec::{BlkConfig, feature};
@@ -54,6 +55,8 @@ pub(crate) struct Session {
     acked_protocol: u64,
     mem: Option<Arc<GuestMem>>,
     vrings: Vec<VringConf>,
+    /// The in-flight log (INFLIGHT_SHMFD), kept by the front end across backends.
+    inflight: Option<Arc<InflightRegion>>,
 }
 
 impl Session {
@@ -64,6 +67,7 @@ impl Session {
             acked_protocol: 0,
             mem: None,
             vrings: (0..MAX_QUEUES).map(|_| VringConf::default()).collect(),
+            inflight: None,
         }
     }
 
@@ -140,7 +144,18 @@ impl Session {
             return Ok(());
         };
         let dup = |f: &Option<File>| f.as_ref().and_then(|f| f.try_clone().ok());
+        let log = match &self.inflight {
+            Some(r) => match r.queue(index as u16, v.size) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    log::error!("vhost {}: queue {index}: {e}", self.info.name);
+                    return Err(Error::InvalidParam);
+                }
+            },
+            None => None,
+        };
         let setup = RingSetup {
+            log,
             key,
             name: Arc::clone(&self.info.name_arc),
             size: v.size,
@@ -391,7 +406,8 @@ impl VhostUserBackendReqHandlerMut for Session {
     fn get_protocol_features(&mut self) -> Result<VhostUserProtocolFeatures> {
         Ok(VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::CONFIG
-            | VhostUserProtocolFeatures::REPLY_ACK)
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::INFLIGHT_SHMFD)
     }
 
     fn set_protocol_features(&mut self, features: u64) -> Result<()> {
@@ -452,13 +468,39 @@ impl VhostUserBackendReqHandlerMut for Session {
 
     fn get_inflight_fd(
         &mut self,
-        _inflight: &VhostUserInflight,
+        inflight: &VhostUserInflight,
     ) -> Result<(VhostUserInflight, File)> {
-        self.unsupported("GET_INFLIGHT_FD")
+        let (nq, qs) = (inflight.num_queues, inflight.queue_size);
+        if usize::from(nq) > MAX_QUEUES || !valid_size(u32::from(qs)) {
+            return Err(Error::InvalidParam);
+        }
+        let new = InflightRegion::create(nq, qs).map_err(|e| {
+            log::error!("vhost {}: {e}", self.info.name);
+            Error::InvalidOperation("no in-flight region")
+        })?;
+        log::info!(
+            "vhost {}: in-flight log: {nq} queues of {qs} ({} bytes)",
+            self.info.name,
+            new.mmap_size
+        );
+        self.inflight = Some(new.region);
+        Ok((VhostUserInflight::new(new.mmap_size, 0, nq, qs), new.file))
     }
 
-    fn set_inflight_fd(&mut self, _inflight: &VhostUserInflight, _file: File) -> Result<()> {
-        self.unsupported("SET_INFLIGHT_FD")
+    fn set_inflight_fd(&mut self, inflight: &VhostUserInflight, file: File) -> Result<()> {
+        let r = InflightRegion::map(
+            file,
+            inflight.mmap_size,
+            inflight.mmap_offset,
+            inflight.num_queues,
+            inflight.queue_size,
+        )
+        .map_err(|e| {
+            log::error!("vhost {}: {e}", self.info.name);
+            Error::InvalidParam
+        })?;
+        self.inflight = Some(Arc::new(r));
+        Ok(())
     }
 
     fn get_max_mem_slots(&mut self) -> Result<u64> {

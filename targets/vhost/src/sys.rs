@@ -96,3 +96,18 @@ pub fn wait_readable(fd: RawFd, stop: RawFd) -> Ready {
         }
     }
 }
+
+/// A new memfd of `size` zero bytes (the in-flight log the front end keeps across restarts).
+pub fn memfd(name: &str, size: u64) -> io::Result<std::fs::File> {
+    let cname = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: `cname` is a valid NUL-terminated string for the duration of the call; a
+    // non-negative result is a new fd we own.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.set_len(size)?;
+    Ok(f)
+}

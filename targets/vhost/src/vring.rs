@@ -125,6 +125,37 @@ impl Vring {
         self.last_avail
     }
 
+    /// The used index the driver sees (in guest memory).
+    pub fn guest_used(&self, m: &GuestMemoryMmap) -> Result<u16, RingError> {
+        let v: u16 = m
+            .load(GuestAddress(self.used + ring::IDX), Ordering::Acquire)
+            .map_err(|_| RingError::Unmapped)?;
+        Ok(u16::from_le(v))
+    }
+
+    /// The head of used entry `i` (in guest memory).
+    pub fn used_head(&self, m: &GuestMemoryMmap, i: u16) -> Option<u16> {
+        let slot = u64::from(i % self.size);
+        let id: u32 = m
+            .read_obj(GuestAddress(
+                self.used + ring::ENTRIES + ring::USED_ELEM * slot,
+            ))
+            .ok()?;
+        u16::try_from(u32::from_le(id)).ok()
+    }
+
+    /// Moves the ring to available index `last_avail` and used index `used` (recovery from an
+    /// in-flight log: the heads between them are resubmitted from the log).
+    pub fn restart_at(&mut self, last_avail: u16, used: u16) {
+        self.last_avail = last_avail;
+        self.used_idx = used;
+    }
+
+    /// The used index the device will publish next.
+    pub fn used_idx(&self) -> u16 {
+        self.used_idx
+    }
+
     /// How many new heads the driver has made available. A count beyond the queue size is a
     /// driver bug or an attack.
     pub fn pending(&self, m: &GuestMemoryMmap) -> Result<u16, RingError> {

@@ -135,6 +135,10 @@ struct Rig {
 }
 
 fn rig(drv: &Driver, readonly: bool, depth: u32) -> Rig {
+    rig_with(drv, readonly, depth, None, 0)
+}
+
+fn rig_with(drv: &Driver, readonly: bool, depth: u32, log: Option<QueueLog>, base: u16) -> Rig {
     let dev = MallocDevice::new(MallocOptions {
         name: "Malloc0".into(),
         block_size: BS,
@@ -162,13 +166,14 @@ fn rig(drv: &Driver, readonly: bool, depth: u32) -> Rig {
             avail: AVAIL,
             used: USED,
         },
-        base: 0,
+        base,
         mem: Arc::clone(&drv.mem),
         kick: None,
         call: None,
         bdev: "Malloc0".into(),
         readonly,
         serial: *b"Malloc0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        log,
     };
     let ring = RingTask::new(setup, &q, 0).unwrap();
     Rig {
@@ -406,4 +411,48 @@ fn kicks_are_turned_back_on_when_idle() {
     drv.request(1, 0, &d, false);
     r.run(&mut drv, 1);
     assert_eq!(flags(&drv), 1, "polled again");
+}
+
+#[test]
+fn a_new_backend_resubmits_what_was_in_flight_from_the_log() {
+    use crate::inflight::InflightRegion;
+    let mut drv = Driver::new();
+    let region = InflightRegion::create(1, QSIZE).unwrap().region;
+    let mut r = rig_with(&drv, false, 16, Some(region.queue(0, QSIZE).unwrap()), 0);
+    let d1 = pages(&mut drv, 1, 1);
+    let d2 = pages(&mut drv, 1, 2);
+    drv.request(1, 0, &d1, false);
+    drv.request(1, 8, &d2, false);
+    r.run(&mut drv, 2);
+    // A third write is taken and submitted; the backend dies before it completes.
+    let d3 = pages(&mut drv, 1, 3);
+    let (h3, st3) = drv.request(1, 16, &d3, false);
+    let mut grew = false;
+    r.plug.begin();
+    let mut io = IoCtx {
+        q: Some(&mut r.q),
+        plug: &mut r.plug,
+        pool: &mut r.pool,
+        pool_grew: &mut grew,
+        token: 0,
+    };
+    r.ring.poll(&mut io, 1);
+    r.plug.finish();
+    assert_eq!(r.ring.inflight, 1);
+    std::mem::forget(r.ring);
+    // The front end rewinds the ring to the used index (2) for the next backend.
+    let mut r = rig_with(&drv, false, 16, Some(region.queue(0, QSIZE).unwrap()), 2);
+    assert_eq!(r.ring.replay, vec![h3]);
+    assert_eq!(
+        r.ring.vring.last_avail(),
+        3,
+        "the third head is not taken twice"
+    );
+    assert_eq!(r.run(&mut drv, 1), vec![(h3, 1)]);
+    assert_eq!(drv.status(st3), 0);
+    // The data arrived, and new requests go on from there.
+    let back = pages(&mut drv, 1, 0);
+    drv.request(0, 16, &back, true);
+    r.run(&mut drv, 1);
+    assert_eq!(read_pages(&drv, &back), read_pages(&drv, &d3));
 }
