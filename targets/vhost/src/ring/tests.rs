@@ -456,3 +456,88 @@ fn a_new_backend_resubmits_what_was_in_flight_from_the_log() {
     r.run(&mut drv, 1);
     assert_eq!(read_pages(&drv, &back), read_pages(&drv, &d3));
 }
+
+#[test]
+fn a_new_memory_table_while_the_ring_runs() {
+    use crate::mem::RegionDesc;
+    // Guest memory in a file, as QEMU's memfd, at front-end address 0x7f00_0000_0000 (the
+    // ring's addresses are front-end addresses). The second table (after, say, a hot-plugged
+    // region) maps the file again, plus a second region: the ring must use the new mapping.
+    let f = tempfile::tempfile().unwrap();
+    f.set_len(MEM as u64).unwrap();
+    let table = |va: u64, extra: bool| {
+        let mut regions = vec![RegionDesc {
+            guest_phys_addr: 0,
+            memory_size: MEM as u64,
+            user_addr: va,
+            mmap_offset: 0,
+        }];
+        let mut files = vec![f.try_clone().unwrap()];
+        if extra {
+            let g = tempfile::tempfile().unwrap();
+            g.set_len(1 << 20).unwrap();
+            regions.push(RegionDesc {
+                guest_phys_addr: 1 << 32,
+                memory_size: 1 << 20,
+                user_addr: va + (1 << 32),
+                mmap_offset: 0,
+            });
+            files.push(g);
+        }
+        Arc::new(GuestMem::map(&regions, files).unwrap())
+    };
+    let first = table(0x7f00_0000_0000, false);
+    let mut drv = Driver::new();
+    drv.mem = Arc::clone(&first);
+    let dev: Arc<dyn BlockDevice> = MallocDevice::new(MallocOptions {
+        block_size: BS,
+        num_blocks: 1024,
+        ..MallocOptions::default()
+    })
+    .unwrap();
+    let q = BdevQueue::open(dev, BdevQueueOptions::default()).unwrap();
+    let mut plug = Plug::default();
+    q.register_plug(&mut plug);
+    let va = |gpa: u64| 0x7f00_0000_0000 + gpa;
+    let setup = RingSetup {
+        key: RingKey { ctrlr: 1, queue: 0 },
+        name: Arc::from("vhost.test"),
+        size: QSIZE,
+        addrs: VringAddrs {
+            desc: va(DESC),
+            avail: va(AVAIL),
+            used: va(USED),
+        },
+        base: 0,
+        mem: Arc::clone(&first),
+        kick: None,
+        call: None,
+        bdev: "Malloc0".into(),
+        readonly: false,
+        serial: [0; ID_BYTES],
+        log: None,
+    };
+    let ring = RingTask::new(setup, &q, 0).unwrap();
+    let mut r = Rig {
+        ring,
+        q,
+        plug,
+        pool: BufPool::new(),
+        now: 0,
+    };
+    let d = pages(&mut drv, 2, 9);
+    let (_, st) = drv.request(1, 0, &d, false);
+    r.run(&mut drv, 1);
+    assert_eq!(drv.status(st), 0);
+    // The ring switches to the new mapping of the same memory; the driver still writes
+    // through the first one.
+    r.ring.set_mem(table(0x7f00_0000_0000, true));
+    let back = pages(&mut drv, 2, 0);
+    let (_, st) = drv.request(0, 0, &back, true);
+    r.run(&mut drv, 1);
+    assert_eq!(drv.status(st), 0);
+    assert_eq!(read_pages(&drv, &back), read_pages(&drv, &d));
+    // A table without the ring's memory stops the ring, and only it.
+    r.ring.set_mem(table(0x1000_0000_0000, false));
+    assert!(matches!(r.ring.state, RingState::Broken));
+}
