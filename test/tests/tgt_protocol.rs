@@ -526,8 +526,10 @@ fn tgt_nvmf_configuration_and_restart() {
         .iter()
         .map(|s| s["subsystem"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["bdev", "nvmf"]);
-    let nvmf = cfg["subsystems"][1]["config"].as_array().unwrap();
+    // Other sections (vhost_blk, scheduler) may follow; the bdevs come before their namespaces.
+    let at = |name: &str| names.iter().position(|&n| n == name).unwrap();
+    assert!(at("bdev") < at("nvmf"), "{names:?}");
+    let nvmf = cfg["subsystems"][at("nvmf")]["config"].as_array().unwrap();
     let methods: Vec<&str> = nvmf.iter().map(|c| c["method"].as_str().unwrap()).collect();
     assert_eq!(
         methods,
