@@ -541,3 +541,125 @@ fn a_new_memory_table_while_the_ring_runs() {
     r.ring.set_mem(table(0x1000_0000_0000, false));
     assert!(matches!(r.ring.state, RingState::Broken));
 }
+
+mod prop {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::spec::desc_flags::INDIRECT;
+
+    /// Guest memory is 8 MiB; hostile addresses land inside, at the edges and outside.
+    fn addr() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            HEAP..HEAP + 0x4000,
+            (MEM as u64 - 0x2000)..(MEM as u64 + 0x2000),
+            Just(DESC),
+            Just(USED),
+            any::<u64>(),
+        ]
+    }
+
+    fn desc() -> impl Strategy<Value = Desc> {
+        (
+            addr(),
+            prop_oneof![1u32..64, 0u32..0x3000, any::<u32>()],
+            prop_oneof![0u16..8, Just(NEXT | WRITE), Just(INDIRECT)],
+            prop_oneof![0u16..8, any::<u16>()],
+        )
+            .prop_map(|(addr, len, flags, next)| Desc {
+                addr,
+                len,
+                flags,
+                next,
+            })
+    }
+
+    /// Whether byte `a` may be written by the device: the used ring, or a buffer some
+    /// descriptor (in the queue's table or in a table it points to) marks device-writable.
+    fn writable(mem: &GuestMemoryMmap, a: u64) -> bool {
+        if (USED..USED + 4 + 8 * u64::from(QSIZE) + 2).contains(&a) {
+            return true;
+        }
+        let covers = |d: &Desc| d.has(WRITE) && a >= d.addr && a - d.addr < u64::from(d.len);
+        let read = |at: u64| {
+            let mut b = [0u8; 16];
+            mem.read_slice(&mut b, GuestAddress(at)).ok()?;
+            Some(Desc::from_bytes(&b))
+        };
+        (0..u64::from(QSIZE)).any(|i| {
+            let Some(d) = read(DESC + 16 * i) else {
+                return false;
+            };
+            if covers(&d) {
+                return true;
+            }
+            d.has(INDIRECT)
+                && (0..u64::from(d.len / 16).min(64))
+                    .any(|j| read(d.addr + 16 * j).is_some_and(|x| covers(&x)))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whatever the guest puts in its rings and tables, the ring neither panics nor writes
+        /// a byte outside the used ring and the buffers the guest marked device-writable.
+        #[test]
+        fn prop_hostile_rings_write_only_where_allowed(
+            table in proptest::collection::vec(desc(), 8),
+            heads in proptest::collection::vec(prop_oneof![0u16..8, any::<u16>()], 1..6),
+            headers in proptest::collection::vec((0u32..16, 0u64..4096), 4),
+            seed in any::<u8>(),
+        ) {
+            let mut drv = Driver::new();
+            // A recognisable background, with request headers at the heap's start.
+            let bg: Vec<u8> = (0..0x8000u32).map(|i| (i as u8) ^ seed).collect();
+            drv.m().write_slice(&bg, GuestAddress(HEAP)).unwrap();
+            for (i, &(t, sector)) in headers.iter().enumerate() {
+                let h = ReqHeader { type_: t, ioprio: 0, sector };
+                drv.m()
+                    .write_slice(&h.to_bytes(), GuestAddress(HEAP + 0x1000 * i as u64))
+                    .unwrap();
+            }
+            for (i, d) in table.iter().enumerate() {
+                drv.m()
+                    .write_slice(&d.to_bytes(), GuestAddress(DESC + 16 * i as u64))
+                    .unwrap();
+            }
+            let mut r = rig(&drv, false, 4);
+            for &h in &heads {
+                drv.offer_head(h);
+            }
+            // The windows hostile addresses reach (and the rings): the rest of memory is
+            // only reachable through a random 64-bit address that happens to land in it.
+            let windows = [(0u64, (HEAP + 0x10000) as usize), (MEM as u64 - 0x4000, 0x4000)];
+            let snap = |drv: &Driver| -> Vec<Vec<u8>> {
+                windows
+                    .iter()
+                    .map(|&(at, len)| {
+                        let mut b = vec![0u8; len];
+                        drv.m().read_slice(&mut b, GuestAddress(at)).unwrap();
+                        b
+                    })
+                    .collect()
+            };
+            let before = snap(&drv);
+            for _ in 0..20 {
+                r.poll();
+            }
+            let after = snap(&drv);
+            for (w, (b, a)) in windows.iter().zip(before.iter().zip(&after)) {
+                for (i, (x, y)) in b.iter().zip(a).enumerate() {
+                    let at = w.0 + i as u64;
+                    if x != y {
+                        prop_assert!(
+                            writable(drv.m(), at),
+                            "byte {at:#x} changed ({x:#x} -> {y:#x})"
+                        );
+                    }
+                }
+            }
+            prop_assert_eq!(r.ring.inflight, 0, "everything taken completed");
+        }
+    }
+}
