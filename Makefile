@@ -106,7 +106,9 @@ vm-test-nvmf:
 
 # pmio-tgt on the host serving a QEMU guest's virtio disks over vhost-user-blk (issue 19): RPC
 # checks, then in the guest dd, pmio-perf --verify at 4 KiB and 128 KiB on two queues, a driver
-# reset, discard and write zeroes, a read-only disk; then pmio-tgt restarted from save_config.
+# reset, discard and write zeroes, a read-only disk; pmio-tgt restarted from save_config; last,
+# pmio-tgt killed -9 under the guest's pmio-perf --verify and restarted (QEMU reconnects, the
+# in-flight log resubmits). About 40 s.
 vm-test-vhost:
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(CARGO) build --release -p pmio-vhost --example blkzeroout
