@@ -35,6 +35,14 @@ impl DataBuf {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
     }
 
+    /// Bytes `off..off+len` for writing (data the host sends, read from the socket).
+    pub fn bytes_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds of a live chunk; `&mut self` is the only handle to this buffer and
+        // no I/O uses it while its data arrives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) }
+    }
+
     /// Copies `data` in at `off` (data the host sent).
     pub fn fill(&mut self, off: usize, data: &[u8]) {
         assert!(

@@ -27,7 +27,9 @@ mod send;
 #[cfg(test)]
 mod tests;
 
-pub use receive::{ErrorAction, FatalError, Fes, Pdu, PduError, offending_header, parse};
+pub use receive::{
+    ErrorAction, FatalError, Fes, Head, Pdu, PduError, offending_header, parse, parse_head,
+};
 pub use send::{EncodeError, Encoded, data_digest, encode};
 
 /// Bytes of the common header (CH) every PDU starts with.

@@ -53,6 +53,19 @@ pub(crate) struct PendingConnect {
     sqsize: u16,
 }
 
+/// An H2CData read straight into its command's buffer (see `Conn::start_direct`).
+#[derive(Clone, Copy, Debug)]
+struct Direct {
+    ttag: u16,
+    /// Where this PDU's data starts in the command's buffer.
+    base: usize,
+    len: usize,
+    /// Bytes of it in place.
+    placed: usize,
+    /// A data digest follows the data (in the receive buffer).
+    digest: bool,
+}
+
 /// What a queue pair is, once its Fabrics Connect succeeded.
 struct Qpair {
     qid: u16,
@@ -129,6 +142,8 @@ pub(crate) struct Conn {
     connecting: Option<(String, PendingConnect)>,
     /// This queue's namespaces sorted by NSID, as of the group's snapshot `ns_generation`.
     ns_table: Vec<(u32, NsRef)>,
+    /// The H2CData being read straight into its command's buffer.
+    direct: Option<Direct>,
     ns_generation: u64,
     /// The reactor's watch of the socket (set once the group registered it).
     pub watch: Option<pmio_reactors::FdWatch>,
@@ -178,6 +193,7 @@ impl Conn {
             serial,
             connecting: None,
             ns_table: Vec::new(),
+            direct: None,
             ns_generation: 0,
             watch: None,
             watching_write: false,

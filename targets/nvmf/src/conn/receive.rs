@@ -7,8 +7,12 @@ use super::*;
 /// them, and where a damaged PDU's fields are read.
 const H2C_CCCID: usize = 8;
 const H2C_TTAG: usize = 10;
-const H2C_DATAO: usize = 12;
-const H2C_DATAL: usize = 16;
+
+/// Bytes one read into the receive buffer asks for at most (see `receive`).
+const RX_READ_MAX: usize = 16 << 10;
+/// H2CData with at least this much data not yet received is read straight into its
+/// command's buffer.
+const DIRECT_MIN: usize = 8 << 10;
 
 impl Conn {
     /// Reads what the socket has and handles every whole PDU in it. Returns whether anything
@@ -21,6 +25,26 @@ impl Conn {
         let mut busy = false;
         // At most two reads a poll: a connection that streams cannot starve the others.
         for _ in 0..2 {
+            if self.direct.is_some_and(|d| d.placed < d.len) {
+                match self.read_direct() {
+                    Ok(0) => {
+                        self.close("the host closed the connection");
+                        return true;
+                    }
+                    Ok(_) => busy = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        self.close(&format!("read: {e}"));
+                        return true;
+                    }
+                }
+                if let Err(Fatal(why)) = self.handle_pdus(sh) {
+                    self.close(&why);
+                    return true;
+                }
+                continue;
+            }
             if self.rx_start == self.rx_end {
                 self.rx_start = 0;
                 self.rx_end = 0;
@@ -29,7 +53,10 @@ impl Conn {
                 self.rx_end -= self.rx_start;
                 self.rx_start = 0;
             }
-            let n = match self.sock.read(&mut self.rx[self.rx_end..]) {
+            // A bounded read: a large H2CData is then seen before all of its data is here, and
+            // the rest goes straight into its command's buffer (`read_direct`).
+            let end = self.rx.len().min(self.rx_end + RX_READ_MAX);
+            let n = match self.sock.read(&mut self.rx[self.rx_end..end]) {
                 Ok(0) => {
                     self.close("the host closed the connection");
                     return true;
@@ -48,7 +75,7 @@ impl Conn {
                 self.close(&why);
                 return true;
             }
-            if matches!(self.phase, Phase::Closing { .. }) || n < self.rx.len() / 2 {
+            if matches!(self.phase, Phase::Closing { .. }) || n < end - (self.rx_end - n) {
                 break;
             }
         }
@@ -57,11 +84,17 @@ impl Conn {
 
     /// Handles every whole PDU in the receive buffer.
     pub(super) fn handle_pdus(&mut self, sh: &mut GroupShared) -> Result<(), Fatal> {
+        if self.direct.is_some() && !self.finish_direct(sh)? {
+            return Ok(());
+        }
         while !matches!(self.phase, Phase::Closing { .. } | Phase::Connecting(_)) {
             let buf = &self.rx[self.rx_start..self.rx_end];
             let parsed = pdu::parse(buf, &self.link);
             let (header, data_range, used) = match parsed {
-                Ok(None) => return Ok(()),
+                Ok(None) => {
+                    self.start_direct()?;
+                    return Ok(());
+                }
                 Ok(Some((p, used))) => {
                     let off = p.data.as_ptr() as usize - buf.as_ptr() as usize;
                     (p.header, off..off + p.data.len(), used)
@@ -156,20 +189,15 @@ impl Conn {
         sh: &mut GroupShared,
         pdu: std::ops::Range<usize>,
     ) -> Result<(), Fatal> {
-        // The codec checked everything but the data digest (header, header digest, DATAL
-        // against PLEN), so the fields are read as they stand (TP 8000's H2CData layout).
-        let b = &self.rx[pdu.clone()];
-        let le16 = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-        let le32 = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-        let d = pdu::H2CData {
-            cccid: le16(H2C_CCCID),
-            ttag: le16(H2C_TTAG),
-            datao: le32(H2C_DATAO),
-            last: b[1] & pdu::flags::LAST_PDU != 0,
+        // The codec checked everything but the data digest: the header parses alone.
+        let head = pdu::parse_head(&self.rx[pdu.clone()], &self.link)
+            .ok()
+            .flatten()
+            .expect("a PDU refused only for its data digest has a sound header");
+        let Header::H2CData(d) = head.header else {
+            unreachable!("damaged_h2c_data is called for H2CData only");
         };
-        let datal = le32(H2C_DATAL) as usize;
-        let data_end = pdu.end - pdu::DIGEST_LEN;
-        let data = data_end - datal..data_end;
+        let data = pdu.start + head.data_start..pdu.start + head.data_end;
         self.h2c_data(sh, &d, data, pdu.start, true)
     }
 
@@ -277,6 +305,22 @@ impl Conn {
         damaged: bool,
     ) -> Result<(), Fatal> {
         let n = (data.end - data.start) as u32;
+        self.h2c_check(d, n, pdu_start)?;
+        if !damaged {
+            let s = &mut self.slots[usize::from(d.ttag)];
+            let off = s.got as usize;
+            s.buf
+                .as_mut()
+                .expect("a write awaiting data has its buffer")
+                .fill(off, &self.rx[data]);
+        }
+        self.h2c_arrived(sh, d.ttag, n, damaged);
+        Ok(())
+    }
+
+    /// Checks H2CData of `n` bytes against the command it names; a mismatch is answered with a
+    /// TermReq (its header, at `pdu_start`, echoed) and ends the connection.
+    fn h2c_check(&mut self, d: &pdu::H2CData, n: u32, pdu_start: usize) -> Result<(), Fatal> {
         let refusal = match self.slots.get(usize::from(d.ttag)) {
             Some(s) if s.state == SlotState::AwaitData && s.sqe.cid == d.cccid => {
                 if d.datao != s.got || s.got + n > s.len || (d.last != (s.got + n == s.len)) {
@@ -310,33 +354,115 @@ impl Conn {
                 ),
             )),
         };
-        if let Some((fes, fei, why)) = refusal {
-            let echoed = pdu::offending_header(&self.rx[pdu_start..self.rx_end]).to_vec();
-            let fatal = pdu::FatalError { fes, fei };
-            self.queue_owned(&fatal.term_req(Side::Controller), echoed);
-            return Err(Fatal(why));
-        }
+        let Some((fes, fei, why)) = refusal else {
+            return Ok(());
+        };
+        let echoed = pdu::offending_header(&self.rx[pdu_start..self.rx_end]).to_vec();
+        let fatal = pdu::FatalError { fes, fei };
+        self.queue_owned(&fatal.term_req(Side::Controller), echoed);
+        Err(Fatal(why))
+    }
+
+    /// `n` more bytes of command `ttag`'s data are in its buffer (or were `damaged`): once all
+    /// of it is, the write starts, or fails with Transient Transport Error if any was damaged.
+    fn h2c_arrived(&mut self, sh: &mut GroupShared, ttag: u16, n: u32, damaged: bool) {
         let qid = self.qid();
-        let s = &mut self.slots[usize::from(d.ttag)];
+        let s = &mut self.slots[usize::from(ttag)];
         if damaged {
             s.status = TRANSIENT_TRANSPORT_ERROR;
-        } else {
-            let off = s.got as usize;
-            s.buf
-                .as_mut()
-                .expect("a write awaiting data has its buffer")
-                .fill(off, &self.rx[data]);
         }
         s.got += n;
         if s.got == s.len {
             s.state = SlotState::Executing;
             if s.status.is_success() {
-                self.start(sh, d.ttag);
+                self.start(sh, ttag);
             } else {
                 let st = s.status;
-                self.respond(d.ttag, qid, st, 0, 0);
+                self.respond(ttag, qid, st, 0, 0);
             }
         }
+    }
+
+    /// When the receive buffer starts with a large H2CData whose data is still coming: takes
+    /// what arrived into the command's buffer and reads the rest straight there (the data lands
+    /// in the DMA buffer handed to the bdev, not in the receive buffer first).
+    fn start_direct(&mut self) -> Result<(), Fatal> {
+        let buf = &self.rx[self.rx_start..self.rx_end];
+        // A bad header is refused by `parse` once the whole PDU is here.
+        let Ok(Some(head)) = pdu::parse_head(buf, &self.link) else {
+            return Ok(());
+        };
+        let Header::H2CData(d) = head.header else {
+            return Ok(());
+        };
+        let len = head.data_end - head.data_start;
+        let have = (buf.len() - head.data_start).min(len);
+        if len - have < DIRECT_MIN {
+            return Ok(());
+        }
+        self.h2c_check(&d, len as u32, self.rx_start)?;
+        let at = self.rx_start + head.data_start;
+        let s = &mut self.slots[usize::from(d.ttag)];
+        let base = s.got as usize;
+        s.buf
+            .as_mut()
+            .expect("a write awaiting data has its buffer")
+            .fill(base, &self.rx[at..at + have]);
+        self.rx_start = at + have;
+        self.direct = Some(Direct {
+            ttag: d.ttag,
+            base,
+            len,
+            placed: have,
+            digest: head.data_digest,
+        });
         Ok(())
+    }
+
+    /// Reads more of the direct H2CData's data into its command's buffer.
+    fn read_direct(&mut self) -> io::Result<usize> {
+        let d = self.direct.as_mut().expect("called in direct mode");
+        let dst = self.slots[usize::from(d.ttag)]
+            .buf
+            .as_mut()
+            .expect("a write awaiting data has its buffer")
+            .bytes_mut(d.base + d.placed, d.len - d.placed);
+        let n = self.sock.read(dst)?;
+        d.placed += n;
+        Ok(n)
+    }
+
+    /// Ends the direct H2CData once its data and its digest (from the receive buffer) are
+    /// here; returns whether it ended.
+    fn finish_direct(&mut self, sh: &mut GroupShared) -> Result<bool, Fatal> {
+        let d = self.direct.expect("called in direct mode");
+        if d.placed < d.len {
+            return Ok(false);
+        }
+        let mut damaged = false;
+        if d.digest {
+            if self.rx_end - self.rx_start < pdu::DIGEST_LEN {
+                return Ok(false);
+            }
+            let got = &self.rx[self.rx_start..self.rx_start + pdu::DIGEST_LEN];
+            let data = self.slots[usize::from(d.ttag)]
+                .buf
+                .as_ref()
+                .expect("a write awaiting data has its buffer")
+                .bytes(d.base, d.len);
+            damaged = pdu::data_digest([data]) != got;
+            self.rx_start += pdu::DIGEST_LEN;
+            if damaged {
+                log::warn!(
+                    "nvmf: connection {} ({}): H2CData for tag {}: data digest mismatch",
+                    self.id,
+                    self.peer,
+                    d.ttag
+                );
+            }
+        }
+        self.direct = None;
+        self.h2c_arrived(sh, d.ttag, d.len as u32, damaged);
+        Ok(true)
     }
 }

@@ -259,6 +259,46 @@ fn parse_pdu<'a>(buf: &'a [u8], link: &Link) -> Result<Option<(Pdu<'a>, usize)>,
     Ok(Some((Pdu { header, data }, f.plen)))
 }
 
+/// A PDU whose header (and header digest) arrived and checked out, with where its data lies:
+/// what a receiver needs to read the data straight into its final buffer instead of waiting
+/// for the whole PDU in its receive buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub header: Header,
+    /// Offsets of the data from the PDU's start (past the header, its digest and padding).
+    pub data_start: usize,
+    pub data_end: usize,
+    /// The whole PDU's length (a data digest, if any, is its last 4 bytes).
+    pub plen: usize,
+    /// Whether a data digest follows the data.
+    pub data_digest: bool,
+}
+
+/// Parses the header of the PDU at the front of `buf` once the header and its digest are
+/// there, whatever of the data has arrived: `Ok(None)` while the header is incomplete. The
+/// checks are [`parse`]'s, but the data digest, which the caller checks over the data where it
+/// put it ([`data_digest`]).
+pub fn parse_head(buf: &[u8], link: &Link) -> Result<Option<Head>, PduError> {
+    let Some(ch) = buf.first_chunk::<CH_LEN>() else {
+        return Ok(None);
+    };
+    let f = check_common(ch, link)?;
+    let Some(head) = buf.get(..f.data_start) else {
+        return Ok(None);
+    };
+    if f.hdgst {
+        check_header_digest(head, &f)?;
+    }
+    let header = Header::read(f.ty, f.flags, &head[..f.hlen], f.data_end - f.data_start)?;
+    Ok(Some(Head {
+        header,
+        data_start: f.data_start,
+        data_end: f.data_end,
+        plen: f.plen,
+        data_digest: f.ddgst,
+    }))
+}
+
 /// Checks the common header, field by field in header order, so the first wrong field is the
 /// one reported. When it passes, PLEN covers the header, its digest, PDO and the data digest.
 fn check_common(ch: &[u8; CH_LEN], link: &Link) -> Result<Frame, PduError> {

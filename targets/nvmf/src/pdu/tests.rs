@@ -218,6 +218,39 @@ fn every_type_round_trips_with_and_without_digests() {
     }
 }
 
+/// The header parses as soon as it (and its digest and padding) arrived, as the whole PDU
+/// does, and says where the data lies in the PDU.
+#[test]
+fn heads_parse_before_their_data_arrives() {
+    for digests in ALL_DIGESTS {
+        for (hpda, cpda) in [(0, 0), (3, 7), (31, 17)] {
+            let ends = Ends::new(digests, hpda, cpda);
+            for (header, data) in samples() {
+                let ty = header.pdu_type();
+                if ty.is_term_req() {
+                    continue;
+                }
+                let buf = ends.wire(&header, &data);
+                let link = ends.receiver(ty);
+                let full = parse_head(&buf, link).unwrap().unwrap();
+                assert_eq!(full.header, header, "{digests:?} {hpda}/{cpda}");
+                assert_eq!(&buf[full.data_start..full.data_end], &data[..]);
+                assert_eq!(full.plen, buf.len());
+                assert_eq!(full.data_digest, digests.data && !data.is_empty());
+                if full.data_digest {
+                    assert_eq!(&buf[full.data_end..], &data_digest([&data[..]]));
+                }
+                for cut in 0..full.data_start {
+                    assert_eq!(parse_head(&buf[..cut], link).unwrap(), None, "{cut}");
+                }
+                for cut in full.data_start..buf.len() {
+                    assert_eq!(parse_head(&buf[..cut], link).unwrap(), Some(full), "{cut}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn back_to_back_pdus_parse_one_at_a_time() {
     let ends = Ends::new(ALL_DIGESTS[3], 0, 0);
