@@ -125,3 +125,33 @@ fn a_removed_namespace_lets_its_bdev_go() {
         );
     }
 }
+
+/// An idle target sleeps: with a controller connected (admin and I/O queues) and no I/O, the
+/// reactors spend most of their time asleep (sockets and a 100 ms tick wake them), and a
+/// command still gets an answer promptly.
+#[test]
+fn an_idle_connected_target_sleeps() {
+    let t = TestTarget::start(TransportOpts::default(), true);
+    let (_admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
+    let mut io = Host::io_queue(t.addr, Digests::NONE, cntlid, 1);
+    assert!(io.read(0, 8).status().is_success());
+    let reactors = t.reactors.as_ref().unwrap().handle();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = reactors.all_stats();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = reactors.all_stats();
+    for (a, b) in after.iter().zip(&before) {
+        let d = a.since(b);
+        let total = d.busy_ns + d.idle_ns + d.sleep_ns;
+        assert!(
+            d.sleep_ns * 10 > total * 8,
+            "core {}: asleep {} of {} ns while idle",
+            a.core,
+            d.sleep_ns,
+            total
+        );
+    }
+    let start = std::time::Instant::now();
+    assert!(io.read(0, 8).status().is_success());
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+}
