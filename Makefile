@@ -80,6 +80,7 @@ vm-test:
 	$(CARGO) build --release -p pmio-perf
 	$(RUN_IN_VM) --timeout 170 --disk-size 64M --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 \
 		--file target/release/pmio-perf -- test/vm/nvme-perf-in-guest.sh
+	$(RUN_IN_VM) --timeout 170 --disk-size 64M --nvme-opts mdts=4 --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 --file target/release/pmio-perf -- test/vm/nvme-split-in-guest.sh
 
 # pmio-setup in the guest: status, unbind to nvme, refusal while mounted, bind back to vfio-pci.
 RUN_IN_VM ?= $(CURDIR)/../shared/vm/run-in-vm

@@ -117,6 +117,9 @@ impl ReqFlags {
     pub const HEAD: ReqFlags = ReqFlags(1 << 2);
     /// Synchronous: the submitter waits for it (reads are treated as sync by schedulers).
     pub const SYNC: ReqFlags = ReqFlags(1 << 3);
+    /// A child of a split I/O: the block layer completes its parent (`token` names the
+    /// parent's slot; see [`crate::bdev::split`]). Set by the block layer only.
+    pub(crate) const CHILD: ReqFlags = ReqFlags(1 << 4);
 
     pub const fn contains(self, other: ReqFlags) -> bool {
         self.0 & other.0 == other.0
@@ -230,6 +233,21 @@ impl IoBuf {
 
     pub fn is_empty(self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes `off..off + len` of this buffer, addressed through its pointer (so the part keeps
+    /// the provenance of the whole, and the whole's contract). Panics when the part is not
+    /// inside the buffer.
+    pub fn range(self, off: u32, len: u32) -> IoBuf {
+        assert!(
+            off.checked_add(len).is_some_and(|end| end <= self.len),
+            "bytes {off}+{len} outside a buffer of {}",
+            self.len
+        );
+        IoBuf {
+            ptr: self.ptr.wrapping_add(off as usize),
+            len,
+        }
     }
 }
 

@@ -209,12 +209,16 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
         }
         let i = dev.dev.info();
         let owners = pairs.iter().filter(|p| p.1 == d).count() as u16;
-        let dopts = DeadlineOptions::for_queues(
-            opts.hw_depth(),
-            owners,
-            i.max_transfer_blocks,
-            i.block_size,
-        );
+        let dopts = DeadlineOptions {
+            // Merges stay within the device's boundary, as its I/O was split at it.
+            boundary_blocks: i.boundary_blocks,
+            ..DeadlineOptions::for_queues(
+                opts.hw_depth(),
+                owners,
+                i.max_transfer_blocks,
+                i.block_size,
+            )
+        };
         let dd = SharedDeadline::new(dopts)
             .map_err(|e| Usage(format!("--sched mq-deadline on {}: {e}", i.name)))?;
         for (name, v) in opts.sched_opts() {

@@ -50,12 +50,12 @@ pub struct DriverEntry {
 pub const DRIVERS: &[DriverEntry] = &[
     DriverEntry {
         name: "null",
-        help: "null[:size=1G,bs=512,latency_us=0,read_queues=0,poll_queues=0,name=Null0]",
+        help: "null[:size=1G,bs=512,latency_us=0,read_queues=0,poll_queues=0,max_transfer=SIZE,boundary=SIZE,name=Null0]",
         create: null_spec,
     },
     DriverEntry {
         name: "malloc",
-        help: "malloc[:size=64M,bs=512,name=Malloc0]",
+        help: "malloc[:size=64M,bs=512,max_transfer=SIZE,boundary=SIZE,name=Malloc0]",
         create: malloc_spec,
     },
     DriverEntry {
@@ -205,6 +205,20 @@ fn blocks(size: u64, bs: u32) -> Result<u64, String> {
     Ok(size / u64::from(bs))
 }
 
+/// `key` as a size in bytes turned into blocks of `bs` (a non-zero multiple of it), or
+/// `default` when absent: a device's transfer limit or boundary (`max_transfer=64k`).
+fn blocks_key(a: &mut SpecArgs, key: &str, bs: u32, default: u32) -> Result<u32, String> {
+    let Some(v) = a.size(key)? else {
+        return Ok(default);
+    };
+    if v == 0 || !v.is_multiple_of(u64::from(bs)) {
+        return Err(format!(
+            "{key}={v}: not a non-zero multiple of the block size {bs}"
+        ));
+    }
+    u32::try_from(v / u64::from(bs)).map_err(|_| format!("{key}={v}: too large"))
+}
+
 fn u16_key(a: &mut SpecArgs, key: &str) -> Result<u16, String> {
     match a.u64(key)? {
         None => Ok(0),
@@ -230,6 +244,8 @@ fn null_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
             read: u16_key(a, "read_queues")?,
             poll: u16_key(a, "poll_queues")?,
         },
+        max_transfer_blocks: blocks_key(a, "max_transfer", bs, d.max_transfer_blocks)?,
+        boundary_blocks: blocks_key(a, "boundary", bs, 0)?,
         ..d
     };
     let dev = NullDevice::new(opts).map_err(|e| e.to_string())?;
@@ -252,6 +268,8 @@ fn malloc_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
         name: a.str("name").unwrap_or(name),
         block_size: bs,
         num_blocks: blocks(size, bs)?,
+        max_transfer_blocks: blocks_key(a, "max_transfer", bs, d.max_transfer_blocks)?,
+        boundary_blocks: blocks_key(a, "boundary", bs, 0)?,
         corrupt_lba,
         ..d
     };
@@ -402,6 +420,25 @@ mod tests {
         assert!(c.stores_data);
         assert_eq!(c.dev.info().num_blocks, 2048);
         assert_eq!(c.dev.info().name, "Malloc0");
+        assert_eq!(c.dev.info().max_transfer_blocks, u32::MAX);
+        let c = parse_dev("malloc:size=1M,bs=4096,max_transfer=64k,boundary=128k", 0).unwrap();
+        let i = c.dev.info();
+        assert_eq!((i.max_transfer_blocks, i.boundary_blocks), (16, 32));
+        let c = parse_dev("null:max_transfer=8k", 0).unwrap();
+        assert_eq!(c.dev.info().max_transfer_blocks, 16);
+        for (spec, needle) in [
+            (
+                "malloc:size=1M,max_transfer=0",
+                "max_transfer=0: not a non-zero multiple",
+            ),
+            (
+                "malloc:size=1M,boundary=1000",
+                "boundary=1000: not a non-zero multiple",
+            ),
+        ] {
+            let e = parse_dev(spec, 0).err().unwrap().to_string();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
     }
 
     #[test]

@@ -506,8 +506,12 @@ impl Job {
         plug.finish();
         self.q.flush();
         if filled > n {
-            // The I/O refused took a slot that nothing was queued for.
+            // The I/O refused took a slot that nothing was queued for, and (sequential) the
+            // next unit: the next burst starts with it.
             st.push_slot(last_slot);
+            if !random {
+                self.cursor -= 1;
+            }
         }
         match err {
             Some(e) if !e.is_busy() => Err(format!("submit: {e}")),
@@ -605,8 +609,14 @@ impl Job {
             match self.q.submit(plug, &io) {
                 Ok(_) => n += 1,
                 Err(e) => {
-                    // Give the slot (and the unit) back: nothing was queued for them.
+                    // Give the slot (and the unit) back: nothing was queued for them. A
+                    // sequential pass (the fill above all: a unit it skips is never written)
+                    // retries the unit next time. A queue is busy with room left when
+                    // I/Os are split into several requests.
                     self.st.push_slot(slot);
+                    if phase == Phase::Fill || !self.random {
+                        self.cursor -= 1;
+                    }
                     if let Some(v) = &mut self.st.verify {
                         v.inflight[unit as usize] = false;
                         if !is_read {

@@ -45,6 +45,13 @@ pub struct MallocOptions {
     pub queues: HctxQueues,
     /// Deepest queue that may be opened (1..=65535).
     pub max_queue_depth: u32,
+    /// Largest request in blocks (default unlimited). The block layer splits larger I/O; a
+    /// request the device is handed beyond it (or across `boundary_blocks`) fails with
+    /// `EINVAL`, as a real device refuses one above its MDTS. For tests of splitting.
+    pub max_transfer_blocks: u32,
+    /// No request may cross a multiple of this many blocks (default 0: none); see
+    /// [`BdevInfo::boundary_blocks`].
+    pub boundary_blocks: u32,
     /// TEST ONLY — fault injection. When set, the stored contents of this block are
     /// corrupted (one byte flipped in memory) the first time it is read after it was
     /// written, simulating a bit flip in the medium. Used by the end-to-end test that proves
@@ -61,6 +68,8 @@ impl Default for MallocOptions {
             num_blocks: (64 << 20) / 512,
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: 4096,
+            max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
             corrupt_lba: None,
         }
     }
@@ -127,7 +136,8 @@ impl MallocDevice {
             supported_ops: OpSet::ALL,
             queues: opts.queues,
             max_queue_depth: opts.max_queue_depth,
-            max_transfer_blocks: u32::MAX,
+            max_transfer_blocks: opts.max_transfer_blocks,
+            boundary_blocks: opts.boundary_blocks,
         };
         info.validate()?;
         if let Some(l) = opts.corrupt_lba
@@ -170,6 +180,8 @@ impl BlockDevice for MallocDevice {
             mem: Arc::clone(&self.mem),
             block_size: self.info.block_size,
             num_blocks: self.info.num_blocks,
+            max_transfer: self.info.max_transfer_blocks,
+            boundary: self.info.boundary_blocks,
             corrupt_lba: self.corrupt_lba,
             corrupt_state: Arc::clone(&self.corrupt_state),
             ring: vec![0u16; cap].into_boxed_slice(),
@@ -186,6 +198,9 @@ pub struct MallocQueue {
     mem: Arc<Memory>,
     block_size: u32,
     num_blocks: u64,
+    /// The device's limits (`BdevInfo`): a request beyond them is refused.
+    max_transfer: u32,
+    boundary: u32,
     corrupt_lba: Option<u64>,
     corrupt_state: Arc<AtomicU8>,
     ring: Box<[u16]>,
@@ -206,6 +221,9 @@ impl MallocQueue {
         };
         if end > self.num_blocks {
             return IoStatus::Errno(libc::EINVAL);
+        }
+        if pmio::bdev::split::must_split(rq.lba, rq.nblocks, self.max_transfer, self.boundary) {
+            return self.beyond_limits(rq);
         }
         let bs_words = (self.block_size / 8) as usize;
         let first = rq.lba as usize * bs_words;
@@ -246,6 +264,20 @@ impl MallocQueue {
             Op::Flush => {}
         }
         IoStatus::Success
+    }
+
+    /// A request larger than the device takes, or across its boundary: the block layer
+    /// should have split it.
+    #[cold]
+    fn beyond_limits(&self, rq: &Request) -> IoStatus {
+        log::error!(
+            "malloc: {} blocks at {} exceed the largest transfer ({} blocks) or cross a {}-block boundary",
+            rq.nblocks,
+            rq.lba,
+            self.max_transfer,
+            self.boundary
+        );
+        IoStatus::Errno(libc::EINVAL)
     }
 
     /// TEST ONLY fault injection: flips one byte of block `lba` in memory the first time it
@@ -391,6 +423,32 @@ mod tests {
             run(&mut q, Op::Write, 0, 3, &mut b),
             IoStatus::Errno(libc::EINVAL)
         );
+    }
+
+    /// A request beyond the device's limits (the block layer splits such I/O) is refused.
+    #[test]
+    fn requests_beyond_the_limits_fail_with_einval() {
+        let d = MallocDevice::new(MallocOptions {
+            num_blocks: 64,
+            max_transfer_blocks: 4,
+            boundary_blocks: 6,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            (d.info().max_transfer_blocks, d.info().boundary_blocks),
+            (4, 6)
+        );
+        let mut q = d.open_queue(HctxType::Default, 0, 4).unwrap();
+        let mut b = vec![0u8; 5 * 512];
+        for (lba, n, ok) in [(0, 4, true), (0, 5, false), (4, 2, true), (5, 2, false)] {
+            let want = if ok {
+                IoStatus::Success
+            } else {
+                IoStatus::Errno(libc::EINVAL)
+            };
+            assert_eq!(run(&mut q, Op::Write, lba, n, &mut b), want, "{n} at {lba}");
+        }
     }
 
     #[test]

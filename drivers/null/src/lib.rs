@@ -38,6 +38,11 @@ pub struct NullOptions {
     pub queues: HctxQueues,
     /// Deepest queue that may be opened (1..=65535).
     pub max_queue_depth: u32,
+    /// Largest request in blocks (default unlimited): the block layer splits larger I/O, so a
+    /// null device with a small limit measures splitting's cost.
+    pub max_transfer_blocks: u32,
+    /// No request may cross a multiple of this many blocks (default 0: none).
+    pub boundary_blocks: u32,
 }
 
 impl Default for NullOptions {
@@ -50,6 +55,8 @@ impl Default for NullOptions {
             latency_ns: 0,
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: 4096,
+            max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
         }
     }
 }
@@ -73,7 +80,8 @@ impl NullDevice {
             supported_ops: OpSet::ALL,
             queues: opts.queues,
             max_queue_depth: opts.max_queue_depth,
-            max_transfer_blocks: u32::MAX,
+            max_transfer_blocks: opts.max_transfer_blocks,
+            boundary_blocks: opts.boundary_blocks,
         };
         info.validate()?;
         Ok(Arc::new(NullDevice {

@@ -40,6 +40,8 @@ impl NvmeBdev {
             queues: ctrlr.opts.queues,
             max_queue_depth: max_depth,
             max_transfer_blocks: max_blocks as u32,
+            // NOIOB is not read yet (Identify Namespace bytes 102-103 when NSFEAT bit 4).
+            boundary_blocks: 0,
         };
         NvmeBdev { info, ns, ctrlr }
     }

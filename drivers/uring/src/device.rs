@@ -106,6 +106,7 @@ impl UringBdev {
                 queues: HctxQueues::DEFAULT_ONLY,
                 max_queue_depth: MAX_QUEUE_DEPTH,
                 max_transfer_blocks,
+                boundary_blocks: 0,
             },
             path: opts.path.clone(),
             file: Arc::new(opened.file),

@@ -12,6 +12,7 @@ use crate::request::{OpSet, Request};
 
 pub mod queue;
 pub mod registry;
+pub mod split;
 pub mod stats;
 
 pub use queue::{BdevQueue, BdevQueueOptions, SchedMode, SubmitError};
@@ -91,8 +92,13 @@ pub struct BdevInfo {
     pub queues: HctxQueues,
     /// Deepest queue the driver can open (entries per hardware queue).
     pub max_queue_depth: u32,
-    /// Largest transfer one request may carry, in blocks (u32::MAX when unlimited).
+    /// Largest transfer one request may carry, in blocks (u32::MAX when unlimited). A larger
+    /// I/O is split into child requests by the block layer ([`split`]).
     pub max_transfer_blocks: u32,
+    /// No request may cross a multiple of this many blocks (0: no boundary): NVMe's NOIOB,
+    /// SPDK's `optimal_io_boundary`, Linux's `chunk_sectors`. An I/O that crosses one is split
+    /// there by the block layer ([`split`]).
+    pub boundary_blocks: u32,
 }
 
 impl BdevInfo {
@@ -102,7 +108,8 @@ impl BdevInfo {
 
     /// Checks the geometry and queue facts every driver must get right: a power-of-two block
     /// size from 512 to 65536, at least one block, a size that fits 64 bits, a queue depth of
-    /// 1..=65535 and at least one default queue. Drivers call it once, at create time.
+    /// 1..=65535, at least one default queue and a transfer limit of at least one block.
+    /// Drivers call it once, at create time.
     pub fn validate(&self) -> Result<(), BdevError> {
         let bs = self.block_size;
         if !(512..=65536).contains(&bs) || !bs.is_power_of_two() {
@@ -121,6 +128,9 @@ impl BdevInfo {
         }
         if self.queues.default == 0 {
             return Err(self.invalid("a device needs at least one default queue"));
+        }
+        if self.max_transfer_blocks == 0 {
+            return Err(self.invalid("max transfer must be at least one block"));
         }
         Ok(())
     }
@@ -270,6 +280,7 @@ mod tests {
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: 64,
             max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
         }
     }
 
@@ -277,7 +288,7 @@ mod tests {
     fn validate_names_each_bad_fact() {
         assert!(info().validate().is_ok());
         type Spoil = fn(&mut BdevInfo);
-        let cases: [(Spoil, &str); 6] = [
+        let cases: [(Spoil, &str); 7] = [
             (
                 |i| i.block_size = 1000,
                 "block size 1000 is not a power of two",
@@ -287,6 +298,7 @@ mod tests {
             (|i| i.num_blocks = u64::MAX, "overflows 64 bits"),
             (|i| i.max_queue_depth = 0, "max queue depth"),
             (|i| i.queues.default = 0, "at least one default queue"),
+            (|i| i.max_transfer_blocks = 0, "max transfer"),
         ];
         for (spoil, want) in cases {
             let mut i = info();
@@ -309,6 +321,7 @@ mod tests {
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: 64,
             max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
         };
         assert!(info.check_queue(HctxType::Default, 0, 64).is_ok());
         let e = info.check_queue(HctxType::Default, 1, 8).unwrap_err();

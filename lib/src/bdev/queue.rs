@@ -14,6 +14,11 @@
 //! caller back per request, then frees the batch's tags with one `put_batch`.
 //! A full queue answers [`SubmitError::Busy`]; nothing is dropped.
 //!
+//! An I/O larger than the device's transfer limit, or across its boundary, becomes child
+//! requests that take tags like any other and complete the parent once (see
+//! [`super::split`] for the scheme, `queue/split_path.rs` for the code): the submitter sees
+//! one I/O.
+//!
 //! No allocation, lock, or per-I/O clock read happens on this path: clocks are read once per
 //! burst (first submit after a flush) and once per completion batch.
 //!
@@ -42,6 +47,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::registry::Registry;
+use super::split::{self, Splits};
 use super::stats::{QueueStats, QueueStatsCell, now_ns};
 use super::{BdevError, BlockDevice, DriverQueue};
 use crate::hctx::{HCTX_MAX_TYPES, HctxQueues, HctxType};
@@ -54,6 +60,8 @@ use crate::tags::{RequestPool, Tags, TagsOptions};
 #[path = "sched_path.rs"]
 mod sched_path;
 use sched_path::SchedPath;
+
+mod split_path;
 
 /// Where requests go between submit and flush.
 ///
@@ -134,12 +142,6 @@ pub enum SubmitError {
         nblocks: u32,
         block_size: u32,
     },
-    #[error("bdev {name}: {nblocks} blocks exceed the largest transfer ({max} blocks)")]
-    TooLarge {
-        name: String,
-        nblocks: u32,
-        max: u32,
-    },
 }
 
 impl SubmitError {
@@ -158,15 +160,17 @@ struct BurstShape {
     range: bool,
     /// Bytes each buffer must hold (0: the op moves no data).
     bytes: u64,
-    /// Last LBA an I/O of this size may start at (`None`: larger than the device).
+    /// Last LBA an I/O of this size may start at (`None`: larger than the device, or the
+    /// device may split it).
     last_lba: Option<u64>,
 }
 
 impl BurstShape {
-    /// Whether `io` (of this shape) may fail `validate`: outside the device, or a buffer of
-    /// the wrong size. `false` means it is valid.
+    /// Whether `io` (of this shape) may fail `validate` (outside the device, or a buffer of
+    /// the wrong size) or need a split (`last_lba` is `None` for shapes that may): `false`
+    /// means it is valid and goes out whole.
     #[inline]
-    fn may_be_invalid(&self, io: &Io) -> bool {
+    fn needs_care(&self, io: &Io) -> bool {
         self.range
             && (self.last_lba.is_none_or(|l| io.lba > l)
                 || (self.bytes != 0 && u64::from(io.buf.len()) != self.bytes))
@@ -200,6 +204,8 @@ pub struct BdevQueue {
     block_size: u32,
     num_blocks: u64,
     max_transfer: u32,
+    /// The device's boundary in blocks (0: none).
+    boundary: u32,
     ops: OpSet,
     queues: HctxQueues,
     /// Opened hctxs; `slot[ty]` indexes `hctx` for each type the device has.
@@ -208,6 +214,8 @@ pub struct BdevQueue {
     sched: SchedMode,
     /// The scheduler path (`None` without a scheduler; see `sched_path.rs`).
     sp: Option<Box<SchedPath>>,
+    /// Split parents in progress (`None` when the device takes any I/O whole).
+    split: Option<Box<Splits>>,
     /// Clock of the current burst (0: not read yet since the last flush; always 0 with a
     /// scheduler, so `submit` diverts to it inside its once-per-burst branch).
     burst_ns: u64,
@@ -256,6 +264,9 @@ impl BdevQueue {
         if info.queues.default == 0 {
             return Err(invalid("device declares no default queue".into()));
         }
+        if info.max_transfer_blocks == 0 {
+            return Err(invalid("max transfer of 0 blocks".into()));
+        }
         let mut hctx = Vec::with_capacity(HCTX_MAX_TYPES);
         let mut slot = [NO_SLOT; HCTX_MAX_TYPES];
         // With a scheduler the driver may be opened deeper than `depth` (a command id per
@@ -290,18 +301,34 @@ impl BdevQueue {
             });
         }
         let sp = SchedPath::for_mode(&opts.sched, info, &hctx, drv_depth)?;
+        // Every parent in progress holds a tag: as many parents as tags.
+        let split =
+            (info.max_transfer_blocks != u32::MAX || info.boundary_blocks != 0).then(|| {
+                let tags = match &sp {
+                    Some(sp) => sp.tags().depth(),
+                    None => opts.depth * hctx.len() as u32,
+                };
+                Box::new(Splits::new(
+                    tags,
+                    info.max_transfer_blocks,
+                    info.boundary_blocks,
+                    info.block_size,
+                ))
+            });
         Ok(BdevQueue {
             name,
             key: DevKey(NEXT_KEY.fetch_add(1, Ordering::Relaxed)),
             block_size: info.block_size,
             num_blocks: info.num_blocks,
             max_transfer: info.max_transfer_blocks,
+            boundary: info.boundary_blocks,
             ops: info.supported_ops,
             queues: info.queues,
             hctx,
             slot,
             sched: opts.sched,
             sp,
+            split,
             burst_ns: 0,
             inflight: 0,
             poll_first: 0,
@@ -383,20 +410,31 @@ impl BdevQueue {
         self.expect_n(plug, io, 1);
     }
 
-    /// Counts `n` I/Os shaped like `io` (same op and flags) at once.
+    /// Counts `n` I/Os shaped like `io` (same op and flags) at once (an I/O the device
+    /// takes in several requests counts as its children).
     #[inline]
     pub fn expect_n(&self, plug: &mut Plug, io: &Io, n: u32) {
         let (ty, _) = self.queues.map(io.op, io.flags);
-        plug.expect(self.key, ty, n);
+        let per = split::expected_children(io.nblocks, self.max_transfer);
+        plug.expect(self.key, ty, n.saturating_mul(per));
     }
 
     /// Validates `io`, takes a request for it and queues it for the next [`flush`]. Returns
     /// the request's tag. [`SubmitError::Busy`] when its hctx has no free request.
     ///
+    /// An I/O the device cannot take whole (above its `max_transfer_blocks`, or across its
+    /// `boundary_blocks`) is split into child requests ([`super::split`]): accepted once its
+    /// first child has a tag (that tag is returned), refused with `Busy` with nothing queued
+    /// otherwise; children that found no tag are issued and started by later `poll`s. Its
+    /// completion is reported once, after the last child, with the first error of any.
+    ///
     /// [`flush`]: BdevQueue::flush
     #[inline]
     pub fn submit(&mut self, plug: &mut Plug, io: &Io) -> Result<u16, SubmitError> {
         self.validate(io)?;
+        if split::must_split(io.lba, io.nblocks, self.max_transfer, self.boundary) {
+            return self.submit_split(plug, io);
+        }
         let (ty, flags) = self.queues.map(io.op, io.flags);
         if self.burst_ns == 0 {
             if self.sp.is_some() {
@@ -427,7 +465,10 @@ impl BdevQueue {
     /// Stops at the first I/O that cannot be queued and returns how many were queued, with
     /// the reason: `Busy` (no free request), or the I/O's validation error. `next()` was
     /// then called once more than the count queued (that I/O is the one refused), except when
-    /// the shape itself is refused (unsupported op, 0 or too many blocks) before any call.
+    /// the shape itself is refused (unsupported op, 0 blocks) before any call.
+    ///
+    /// I/Os the device may have to split (longer than its transfer limit, or any I/O on a
+    /// device with a boundary) go through `submit` one by one, inside the burst.
     #[inline]
     pub fn submit_with<F>(
         &mut self,
@@ -442,14 +483,46 @@ impl BdevQueue {
         if self.sp.is_some() {
             return self.submit_with_sched(plug, io, n, next);
         }
-        let mut io = *io;
         if n == 0 {
             return (0, None);
         }
-        let shape = match self.burst_shape(&io) {
+        let shape = match self.burst_shape(io) {
             Ok(shape) => shape,
             Err(e) => return (0, Some(e)),
         };
+        let mut done = 0;
+        loop {
+            let (queued, care) = self.burst_run(plug, io, &shape, n - done, &mut next);
+            done += queued;
+            let Some(care) = care else {
+                return (done, (done < n).then_some(SubmitError::Busy));
+            };
+            // Invalid, or to be split: the whole of `submit`, then on with the burst.
+            if let Err(e) = self.submit(plug, &care) {
+                return (done, Some(e));
+            }
+            done += 1;
+            if done == n {
+                return (n, None);
+            }
+        }
+    }
+
+    /// One run of `submit_with` (no scheduler): up to `n` I/Os until one finds no tag (then
+    /// fewer queued and `None`) or needs care (returned, not queued).
+    #[inline]
+    fn burst_run<F>(
+        &mut self,
+        plug: &mut Plug,
+        io: &Io,
+        shape: &BurstShape,
+        n: u32,
+        next: &mut F,
+    ) -> (u32, Option<Io>)
+    where
+        F: FnMut() -> (u64, IoBuf, u64),
+    {
+        let mut io = *io;
         let (ty, flags) = (shape.ty, shape.flags);
         if self.burst_ns == 0 {
             self.burst_ns = now_ns();
@@ -458,16 +531,14 @@ impl BdevQueue {
         let hi = self.slot[ty.index()] as usize;
         for i in 0..n {
             (io.lba, io.buf, io.token) = next();
-            if shape.may_be_invalid(&io)
-                && let Err(e) = self.validate(&io)
-            {
+            if shape.needs_care(&io) {
                 self.inflight += i;
-                return (i, Some(e));
+                return (i, Some(io));
             }
             let h = &mut self.hctx[hi];
             let Some(tag) = plug.take(self.key, ty, &h.tags, &mut h.hint) else {
                 self.inflight += i;
-                return (i, Some(SubmitError::Busy));
+                return (i, None);
             };
             let rq = &mut h.pool[tag];
             rq.prepare(&io, now);
@@ -482,14 +553,13 @@ impl BdevQueue {
     /// The checks of a `submit_with` burst that depend only on its shape (`io`'s op, flags
     /// and block count), done once: the op is supported and the block count allowed (else
     /// the error `validate` gives), the hctx type and flags it maps to, and what is left to
-    /// check per I/O.
+    /// check per I/O. When the device may have to split I/Os of this shape (longer than its
+    /// transfer limit, or it has a boundary), every I/O needs care.
     #[inline]
     fn burst_shape(&self, io: &Io) -> Result<BurstShape, SubmitError> {
         // A flush has no range or buffer to check.
         let range = io.op != Op::Flush;
-        if !self.ops.contains(io.op)
-            || (range && (io.nblocks == 0 || io.nblocks > self.max_transfer))
-        {
+        if !self.ops.contains(io.op) || (range && io.nblocks == 0) {
             self.validate(io)?;
         }
         let (ty, flags) = self.queues.map(io.op, io.flags);
@@ -502,7 +572,11 @@ impl BdevQueue {
             } else {
                 0
             },
-            last_lba: self.num_blocks.checked_sub(u64::from(io.nblocks)),
+            last_lba: if io.nblocks > self.max_transfer || self.boundary != 0 {
+                None
+            } else {
+                self.num_blocks.checked_sub(u64::from(io.nblocks))
+            },
         })
     }
 
@@ -515,10 +589,7 @@ impl BdevQueue {
             return Ok(());
         }
         let end = io.lba.checked_add(u64::from(io.nblocks));
-        if io.nblocks == 0
-            || end.is_none_or(|e| e > self.num_blocks)
-            || io.nblocks > self.max_transfer
-        {
+        if io.nblocks == 0 || end.is_none_or(|e| e > self.num_blocks) {
             return Err(self.bad_range(io));
         }
         if io.op.has_data()
@@ -549,12 +620,6 @@ impl BdevQueue {
             SubmitError::Empty {
                 name,
                 op: io.op.name(),
-            }
-        } else if io.nblocks > self.max_transfer {
-            SubmitError::TooLarge {
-                name,
-                nblocks: io.nblocks,
-                max: self.max_transfer,
             }
         } else {
             SubmitError::OutOfRange {
@@ -611,11 +676,29 @@ impl BdevQueue {
             }
             let now = now_ns();
             let block_size = u64::from(self.block_size);
-            for &tag in &h.done {
-                report_done(&mut h.pool[tag], now, block_size, &mut self.stats, &mut f);
+            // Children of split I/O are looked for only while some are in flight: the batch
+            // loop of everything else is the one without them.
+            match self.split.as_deref_mut().filter(|s| s.has_children()) {
+                None => {
+                    for &tag in &h.done {
+                        let rq = &mut h.pool[tag];
+                        report_done(rq, now, block_size, &mut self.stats, None, &mut f);
+                    }
+                }
+                Some(s) => {
+                    for &tag in &h.done {
+                        let rq = &mut h.pool[tag];
+                        report_done(rq, now, block_size, &mut self.stats, Some(s), &mut f);
+                    }
+                }
             }
             h.tags.put_batch(&mut h.put_hint, &h.done);
             total += n;
+        }
+        if let Some(s) = self.split.as_deref()
+            && s.needs_poll_end()
+        {
+            return self.poll_end_split(total);
         }
         if total > 0 {
             self.inflight -= total as u32;
@@ -660,17 +743,39 @@ impl BdevQueue {
     }
 }
 
-/// Stamps `rq` complete at `now`, records it in `stats` and reports it to `f`.
-// Always inlined: it runs per I/O, and as a call it is not inlined into pmio-perf's poller.
+/// Stamps `rq` complete at `now`, records it in `stats` and reports it to `f`; with `split`
+/// (children in flight), a split's child goes to its parent instead, which is recorded and
+/// reported with its last child.
+// Always inlined: it runs per I/O, and as a call it is not inlined into pmio-perf's poller;
+// called with `None`, the child check compiles away.
 #[inline(always)]
 fn report_done<F: FnMut(&Request)>(
     rq: &mut Request,
     now: u64,
     block_size: u64,
     stats: &mut QueueStats,
+    split: Option<&mut Splits>,
     f: &mut F,
 ) {
     rq.complete_ns = now;
+    if let Some(split) = split
+        && rq.flags.contains(ReqFlags::CHILD)
+    {
+        split_path::report_child(rq, now, block_size, stats, split, f);
+        return;
+    }
+    record_done(rq, now, block_size, stats, f);
+}
+
+/// Records the completed `rq` (stamped at `now`) in `stats` and reports it to `f`.
+#[inline(always)]
+fn record_done<F: FnMut(&Request)>(
+    rq: &Request,
+    now: u64,
+    block_size: u64,
+    stats: &mut QueueStats,
+    f: &mut F,
+) {
     let lat = now.saturating_sub(rq.submit_ns);
     let bytes = if rq.op.has_data() {
         u64::from(rq.nblocks) * block_size
@@ -793,6 +898,7 @@ mod tests {
                 queues,
                 max_queue_depth: 256,
                 max_transfer_blocks: 64,
+                boundary_blocks: 0,
             },
             fail_lba,
             log: Arc::clone(&log),
@@ -1040,10 +1146,12 @@ mod tests {
             q.submit(&mut plug, &io),
             Err(SubmitError::Empty { .. })
         ));
+        // More than the largest transfer (64 blocks) is split, not refused: only the buffer
+        // is wrong here.
         io.nblocks = 65;
         assert!(matches!(
             q.submit(&mut plug, &io),
-            Err(SubmitError::TooLarge { .. })
+            Err(SubmitError::BadBuffer { .. })
         ));
         io.op = Op::Discard;
         io.nblocks = 1;

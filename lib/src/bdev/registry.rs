@@ -160,6 +160,7 @@ mod tests {
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: 8,
             max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
         }))
     }
 

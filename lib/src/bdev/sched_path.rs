@@ -41,8 +41,9 @@
 
 use std::sync::Arc;
 
+use super::super::split::Splits;
 use super::super::stats::{QueueStats, now_ns};
-use super::{BdevError, BdevQueue, Hctx, SchedMode, SubmitError, report_done};
+use super::{BdevError, BdevQueue, BurstShape, Hctx, SchedMode, SubmitError, report_done};
 use crate::hctx::{HCTX_MAX_TYPES, HctxType};
 use crate::plug::Plug;
 use crate::request::{Io, IoBuf, IoStatus, PrioClass, ReqFlags, Request};
@@ -176,6 +177,14 @@ impl SchedPath {
                 opts.max_transfer_blocks, info.max_transfer_blocks
             )));
         }
+        // Merges must not cross the device's boundary: the scheduler's boundaries must include
+        // every one of the device's.
+        let (b, db) = (opts.boundary_blocks, info.boundary_blocks);
+        if db != 0 && (b == 0 || db % b != 0) {
+            return Err(invalid(format!(
+                "mq-deadline boundary {b} blocks does not divide the device's {db}-block boundary"
+            )));
+        }
         if info.num_blocks > 1 << 48 {
             return Err(invalid(format!(
                 "mq-deadline sorts sectors below 2^48; the device has {} blocks",
@@ -300,6 +309,61 @@ impl SchedPath {
         self.drv_busy[hi]
     }
 
+    /// The clock of the current burst (read now if this is its first request).
+    #[inline]
+    pub(super) fn burst_clock(&mut self) -> u64 {
+        if self.burst_ns == 0 {
+            self.burst_ns = now_ns();
+        }
+        self.burst_ns
+    }
+
+    /// Takes a scheduler tag for `io` (a split's child issued by `poll`, mapped to `ty` with
+    /// `flags`: no plug, the scheduler's depth limit) and queues it after the pending burst,
+    /// to be inserted by [`SchedPath::start_resumed`]. `None` when no tag is free.
+    pub(super) fn queue_resumed(
+        &mut self,
+        io: &Io,
+        ty: HctxType,
+        flags: ReqFlags,
+        now: u64,
+    ) -> Option<u16> {
+        let tag = match self.dd.limit_depth(io.op, flags) {
+            None => self.tags.get(&mut self.hint),
+            Some(depth) => self.tags.get_shallow(&mut self.hint, depth),
+        }?;
+        let rq = &mut self.pool[tag];
+        rq.prepare(io, now);
+        rq.flags = flags;
+        rq.hctx = ty;
+        // At most `per_owner` scheduler tags exist, so a pending slot is always free.
+        self.pending[self.npending] = tag;
+        self.npending += 1;
+        Some(tag)
+    }
+
+    /// Requests submitted and not inserted yet (where `queue_resumed` adds its own).
+    pub(super) fn pending_len(&self) -> usize {
+        self.npending
+    }
+
+    /// Inserts the requests `queue_resumed` queued after `from` (the pending burst before
+    /// them stays for the next flush) and dispatches what the driver queues have room for.
+    /// Returns how many started.
+    pub(super) fn start_resumed(
+        &mut self,
+        from: usize,
+        hctx: &mut [Hctx],
+        slot: &[u8],
+        now: u64,
+    ) -> usize {
+        if self.npending == from {
+            return 0;
+        }
+        self.insert_from(from, hctx, now);
+        self.start(hctx, slot, now)
+    }
+
     /// Forgets the burst tracked by `submit` (at flush).
     #[inline]
     fn reset_burst(&mut self) {
@@ -338,6 +402,21 @@ impl BdevQueue {
         ty: HctxType,
         flags: ReqFlags,
     ) -> Result<u16, SubmitError> {
+        let tag = self.queue_sched(plug, io, ty, flags)?;
+        self.inflight += 1;
+        Ok(tag)
+    }
+
+    /// The request side of `submit_sched` (also a split's children at submit): the tag, the
+    /// request, the pending list and what flush needs to know of the burst; not `inflight`.
+    #[inline]
+    pub(super) fn queue_sched(
+        &mut self,
+        plug: &mut Plug,
+        io: &Io,
+        ty: HctxType,
+        flags: ReqFlags,
+    ) -> Result<u16, SubmitError> {
         let key = self.key;
         let Some(sp) = self.sp.as_deref_mut() else {
             return Err(SubmitError::Busy);
@@ -359,7 +438,6 @@ impl BdevQueue {
         // At most `per_owner` scheduler tags exist, so a pending slot is always free.
         sp.pending[sp.npending] = tag;
         sp.npending += 1;
-        self.inflight += 1;
         // What flush needs to know to hand the burst out whole (see `flush_direct`).
         let dir = u8::from(!io.op.is_read());
         let end = io.lba.wrapping_add(u64::from(io.nblocks));
@@ -381,7 +459,8 @@ impl BdevQueue {
     /// contract as `BdevQueue::submit_with`: stops at the first I/O that cannot be queued and
     /// returns how many were, with the reason (`Busy` or the I/O's validation error); `next()`
     /// was then called once more than the count queued, except when the shape itself is
-    /// refused before any call.
+    /// refused before any call. An I/O the shape cannot vouch for (invalid, or to be split)
+    /// goes through `submit`, and the burst goes on after it.
     #[inline]
     pub(super) fn submit_with_sched<F>(
         &mut self,
@@ -393,18 +472,49 @@ impl BdevQueue {
     where
         F: FnMut() -> (u64, IoBuf, u64),
     {
-        let mut io = *io;
         if n == 0 {
             return (0, None);
         }
-        let shape = match self.burst_shape(&io) {
+        let shape = match self.burst_shape(io) {
             Ok(shape) => shape,
             Err(e) => return (0, Some(e)),
         };
+        let mut done = 0;
+        loop {
+            let (queued, care) = self.sched_burst_run(plug, io, &shape, n - done, &mut next);
+            done += queued;
+            let Some(care) = care else {
+                return (done, (done < n).then_some(SubmitError::Busy));
+            };
+            if let Err(e) = self.submit(plug, &care) {
+                return (done, Some(e));
+            }
+            done += 1;
+            if done == n {
+                return (n, None);
+            }
+        }
+    }
+
+    /// One run of `submit_with_sched`: up to `n` I/Os until one finds no tag (then fewer
+    /// queued and `None`) or needs care (returned, not queued).
+    #[inline]
+    fn sched_burst_run<F>(
+        &mut self,
+        plug: &mut Plug,
+        io: &Io,
+        shape: &BurstShape,
+        n: u32,
+        next: &mut F,
+    ) -> (u32, Option<Io>)
+    where
+        F: FnMut() -> (u64, IoBuf, u64),
+    {
+        let mut io = *io;
         let (ty, flags) = (shape.ty, shape.flags);
         let key = self.key;
         let Some(sp) = self.sp.as_deref_mut() else {
-            return (0, Some(SubmitError::Busy));
+            return (0, None);
         };
         if sp.burst_ns == 0 {
             sp.burst_ns = now_ns();
@@ -422,11 +532,11 @@ impl BdevQueue {
         };
         let mut adjacent = false;
         let mut queued = 0u32;
-        let mut refused = None;
+        let mut care = None;
         for _ in 0..n {
             (io.lba, io.buf, io.token) = next();
-            if shape.may_be_invalid(&io) {
-                refused = Some(io);
+            if shape.needs_care(&io) {
+                care = Some(io);
                 break;
             }
             let tag = match depth {
@@ -455,14 +565,7 @@ impl BdevQueue {
             sp.burst_hctx[ty.index()] += queued;
             self.inflight += queued;
         }
-        if queued == n {
-            return (n, None);
-        }
-        let err = match refused {
-            Some(bad) => self.validate(&bad).err(),
-            None => Some(SubmitError::Busy),
-        };
-        (queued, err)
+        (queued, care)
     }
 
     /// `flush` with a scheduler: insert the burst (one lock), then dispatch what the driver
@@ -525,7 +628,14 @@ impl BdevQueue {
         for &local in &sp.failed {
             let rq = &mut sp.pool[local];
             rq.status = IoStatus::Errno(libc::EINVAL);
-            report_done(rq, now, block_size, &mut self.stats, f);
+            report_done(
+                rq,
+                now,
+                block_size,
+                &mut self.stats,
+                self.split.as_deref_mut(),
+                f,
+            );
         }
         sp.tags.put_batch(&mut sp.put_hint, &sp.failed);
         let n = sp.failed.len();
@@ -578,6 +688,8 @@ impl BdevQueue {
                 (Some((c, _)), None) if all_counted => Some(c),
                 _ => None,
             };
+            // Children of split I/O are looked for only while some are in flight.
+            let mut split = self.split.as_deref_mut().filter(|s| s.has_children());
             for &tag in &h.done {
                 if !all_counted && sp.via[usize::from(tag)] != VIA_COUNTED {
                     walk = true;
@@ -587,7 +699,14 @@ impl BdevQueue {
                 if only.is_none() {
                     counted[rq.prio.class as usize] += 1;
                 }
-                report_done(rq, now, block_size, &mut self.stats, &mut f);
+                report_done(
+                    rq,
+                    now,
+                    block_size,
+                    &mut self.stats,
+                    split.as_deref_mut(),
+                    &mut f,
+                );
             }
             if let Some(c) = only {
                 counted[c] = n as u64;
@@ -634,7 +753,8 @@ impl BdevQueue {
                     }
                 }
             }
-            sp.complete_members(now, block_size, &mut self.stats, &mut f);
+            let split = self.split.as_deref_mut();
+            sp.complete_members(now, block_size, &mut self.stats, split, &mut f);
             // Counted requests were reported in the first pass; `freed` holds them too.
             members += sp.freed.len();
             reaped += n;
@@ -643,9 +763,21 @@ impl BdevQueue {
     }
 
     /// The end of a scheduler `poll` that completed `members` requests (`now`: the clock of
-    /// its last batch, 0 if none): publish the statistics, then dispatch more if driver room
-    /// was freed or another reactor parked requests for this one.
-    fn end_sched_poll(&mut self, members: usize, mut now: u64) -> usize {
+    /// its last batch, 0 if none): publish the statistics, issue the children split parents
+    /// wait to issue, then dispatch more if driver room was freed or another reactor parked
+    /// requests for this one. Returns the I/Os completed (children only count with their
+    /// parent).
+    fn end_sched_poll(&mut self, mut members: usize, mut now: u64) -> usize {
+        let mut resume = false;
+        if let Some(s) = self.split.as_deref_mut()
+            && s.needs_poll_end()
+        {
+            members -= s.take_absorbed();
+            resume = s.has_waiting();
+        }
+        if resume {
+            self.resume_splits();
+        }
         if members > 0 {
             self.inflight -= members as u32;
             self.cell.publish(&self.stats);
@@ -696,7 +828,8 @@ impl BdevQueue {
             h.tags.put_batch(&mut h.put_hint, &h.done);
             sp.drv_busy[hi] -= n as u32;
             sp.freed.clear();
-            sp.complete_members(now, block_size, &mut self.stats, &mut f);
+            let split = self.split.as_deref_mut();
+            sp.complete_members(now, block_size, &mut self.stats, split, &mut f);
             members += sp.freed.len();
             reaped += n;
         }
@@ -718,6 +851,7 @@ impl SchedPath {
         now: u64,
         block_size: u64,
         stats: &mut QueueStats,
+        mut split: Option<&mut Splits>,
         f: &mut F,
     ) {
         let (base, pool, freed) = (self.base, &mut self.pool, &mut self.freed);
@@ -730,7 +864,7 @@ impl SchedPath {
                 };
                 let rq = &mut pool[local];
                 rq.status = status;
-                report_done(rq, now, block_size, stats, f);
+                report_done(rq, now, block_size, stats, split.as_deref_mut(), f);
                 freed.push(local);
             });
         if let Err(e) = res {
@@ -746,15 +880,20 @@ impl SchedPath {
     /// only on a bug (ids and owner are checked at open, sectors by the device's size): then
     /// each is retried alone, and a refused one completes with `EINVAL` at the next poll.
     fn insert_pending(&mut self, hctx: &[Hctx], now: u64) {
+        self.insert_from(0, hctx, now);
+    }
+
+    /// `insert_pending` of the pending requests after the first `from` (which stay pending).
+    fn insert_from(&mut self, from: usize, hctx: &[Hctx], now: u64) {
         self.rqs.clear();
-        for &t in &self.pending[..self.npending] {
+        for &t in &self.pending[from..self.npending] {
             self.rqs.push(SchedRq::from_request(
                 self.base + u32::from(t),
                 self.owner,
                 &self.pool[t],
             ));
         }
-        self.npending = 0;
+        self.npending = from;
         let room = self.room(hctx);
         self.out.clear();
         let res = self

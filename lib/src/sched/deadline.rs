@@ -85,6 +85,9 @@ pub struct DeadlineOptions {
     pub owners: u16,
     /// Device limit: largest request, in blocks (default unlimited).
     pub max_transfer_blocks: u32,
+    /// Device limit: no request crosses a multiple of this many blocks (default 0: none), as
+    /// the block layer's split leaves none across the device's boundary.
+    pub boundary_blocks: u32,
     /// Device limit: buffer segments per request (default 1: a pmio request carries one
     /// buffer, so only requests whose buffers are contiguous in memory merge).
     pub max_segments: u32,
@@ -105,6 +108,7 @@ impl Default for DeadlineOptions {
             nr_requests: default_nr_requests(BLKDEV_DEFAULT_RQ),
             owners: 64,
             max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
             max_segments: 1,
             block_size: 512,
         }
@@ -831,19 +835,25 @@ impl Deadline {
     }
 
     /// Whether `lo` followed by `hi` (adjacent in sectors) may become one request; returns the
-    /// merged segment count.
+    /// merged segment count. The children of a split I/O merge like any request (each member
+    /// still completes on its own), within the device's limits.
     fn merge_fits(&self, lo: &Slot, hi: &Slot) -> Option<u32> {
+        const ANY: ReqFlags = ReqFlags::SYNC.union(ReqFlags::CHILD);
         // Same owner too: the owner completes the members, whose requests live in its pool.
         let same = lo.op == hi.op
             && lo.owner == hi.owner
             && lo.prio == hi.prio
-            && lo.flags.without(ReqFlags::SYNC) == hi.flags.without(ReqFlags::SYNC)
+            && lo.flags.without(ANY) == hi.flags.without(ANY)
             && lo.end() == hi.sector;
         if !same || !Self::mergeable(lo) || !Self::mergeable(hi) {
             return None;
         }
         let blocks = u64::from(lo.nblocks) + u64::from(hi.nblocks);
         if blocks > u64::from(self.opts.max_transfer_blocks) {
+            return None;
+        }
+        let b = u64::from(self.opts.boundary_blocks);
+        if b != 0 && lo.sector / b != (hi.end() - 1) / b {
             return None;
         }
         let contiguous = lo.end_addr != 0 && lo.end_addr == hi.addr;

@@ -494,6 +494,7 @@ pub(crate) mod testutil {
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: 128,
             max_transfer_blocks: u32::MAX,
+            boundary_blocks: 0,
         }))
     }
 

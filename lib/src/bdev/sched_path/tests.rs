@@ -22,6 +22,9 @@ struct RamQueue {
     data: Arc<Mutex<Vec<u8>>>,
     fifo: VecDeque<u16>,
     max_inflight: Arc<AtomicU64>,
+    /// The device's limits, which no request may break.
+    max: u32,
+    boundary: u32,
 }
 
 impl BlockDevice for Ram {
@@ -38,6 +41,8 @@ impl BlockDevice for Ram {
             data: Arc::clone(&self.data),
             fifo: VecDeque::new(),
             max_inflight: Arc::clone(&self.max_inflight),
+            max: self.info.max_transfer_blocks,
+            boundary: self.info.boundary_blocks,
         }))
     }
 }
@@ -48,6 +53,12 @@ impl DriverQueue for RamQueue {
         for &t in tags {
             let rq = &rqs[usize::from(t)];
             assert!(!self.fifo.contains(&t), "driver tag {t} handed out twice");
+            assert!(
+                !crate::bdev::split::must_split(rq.lba, rq.nblocks, self.max, self.boundary),
+                "{} blocks at {} break the device's limits",
+                rq.nblocks,
+                rq.lba
+            );
             let off = rq.lba as usize * BS as usize;
             let len = rq.nblocks as usize * BS as usize;
             assert_eq!(rq.buf.len() as usize, len, "merged buffer length");
@@ -86,6 +97,16 @@ fn ram(blocks: u64) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>) {
 /// A RAM disk whose queues may be opened at most `max_depth` deep (below the scheduler
 /// tags per owner, the scheduler path copies requests into driver requests).
 fn ram_max(blocks: u64, max_depth: u32) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>) {
+    ram_limits(blocks, max_depth, 256, 0)
+}
+
+/// `ram_max` with a transfer limit and a boundary.
+fn ram_limits(
+    blocks: u64,
+    max_depth: u32,
+    max_transfer: u32,
+    boundary: u32,
+) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>) {
     let max_inflight = Arc::new(AtomicU64::new(0));
     let d = Ram {
         info: BdevInfo {
@@ -97,7 +118,8 @@ fn ram_max(blocks: u64, max_depth: u32) -> (Arc<dyn BlockDevice>, Arc<AtomicU64>
             supported_ops: OpSet::READ_WRITE.with(Op::Flush),
             queues: HctxQueues::DEFAULT_ONLY,
             max_queue_depth: max_depth,
-            max_transfer_blocks: 256,
+            max_transfer_blocks: max_transfer,
+            boundary_blocks: boundary,
         },
         data: Arc::new(Mutex::new(vec![0; (blocks * u64::from(BS)) as usize])),
         max_inflight: Arc::clone(&max_inflight),
@@ -232,6 +254,93 @@ fn merged_writes_case(max_depth: u32) {
     assert_eq!(q.stats().op(Op::Read).bytes, 16 * u64::from(BS));
     drop(q);
     dd.teardown_check().unwrap();
+}
+
+/// The children of a split I/O go through the scheduler like any request: a child merges with
+/// a neighbouring I/O (a child of another split, or a whole one) where the device's limits
+/// allow, never beyond them (the device asserts it), and every I/O completes once with its
+/// data in place.
+#[test]
+fn split_children_merge_with_neighbours_within_the_device_limits() {
+    // (boundary, second I/O's blocks): with no boundary the 4-block tail child of the first
+    // I/O ([16, 20)) merges with the second ([20, 24)); with an 8-block boundary the second
+    // (8 blocks) is itself split at 24, its first child merges with that tail, and its second
+    // one ([24, 28)) may not join them across the boundary.
+    for (boundary, second) in [(0u32, 4u32), (8, 8)] {
+        let (dev, _) = ram_limits(1024, 256, 16, boundary);
+        let opts = DeadlineOptions {
+            boundary_blocks: boundary,
+            ..DeadlineOptions::for_queues(8, 1, 16, BS)
+        };
+        let dd = Arc::new(SharedDeadline::new(opts).unwrap());
+        let mut q = open_sched(Arc::clone(&dev), &dd, 8, 0).unwrap();
+        let mut plug = Plug::default();
+        let total = 20 + second as usize;
+        let mut wbuf: Vec<u8> = (0..total * BS as usize).map(|i| (i / 3) as u8).collect();
+        let mut parts = split_bufs(&mut wbuf, BS as usize);
+        let first = parts.next().unwrap();
+        let base = first.as_ptr();
+        // SAFETY: `wbuf` stays alive and untouched until both writes complete.
+        let whole = unsafe { IoBuf::from_raw_parts(base, (total * BS as usize) as u32) };
+        let a = io(Op::Write, 0, whole.range(0, 20 * BS), 1, PrioClass::Be);
+        let b = io(
+            Op::Write,
+            20,
+            whole.range(20 * BS, second * BS),
+            2,
+            PrioClass::Be,
+        );
+        plug.begin();
+        q.expect(&mut plug, &a);
+        q.expect(&mut plug, &b);
+        q.submit(&mut plug, &a).unwrap();
+        q.submit(&mut plug, &b).unwrap();
+        plug.finish();
+        assert_eq!(q.outstanding(), 2);
+        q.flush();
+        let mut seen = Vec::new();
+        while q.outstanding() > 0 {
+            q.poll(4, |rq| {
+                assert!(rq.status.is_success());
+                seen.push((rq.token, rq.lba, rq.nblocks));
+            });
+        }
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            vec![(1, 0, 20), (2, 20, second)],
+            "boundary {boundary}"
+        );
+        assert_eq!(
+            dd.stats(PrioClass::Be).merged,
+            1,
+            "boundary {boundary}: the tail child merged once"
+        );
+        // Read the blocks back through the splits.
+        let mut rbuf = vec![0u8; total * BS as usize];
+        let rb = split_bufs(&mut rbuf, total * BS as usize).next().unwrap();
+        q.submit(&mut plug, &io(Op::Read, 0, rb, 3, PrioClass::Be))
+            .unwrap();
+        q.flush();
+        while q.outstanding() > 0 {
+            q.poll(4, |rq| {
+                assert_eq!((rq.token, rq.nblocks), (3, total as u32))
+            });
+        }
+        assert_eq!(rbuf, wbuf);
+        assert_eq!(q.sched_busy_tags(), 0);
+        drop(q);
+        dd.teardown_check().unwrap();
+    }
+}
+
+/// A device whose boundary the scheduler does not respect is refused at open.
+#[test]
+fn open_refuses_a_scheduler_that_would_merge_across_the_boundary() {
+    let (dev, _) = ram_limits(1024, 256, 256, 8);
+    let dd = sched(1, 8);
+    let e = open_sched(dev, &dd, 8, 0).unwrap_err();
+    assert!(e.to_string().contains("boundary 0 blocks"), "{e}");
 }
 
 /// The scheduler-pool path: a regular burst (one class, nothing adjacent, no HEAD) on an
