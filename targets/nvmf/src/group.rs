@@ -34,7 +34,6 @@ pub(crate) struct NsRef {
     pub block_size: u32,
     pub num_blocks: u64,
     pub ops: OpSet,
-    pub max_transfer_blocks: u32,
 }
 
 /// A bdev queue opened on this reactor.
@@ -283,7 +282,6 @@ impl GroupShared {
                                 block_size: info.block_size,
                                 num_blocks: info.num_blocks,
                                 ops: info.supported_ops,
-                                max_transfer_blocks: info.max_transfer_blocks,
                             },
                         );
                     }

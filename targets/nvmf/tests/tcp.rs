@@ -155,3 +155,29 @@ fn an_idle_connected_target_sleeps() {
     assert!(io.read(0, 8).status().is_success());
     assert!(start.elapsed() < std::time::Duration::from_secs(1));
 }
+
+/// A bdev whose largest transfer (64 KiB) is below the target's MDTS (128 KiB): the block layer
+/// splits the host's 128 KiB commands, and the data round-trips.
+#[test]
+fn commands_above_the_bdevs_largest_transfer_are_split() {
+    let t = TestTarget::start(TransportOpts::default(), true);
+    let dev = pmio_malloc::MallocDevice::new(pmio_malloc::MallocOptions {
+        name: "Malloc64k".into(),
+        num_blocks: 4096,
+        max_transfer_blocks: 128,
+        ..pmio_malloc::MallocOptions::default()
+    })
+    .unwrap();
+    t.registry.register(dev).unwrap();
+    t.tgt
+        .add_ns(common::NQN, "Malloc64k", 3, None, None, None)
+        .unwrap();
+    let (_admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
+    let mut io = Host::io_queue(t.addr, Digests::NONE, cntlid, 1);
+    let data = pattern(131072, 99);
+    let w = io.write_ns(3, 256, &data);
+    assert!(w.status().is_success(), "{:?}", w.status());
+    let r = io.read_ns(3, 256, 256);
+    assert!(r.status().is_success(), "{:?}", r.status());
+    assert!(r.data == data, "a split 128 KiB write reads back");
+}

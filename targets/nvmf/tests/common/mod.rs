@@ -663,7 +663,12 @@ impl Host {
 
     /// Writes `data` at `lba` of namespace 1 (512-byte blocks): in-capsule when it fits.
     pub fn write(&mut self, lba: u64, data: &[u8]) -> Reply {
-        let mut sqe = rw_sqe(spec::nvm_opc::WRITE, 1, lba, (data.len() / 512) as u32);
+        self.write_ns(1, lba, data)
+    }
+
+    /// Writes `data` at `lba` of namespace `nsid` (512-byte blocks): in-capsule when it fits.
+    pub fn write_ns(&mut self, nsid: u32, lba: u64, data: &[u8]) -> Reply {
+        let mut sqe = rw_sqe(spec::nvm_opc::WRITE, nsid, lba, (data.len() / 512) as u32);
         sqe.cid = self.cid();
         let cid = sqe.cid;
         if data.len() <= self.in_capsule {
