@@ -126,6 +126,16 @@ fn block_pattern(lba: u64, version: u64, out: &mut [u8]) {
     }
 }
 
+/// An emulator for the tests that run it on its own thread: CAP.TO of 5 s, so that a thread
+/// starved for a while on a loaded 2-core machine (CI beside a guest) does not look like a
+/// controller that never gets ready and make the driver reset it again.
+fn threaded_emu() -> Arc<Emu> {
+    Emu::new(EmuConfig {
+        to: 10,
+        ..EmuConfig::default()
+    })
+}
+
 fn fast_opts() -> NvmeOptions {
     NvmeOptions {
         // Long enough that a loaded machine (parallel tests on 2 cores) does not time out
@@ -797,7 +807,7 @@ fn fault_mixed_random_faults_on_the_emulator_thread() {
 /// its unit), under dropped, delayed and failed commands; then everything acknowledged reads
 /// back.
 fn mixed_random_faults(seed: u64) {
-    let emu = Emu::new(EmuConfig::default());
+    let emu = threaded_emu();
     emu.seed(seed);
     let opts = NvmeOptions {
         io_timeout: Duration::from_millis(300),
@@ -822,10 +832,12 @@ fn mixed_random_faults(seed: u64) {
     let s = w.q.stats();
     assert_eq!(s.completed, w.statuses.len() as u64);
     assert_eq!(s.errors, failed, "every failure reported and counted");
-    assert_eq!((s.timeouts, s.aborts_failed), (s.aborts, 0));
-    // Every dropped command times out; on a loaded machine a slow one may too (its abort then
-    // finds nothing, which is not a failure).
+    // Every dropped command times out and is aborted. On a loaded machine (the emulator's thread
+    // starved for longer than the 300 ms I/O or 50 ms abort timeout) slow commands time out
+    // too, and an abort may itself time out and reset the controller: what holds whatever the
+    // timing is that no timeout goes unanswered, and the data checks above and below.
     assert!(s.timeouts >= emu.stats().dropped, "{s:?}");
+    assert!(s.aborts <= s.timeouts, "{s:?}");
     w.verify_by_reading();
 }
 
@@ -908,7 +920,7 @@ fn fault_unknown_completions_are_counted_and_ignored() {
 
 #[test]
 fn fault_fatal_and_drops_on_the_emulator_thread() {
-    let emu = Emu::new(EmuConfig::default());
+    let emu = threaded_emu();
     let opts = NvmeOptions {
         io_timeout: Duration::from_millis(300),
         ..fast_opts()
@@ -1355,7 +1367,11 @@ fn emu_start_reset_is_driven_by_the_queue_pairs() {
 
 #[test]
 fn fault_reset_with_queue_pairs_on_two_threads() {
-    let emu = stepped_emu_with_ready_delay(Duration::from_millis(20));
+    let emu = Emu::new(EmuConfig {
+        ready_delay: Duration::from_millis(20),
+        to: 10,
+        ..EmuConfig::default()
+    });
     let opts = NvmeOptions {
         io_timeout: Duration::from_millis(300),
         ..fast_opts()
