@@ -690,7 +690,8 @@ fn tgt_nvmf_connected_host_is_listed() {
             .sum()
     };
     let wait_for = |what: &str, ok: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // Generous: a loaded 2-core machine may not run the reactors for seconds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while !ok() {
             assert!(std::time::Instant::now() < deadline, "{what}:\n{}", d.log());
             std::thread::sleep(std::time::Duration::from_millis(20));
