@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost bench-nvmf clean
+.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost bench-nvmf bench-vhost clean
 
 all: build
 
@@ -122,6 +122,16 @@ bench-nvmf:
 		--module null_blk --append "null_blk.nr_devices=1 null_blk.gb=1" \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf -- test/vm/nvmf-bench-in-guest.sh
+
+# pmio-tgt's vhost-user-blk target beside qemu-storage-daemon's (null bdev / null-co, both
+# pinned to host core 0, the guest to core 1): one guest, /dev/vda and /dev/vdb, the same
+# pmio-perf load alternately; IOPS, p99 and each backend's CPU per I/O (BENCHMARKS.md). About
+# 2 minutes; not part of `make test`. BENCH_PRIO=1 (root) raises the session's autogroup so a
+# loaded machine's other work gets little of the backends' core (it then starves that work);
+# BENCH_ROUNDS, BENCH_SECS, BENCH_DEPTH, BENCH_CPU, BENCH_GUEST_CPUS, BENCH_LOGS: see the script.
+bench-vhost:
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-bench.sh
 
 clean:
 	$(CARGO) clean
