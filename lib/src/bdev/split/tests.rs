@@ -642,8 +642,8 @@ const SLOT_BLOCKS: usize = 64;
 /// What the queue test knows of the disk and the I/O in flight.
 struct Model {
     region: Vec<u8>,
-    /// Accepted, not completed: the I/O and, per block, (write epoch, no write in flight) when
-    /// it was accepted.
+    /// Accepted, not completed: the I/O and, per block, the write epoch and whether no other
+    /// write was in flight when it was accepted.
     inflight: HashMap<u64, (Io, Vec<(u32, bool)>)>,
     free: Vec<u64>,
     /// Per block: writes accepted so far, writes in flight, and the salt of the data on disk
@@ -691,11 +691,17 @@ impl Model {
         let write = io.op == Op::Write;
         let mut snap = Vec::with_capacity(blocks.len());
         for b in blocks {
-            if write {
+            // A read: no write in flight. A write: no other write in flight (two overlapping
+            // writes in flight may reach the device in either order: a split's later children
+            // can be issued after a newer I/O's, as any two I/Os in flight may be reordered).
+            let quiet = if write {
                 self.epoch[b] += 1;
                 self.writing[b] += 1;
-            }
-            snap.push((self.epoch[b], self.writing[b] == 0));
+                self.writing[b] == 1
+            } else {
+                self.writing[b] == 0
+            };
+            snap.push((self.epoch[b], quiet));
         }
         self.inflight.insert(io.token, (io, snap));
     }
@@ -717,8 +723,9 @@ impl Model {
             let b = io.lba as usize + i;
             if io.op == Op::Write {
                 self.writing[b] -= 1;
-                self.content[b] =
-                    (self.writing[b] == 0 && self.epoch[b] == epoch).then_some(rq.token as u8);
+                // Known only if this write had the block to itself from acceptance to completion.
+                self.content[b] = (clean && self.writing[b] == 0 && self.epoch[b] == epoch)
+                    .then_some(rq.token as u8);
             } else if clean
                 && self.epoch[b] == epoch
                 && let Some(salt) = self.content[b]
