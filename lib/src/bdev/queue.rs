@@ -480,9 +480,6 @@ impl BdevQueue {
     where
         F: FnMut() -> (u64, IoBuf, u64),
     {
-        if self.sp.is_some() {
-            return self.submit_with_sched(plug, io, n, next);
-        }
         if n == 0 {
             return (0, None);
         }
@@ -490,9 +487,15 @@ impl BdevQueue {
             Ok(shape) => shape,
             Err(e) => return (0, Some(e)),
         };
+        let sched = self.sp.is_some();
         let mut done = 0;
         loop {
-            let (queued, care) = self.burst_run(plug, io, &shape, n - done, &mut next);
+            // One branch per run of the burst, not per I/O.
+            let (queued, care) = if sched {
+                self.sched_burst_run(plug, io, &shape, n - done, &mut next)
+            } else {
+                self.burst_run(plug, io, &shape, n - done, &mut next)
+            };
             done += queued;
             let Some(care) = care else {
                 return (done, (done < n).then_some(SubmitError::Busy));

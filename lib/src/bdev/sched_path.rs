@@ -453,53 +453,11 @@ impl BdevQueue {
         Ok(tag)
     }
 
-    /// `submit_with` with a scheduler: up to `n` I/Os shaped like `io`, `next()` giving each
-    /// one's LBA, buffer and token, with the per-burst work done once (shape checks, hctx
-    /// mapping, the scheduler's depth limit, the burst clock and the burst's class). Same
-    /// contract as `BdevQueue::submit_with`: stops at the first I/O that cannot be queued and
-    /// returns how many were, with the reason (`Busy` or the I/O's validation error); `next()`
-    /// was then called once more than the count queued, except when the shape itself is
-    /// refused before any call. An I/O the shape cannot vouch for (invalid, or to be split)
-    /// goes through `submit`, and the burst goes on after it.
+    /// One run of `submit_with` with a scheduler (the per-burst work done once: hctx mapping,
+    /// the scheduler's depth limit, the burst clock and class): up to `n` I/Os until one finds
+    /// no tag (then fewer queued and `None`) or needs care (returned, not queued).
     #[inline]
-    pub(super) fn submit_with_sched<F>(
-        &mut self,
-        plug: &mut Plug,
-        io: &Io,
-        n: u32,
-        mut next: F,
-    ) -> (u32, Option<SubmitError>)
-    where
-        F: FnMut() -> (u64, IoBuf, u64),
-    {
-        if n == 0 {
-            return (0, None);
-        }
-        let shape = match self.burst_shape(io) {
-            Ok(shape) => shape,
-            Err(e) => return (0, Some(e)),
-        };
-        let mut done = 0;
-        loop {
-            let (queued, care) = self.sched_burst_run(plug, io, &shape, n - done, &mut next);
-            done += queued;
-            let Some(care) = care else {
-                return (done, (done < n).then_some(SubmitError::Busy));
-            };
-            if let Err(e) = self.submit(plug, &care) {
-                return (done, Some(e));
-            }
-            done += 1;
-            if done == n {
-                return (n, None);
-            }
-        }
-    }
-
-    /// One run of `submit_with_sched`: up to `n` I/Os until one finds no tag (then fewer
-    /// queued and `None`) or needs care (returned, not queued).
-    #[inline]
-    fn sched_burst_run<F>(
+    pub(super) fn sched_burst_run<F>(
         &mut self,
         plug: &mut Plug,
         io: &Io,

@@ -417,7 +417,7 @@ fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
 /// is queued as `submit` would; it stops at the first refused I/O with its reason, and a
 /// regular burst still goes out by count.
 #[test]
-fn submit_with_sched_queues_a_shaped_burst() {
+fn submit_with_on_a_scheduler_queues_a_shaped_burst() {
     let (dev, _) = ram(64);
     let dd = sched(1, 4);
     let mut q = open_sched(dev, &dd, 4, 0).unwrap();
@@ -439,7 +439,7 @@ fn submit_with_sched_queues_a_shaped_burst() {
     };
     let lbas = [40u64, 8, 30, 63, 20];
     let mut k = 0;
-    let (n, e) = q.submit_with_sched(&mut plug, &shape, 5, || {
+    let (n, e) = q.submit_with(&mut plug, &shape, 5, || {
         k += 1;
         (lbas[k - 1], buf(k - 1), k as u64)
     });
@@ -456,7 +456,7 @@ fn submit_with_sched_queues_a_shaped_burst() {
         "a regular burst goes out by count"
     );
     assert_eq!(dd.stats(PrioClass::Idle).dispatched, 3);
-    let (n, e) = q.submit_with_sched(&mut plug, &shape, 8, || (50, buf(5), 9));
+    let (n, e) = q.submit_with(&mut plug, &shape, 8, || (50, buf(5), 9));
     assert_eq!((n, e), (5, Some(SubmitError::Busy)), "8 scheduler tags");
     assert_eq!(q.flush(), 1, "the driver queue (4) is full but for one");
     let mut toks = Vec::new();
@@ -472,7 +472,7 @@ fn submit_with_sched_queues_a_shaped_burst() {
         nblocks: 0,
         ..shape
     };
-    let (n, e) = q.submit_with_sched(&mut plug, &bad, 2, || unreachable!());
+    let (n, e) = q.submit_with(&mut plug, &bad, 2, || unreachable!());
     assert_eq!(n, 0);
     assert!(matches!(e, Some(SubmitError::Empty { .. })), "{e:?}");
     drop(q);
