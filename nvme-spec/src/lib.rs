@@ -1,9 +1,20 @@
 //! NVMe and NVMe/TCP wire formats, shared by pmio's NVMe driver (and its NVMe/TCP host) and its
-//! NVMe/TCP target. Pure: no I/O, no sockets, no threads, no unsafe code.
+//! NVMe/TCP target. Pure: no I/O, no sockets, no threads, no unsafe code. Everything is
+//! re-exported at the root.
 //!
+//! - `sqe.rs`: [`Sqe`], the 64-byte command, with its PRP or SGL data pointer ([`SglDesc`]).
+//! - `cqe.rs`: [`Cqe`], the 16-byte completion.
+//! - `status.rs`: [`Status`], its type and code constants ([`sct`], [`sc`]), names, retry rule.
+//! - `opcode.rs`: [`admin_opc`], [`nvm_opc`], [`fctype`]; the CNS, LID and FID selectors.
+//! - `identify.rs`: [`IdentifyController`], [`IdentifyNamespace`] and their byte offsets
+//!   ([`id_ctrl`], [`id_ns`]); namespace identification descriptor types ([`nidt`]).
+//! - `dsm.rs`: [`DsmRange`], what a Dataset Management command points to.
+//! - `fabrics.rs`: controller properties ([`prop`]), Connect's dword 0, the discovery log
+//!   ([`disc`]).
 //! - [`pdu`]: NVMe/TCP PDUs (TP 8000) parsed in place and encoded into a stack buffer, for
 //!   both ends of a connection; `pdu/receive.rs` parses and says what to do about a bad PDU,
 //!   `pdu/send.rs` encodes heads and data digests.
+//! - `bytes.rs`: little-endian reads and writes at byte offsets (crate-private).
 //!
 //! ```
 //! use pmio_nvme_spec::pdu::{self, Header, Link, R2T, Side};
@@ -24,4 +35,22 @@
 
 #![forbid(unsafe_code)]
 
+mod bytes;
+mod cqe;
+mod dsm;
+mod fabrics;
+mod identify;
+mod opcode;
 pub mod pdu;
+mod sqe;
+mod status;
+
+pub use cqe::{CQE_LEN, Cqe};
+pub use dsm::{DSM_ATTR_DEALLOCATE, DsmRange};
+pub use fabrics::{connect_invalid_param_dw0, connect_success_dw0, disc, prop};
+pub use identify::{
+    IDENTIFY_LEN, IdentifyController, IdentifyNamespace, LbaFormat, id_ctrl, id_ns, nidt,
+};
+pub use opcode::{admin_opc, cns, fctype, fid, lid, nvm_opc};
+pub use sqe::{SQE_LEN, SglDesc, Sqe, sgl_type};
+pub use status::{Status, sc, sct};

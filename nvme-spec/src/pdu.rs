@@ -22,6 +22,8 @@
 //! Digests are CRC32C (Castagnoli), stored little endian: the header digest covers the HLEN
 //! header bytes, the data digest covers DATA only (not the padding).
 
+use crate::bytes::{array, le16, le32, put16, put32};
+
 mod receive;
 mod send;
 #[cfg(test)]
@@ -547,26 +549,4 @@ fn write_xfer(h: &mut [u8], cccid: u16, ttag: u16, offset: u32, len: u32) {
     put16(h, TTAG, ttag);
     put32(h, XFER_OFFSET, offset);
     put32(h, XFER_LEN, len);
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn array<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
-    let mut a = [0; N];
-    a.copy_from_slice(&b[at..at + N]);
-    a
 }

@@ -9,7 +9,8 @@
 //! - [`dma`]: [`DmaMapper`], the DMA-mapping interface, and mapped queue memory;
 //!   [`iova`]: where each mapping sits in the IOMMU's address space (IOVA = virtual address
 //!   where the IOMMU reaches it, else allocated from its valid ranges).
-//! - [`spec`]: SQE/CQE/Identify layouts, opcodes, status codes; [`prp`]: PRP entries and lists.
+//! - [`spec`]: SQE/CQE/Identify layouts, opcodes, status codes: the `pmio-nvme-spec` crate,
+//!   shared with the NVMe/TCP target; [`prp`]: PRP entries and lists.
 //! - [`error`]: attach and I/O errors.
 //!
 //! A software controller (tests, the emulator of issue 7) implements [`RegisterIo`] and
@@ -39,13 +40,13 @@ pub mod qpair;
 mod recovery;
 pub mod regs;
 mod ring;
-pub mod spec;
 pub mod vfio;
 
 pub use bdev::NvmeBdev;
 pub use ctrlr::{Controller, InitState, Namespace, NvmeOptions};
 pub use dma::{DmaMapper, DmaMem};
 pub use error::{IoError, NvmeError};
+pub use pmio_nvme_spec as spec;
 pub use qpair::{NvmeQpair, QpairStats};
 pub use regs::RegisterIo;
 pub use vfio::attach;

@@ -42,7 +42,7 @@ const CAP_TO: u64 = 30;
 
 /// The Asynchronous Event of a namespace change: type 2 (notice), information 0 (namespace
 /// attribute changed), log page 04h.
-pub const AEN_NS_CHANGED: u32 = 0x2 | ((lid::CHANGED_NS_LIST as u32) << 16);
+pub const AEN_NS_CHANGED: u32 = 0x2 | (lid::CHANGED_NS_LIST << 16);
 
 /// AEC bit 8: namespace attribute notices enabled.
 const AEC_NS_ATTR: u32 = 1 << 8;
@@ -480,14 +480,14 @@ impl Controller {
         // Set Features that carry data (Host Identifier, Timestamp) are refused without it.
         let _ = data_in;
         self.touch(now_ns);
-        let xfer = sqe.sgl_len() as usize;
+        let xfer = sqe.sgl().len as usize;
         if self.cc & prop::CC_EN == 0 {
             return Reply::err(Status::COMMAND_SEQUENCE_ERROR).fit(xfer);
         }
         if xfer > (self.opts.max_io_size as usize).max(IDENTIFY_LEN) {
             return Reply::err(Status::DATA_SGL_LENGTH_INVALID).fit(xfer);
         }
-        let reply = match sqe.opcode {
+        let reply = match sqe.opcode() {
             admin_opc::IDENTIFY => self.identify(sqe, subsys),
             admin_opc::GET_LOG_PAGE => self.get_log_page(sqe, subsys, subsystems),
             admin_opc::SET_FEATURES => self.set_features(sqe, subsys),
@@ -502,10 +502,10 @@ impl Controller {
     }
 
     fn identify(&self, sqe: &Sqe, subsys: &Subsystem) -> Reply {
-        if (sqe.sgl_len() as usize) < IDENTIFY_LEN {
+        if (sqe.sgl().len as usize) < IDENTIFY_LEN {
             return Reply::err(Status::INVALID_FIELD);
         }
-        let cns = sqe.cdw10 as u8;
+        let cns = sqe.cdw10 & 0xff;
         if self.is_discovery() && cns != cns::CONTROLLER {
             return Reply::err(Status::INVALID_FIELD);
         }
@@ -542,13 +542,13 @@ impl Controller {
         subsys: &Subsystem,
         subsystems: impl IntoIterator<Item = &'a Subsystem>,
     ) -> Reply {
-        let lid = sqe.cdw10 as u8;
+        let lid = sqe.cdw10 & 0xff;
         // Retain Asynchronous Event: reading the log does not unmask its notices.
         let rae = sqe.cdw10 & (1 << 15) != 0;
         let numd = ((u64::from(sqe.cdw11 & 0xFFFF) << 16) | u64::from(sqe.cdw10 >> 16)) + 1;
         let len = numd * 4;
         let offset = (u64::from(sqe.cdw13) << 32) | u64::from(sqe.cdw12);
-        if !offset.is_multiple_of(4) || len > u64::from(sqe.sgl_len()) {
+        if !offset.is_multiple_of(4) || len > u64::from(sqe.sgl().len) {
             return Reply::err(Status::INVALID_FIELD);
         }
         let page = match (self.is_discovery(), lid) {
@@ -581,12 +581,12 @@ impl Controller {
         }
     }
 
-    fn check_feature_nsid(&self, sqe: &Sqe, subsys: &Subsystem) -> Result<u8, Status> {
+    fn check_feature_nsid(&self, sqe: &Sqe, subsys: &Subsystem) -> Result<u32, Status> {
         let nsid = sqe.nsid;
         if nsid != u32::MAX && nsid > subsys.max_namespaces {
             return Err(Status::INVALID_NAMESPACE);
         }
-        let fid = sqe.cdw10 as u8;
+        let fid = sqe.cdw10 & 0xff;
         // A discovery controller has only these two features.
         if self.is_discovery() && !matches!(fid, fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG) {
             return Err(Status::INVALID_FIELD);
@@ -708,7 +708,7 @@ impl Controller {
         if let Some(dw0) = self.take_notice() {
             return Reply::dw0(dw0).fit(0);
         }
-        self.aers.push(sqe.cid);
+        self.aers.push(sqe.cid());
         AdminOutcome::Held
     }
 

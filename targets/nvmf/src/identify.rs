@@ -8,11 +8,10 @@
 
 use pmio::Op;
 
-use crate::spec::{disc, id_ctrl, id_ns, nidt, prop};
+use crate::spec::{IdentifyController, IdentifyNamespace, disc, id_ctrl, id_ns, nidt, prop};
 use crate::subsystem::{AdrFam, Namespace, SubType, Subsystem, TransportOpts};
 
-/// Length of every Identify data structure.
-pub const IDENTIFY_LEN: usize = 4096;
+pub use crate::spec::IDENTIFY_LEN;
 
 /// Length of the SMART / Health Information log page.
 pub const SMART_LOG_LEN: usize = 512;
@@ -145,10 +144,10 @@ impl NsCaps {
     pub fn oncs(self) -> u16 {
         let mut oncs = 0;
         if self.dsm {
-            oncs |= id_ctrl::ONCS_DSM;
+            oncs |= IdentifyController::ONCS_DSM;
         }
         if self.write_zeroes {
-            oncs |= id_ctrl::ONCS_WRITE_ZEROES;
+            oncs |= IdentifyController::ONCS_WRITE_ZEROES;
         }
         oncs
     }
@@ -199,7 +198,7 @@ pub fn identify_ctrlr(
         // Checked by Linux's TCP host for every controller, discovery included.
         .u32(
             id_ctrl::SGLS,
-            id_ctrl::SGLS_SUPPORTED | id_ctrl::SGLS_OFFSET,
+            IdentifyController::SGLS_SUPPORTED | IdentifyController::SGLS_OFFSET,
         )
         .nul_str(id_ctrl::SUBNQN, id_ctrl::SUBNQN_LEN, &subsys.nqn)
         // Fabrics attributes: SQE + in-capsule data per command capsule, a bare CQE per
@@ -213,23 +212,26 @@ pub fn identify_ctrlr(
 
     if subsys.subtype == SubType::Discovery {
         // No Discovery Log Change notices (OAES bit 31): this target never sends them.
-        w.u8(id_ctrl::CNTRLTYPE, id_ctrl::CNTRLTYPE_DISCOVERY)
-            .u8(id_ctrl::LPA, id_ctrl::LPA_EXTENDED);
+        w.u8(id_ctrl::CNTRLTYPE, IdentifyController::CNTRLTYPE_DISCOVERY)
+            .u8(id_ctrl::LPA, IdentifyController::LPA_EXTENDED);
         return w.finish();
     }
 
     w.u8(id_ctrl::RAB, 6)
         .u8(
             id_ctrl::CMIC,
-            id_ctrl::CMIC_MULTI_PORT | id_ctrl::CMIC_MULTI_CTRLR,
+            IdentifyController::CMIC_MULTI_PORT | IdentifyController::CMIC_MULTI_CTRLR,
         )
-        .u32(id_ctrl::OAES, id_ctrl::OAES_NS_ATTR)
-        .u32(id_ctrl::CTRATT, id_ctrl::CTRATT_HOST_ID_128)
-        .u8(id_ctrl::CNTRLTYPE, id_ctrl::CNTRLTYPE_IO)
+        .u32(id_ctrl::OAES, IdentifyController::OAES_NS_ATTR)
+        .u32(id_ctrl::CTRATT, IdentifyController::CTRATT_HOST_ID_128)
+        .u8(id_ctrl::CNTRLTYPE, IdentifyController::CNTRLTYPE_IO)
         .u8(id_ctrl::ACL, ACL)
         // Slot 1 read-only, one slot.
         .u8(id_ctrl::FRMW, (1 << 0) | (1 << 1))
-        .u8(id_ctrl::LPA, id_ctrl::LPA_EFFECTS | id_ctrl::LPA_EXTENDED)
+        .u8(
+            id_ctrl::LPA,
+            IdentifyController::LPA_EFFECTS | IdentifyController::LPA_EXTENDED,
+        )
         .u16(id_ctrl::WCTEMP, WCTEMP)
         .u16(id_ctrl::CCTEMP, CCTEMP)
         // 64-byte SQEs and 16-byte CQEs, minimum and maximum.
@@ -239,7 +241,11 @@ pub fn identify_ctrlr(
         .u16(id_ctrl::ONCS, caps.oncs())
         .u8(
             id_ctrl::VWC,
-            if caps.vwc { id_ctrl::VWC_PRESENT } else { 0 },
+            if caps.vwc {
+                IdentifyController::VWC_PRESENT
+            } else {
+                0
+            },
         );
     w.finish()
 }
@@ -259,10 +265,10 @@ pub fn identify_ns(ns: &Namespace, opts: &TransportOpts) -> Vec<u8> {
         .u64(id_ns::NCAP, info.num_blocks)
         .u64(id_ns::NUSE, info.num_blocks)
         // NPWG, NPWA, NPDG, NPDA 0 (one block) and NOWS valid.
-        .u8(id_ns::NSFEAT, id_ns::NSFEAT_OPTPERF)
+        .u8(id_ns::NSFEAT, IdentifyNamespace::NSFEAT_OPTPERF)
         .u8(id_ns::NLBAF, 0)
         .u8(id_ns::FLBAS, 0)
-        .u8(id_ns::NMIC, id_ns::NMIC_SHARED)
+        .u8(id_ns::NMIC, IdentifyNamespace::NMIC_SHARED)
         .u16(id_ns::NOWS, nows)
         .bytes(id_ns::NGUID, &ns.nguid)
         .u8(id_ns::LBAF0_LBADS, lbads);
@@ -437,10 +443,7 @@ pub fn commands_effects_log(caps: NsCaps) -> Vec<u8> {
         w.u32(IOCS + 4 * usize::from(nvm_opc::WRITE_ZEROES), CSUPP | LBCC);
     }
     if caps.dsm {
-        w.u32(
-            IOCS + 4 * usize::from(nvm_opc::DATASET_MANAGEMENT),
-            CSUPP | LBCC,
-        );
+        w.u32(IOCS + 4 * usize::from(nvm_opc::DSM), CSUPP | LBCC);
     }
     w.finish()
 }

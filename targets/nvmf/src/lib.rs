@@ -5,7 +5,8 @@
 //!   of them, each owned by its reactor's poll group for its life.
 //! - [`pdu`]: the NVMe/TCP wire format, from `pmio-nvme-spec` (shared with the NVMe/TCP host):
 //!   PDUs parsed in place from a receive buffer, headers encoded into a small stack buffer.
-//! - [`spec`]: SQE, CQE, status codes, Identify and discovery layouts.
+//! - [`spec`]: SQE, CQE, status codes, Identify and discovery layouts: `pmio-nvme-spec`, shared
+//!   with the NVMe driver.
 
 // Unsafe code lives only in `buf` (command data buffers a device may DMA into).
 #![deny(unsafe_code)]
@@ -18,13 +19,12 @@ pub mod error;
 mod group;
 pub mod identify;
 mod listener;
-pub mod spec;
 pub mod stats;
 pub mod subsystem;
 mod tgt;
 
 pub use error::NvmfError;
-pub use pmio_nvme_spec::pdu;
+pub use pmio_nvme_spec::{self as spec, pdu};
 pub use stats::GroupStats;
 pub use subsystem::{
     AdrFam, DISCOVERY_NQN, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,

@@ -102,7 +102,7 @@ fn kato_zero_never_expires() {
 fn changed_ns(admin: &mut Host) -> Vec<u32> {
     let glp = admin_sqe(
         spec::admin_opc::GET_LOG_PAGE,
-        u32::from(spec::lid::CHANGED_NS_LIST) | 1023 << 16,
+        spec::lid::CHANGED_NS_LIST | 1023 << 16,
     );
     let r = admin.admin(glp, 4096);
     assert!(r.status().is_success(), "{:?}", r.status());
@@ -141,8 +141,8 @@ fn namespace_changes_complete_the_held_aer() {
     let d2 = pattern(4096, 3);
     assert!(io.write(0, &d1).status().is_success());
     let mut w = common::rw_sqe(spec::nvm_opc::WRITE, 2, 0, 8);
-    w.cid = io.cid();
-    let wcid = w.cid;
+    w.set_cid(io.cid());
+    let wcid = w.cid();
     io.send_cmd(&mut w, &d2);
     assert!(io.expect_resp(wcid).status().is_success());
     assert!(io.read_ns(2, 0, 8).data == d2);

@@ -10,14 +10,13 @@ use common::{
     pattern, rw_sqe, session,
 };
 use pmio_nvmf::pdu::{self, Digests, Fes, Header, Link, Side};
-use pmio_nvmf::spec;
+use pmio_nvmf::spec::{self, SglDesc};
 
 /// A Read capsule's bytes (no data).
 fn read_capsule(h: &mut Host) -> Vec<u8> {
     let mut sqe = rw_sqe(spec::nvm_opc::READ, 1, 0, 8);
-    sqe.cid = h.cid();
-    sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-    sqe.dptr.len = 4096;
+    sqe.set_cid(h.cid());
+    sqe.set_sgl(SglDesc::transport(4096));
     h.encode_cmd(&mut sqe, &[])
 }
 
@@ -29,8 +28,8 @@ fn write_capsule(h: &mut Host, lba: u64, data: &[u8]) -> (u16, Vec<u8>) {
         lba,
         data.len().div_ceil(512) as u32,
     );
-    sqe.cid = h.cid();
-    (sqe.cid, h.encode_cmd(&mut sqe, data))
+    sqe.set_cid(h.cid());
+    (sqe.cid(), h.encode_cmd(&mut sqe, data))
 }
 
 #[test]
@@ -193,9 +192,8 @@ fn wrong_data_digest_of_a_write_capsule_fails_only_that_command() {
         bad[n - 1] ^= 0x01;
         // A good command right behind it, in the same segment: the stream goes on.
         let mut read = rw_sqe(spec::nvm_opc::READ, 1, 200, 8);
-        read.cid = io.cid();
-        read.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-        read.dptr.len = 4096;
+        read.set_cid(io.cid());
+        read.set_sgl(SglDesc::transport(4096));
         bad.extend_from_slice(&io.encode_cmd(&mut read, &[]));
         io.send_raw(&bad);
         let cqe = io.expect_resp(cid);
@@ -204,7 +202,7 @@ fn wrong_data_digest_of_a_write_capsule_fails_only_that_command() {
             "round {round}: {:?}",
             cqe.status()
         );
-        let r = io.wait(read.cid, &[]);
+        let r = io.wait(read.cid(), &[]);
         assert!(r.status().is_success());
         assert!(
             r.data == old,

@@ -9,7 +9,7 @@ use common::{
 };
 use pmio_nvmf::TransportOpts;
 use pmio_nvmf::pdu::Digests;
-use pmio_nvmf::spec::{self, Sqe, Status};
+use pmio_nvmf::spec::{self, SglDesc, Sqe, Status};
 
 /// An I/O command with no data, answered with a CapsuleResp.
 fn no_data(io: &mut Host, sqe: Sqe) -> Status {
@@ -31,9 +31,8 @@ fn flush_with_in_capsule_data_closes_the_connection() {
     let t = TestTarget::new();
     let (admin, mut io) = session(&t, Digests::NONE);
     let flush = Sqe {
-        opcode: spec::nvm_opc::FLUSH,
         nsid: 1,
-        ..Sqe::default()
+        ..Sqe::new(spec::nvm_opc::FLUSH, 0)
     };
     io.submit(flush, &[0xAA; 512]);
     io.expect_closed();
@@ -56,9 +55,8 @@ fn a_flush_without_data_succeeds() {
     let t = TestTarget::new();
     let (admin, mut io) = session(&t, Digests::NONE);
     let flush = Sqe {
-        opcode: spec::nvm_opc::FLUSH,
         nsid: 1,
-        ..Sqe::default()
+        ..Sqe::new(spec::nvm_opc::FLUSH, 0)
     };
     assert_eq!(no_data(&mut io, flush), Status::SUCCESS);
     drop((admin, io));
@@ -72,9 +70,8 @@ fn unknown_opcodes_are_invalid_opcode() {
     // I/O: a vendor opcode, Compare, and a fabrics command on an I/O queue.
     for opcode in [0x85u8, 0x05, 0x7F] {
         let sqe = Sqe {
-            opcode,
             nsid: 1,
-            ..Sqe::default()
+            ..Sqe::new(opcode, 0)
         };
         assert_eq!(no_data(&mut io, sqe), Status::INVALID_OPCODE, "{opcode:#x}");
     }
@@ -142,9 +139,8 @@ fn unknown_namespaces_are_invalid_namespace() {
         let cid = io.submit(rw_sqe(spec::nvm_opc::WRITE, nsid, 0, 1), &[1; 512]);
         assert_eq!(io.expect_resp(cid).status(), Status::INVALID_NAMESPACE);
         let flush = Sqe {
-            opcode: spec::nvm_opc::FLUSH,
             nsid,
-            ..Sqe::default()
+            ..Sqe::new(spec::nvm_opc::FLUSH, 0)
         };
         assert_eq!(no_data(&mut io, flush), Status::INVALID_NAMESPACE);
     }
@@ -159,8 +155,7 @@ fn wrong_data_lengths_are_refused() {
     let (admin, mut io) = session(&t, Digests::NONE);
     // SGL length other than NLB × 512.
     let mut sqe = rw_sqe(spec::nvm_opc::READ, 1, 0, 8);
-    sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-    sqe.dptr.len = 512;
+    sqe.set_sgl(SglDesc::transport(512));
     let cid = io.submit(sqe, &[]);
     assert_eq!(io.wait(cid, &[]).status(), Status::DATA_SGL_LENGTH_INVALID);
     // In-capsule data larger than the in-capsule size (8 KiB > 4 KiB).
@@ -181,7 +176,7 @@ fn wrong_data_lengths_are_refused() {
 fn a_command_before_connect_is_a_sequence_error_and_closes() {
     let t = TestTarget::new();
     let mut h = Host::connect(t.addr, Digests::NONE);
-    let id = admin_sqe(spec::admin_opc::IDENTIFY, u32::from(spec::cns::CONTROLLER));
+    let id = admin_sqe(spec::admin_opc::IDENTIFY, spec::cns::CONTROLLER);
     let r = h.admin(id, 4096);
     assert_eq!(r.status(), Status::COMMAND_SEQUENCE_ERROR);
     h.expect_closed();
@@ -200,7 +195,7 @@ fn admin_commands_before_cc_en_are_sequence_errors() {
     let mut h = Host::connect(t.addr, Digests::NONE);
     let r = h.fabrics_connect(0, 31, NQN, HOSTNQN, 0xFFFF, 0);
     assert!(r.status().is_success());
-    let id = admin_sqe(spec::admin_opc::IDENTIFY, u32::from(spec::cns::CONTROLLER));
+    let id = admin_sqe(spec::admin_opc::IDENTIFY, spec::cns::CONTROLLER);
     let r = h.admin(id, 4096);
     assert_eq!(r.status(), Status::COMMAND_SEQUENCE_ERROR);
     h.enable();
@@ -249,7 +244,7 @@ fn a_host_not_on_the_list_is_refused_until_added() {
     let r = h.fabrics_connect(0, 31, NQN, HOSTNQN, 0xFFFF, 0);
     let st = r.status();
     assert_eq!(st, Status::CONNECT_INVALID_HOST);
-    assert_eq!((st.sct, st.sc), (1, 0x84));
+    assert_eq!((st.sct(), st.sc()), (1, 0x84));
     assert!(t.tgt.controllers(NQN).unwrap().is_empty());
     drop(h);
     t.tgt.add_host(NQN, HOSTNQN).unwrap();
@@ -311,9 +306,8 @@ fn admin_connect_refusals() {
     // Connect data short of 1024 bytes.
     let mut h = Host::connect(t.addr, Digests::NONE);
     let mut sqe = Sqe {
-        opcode: spec::admin_opc::FABRICS,
         cdw11: 31,
-        ..Sqe::default()
+        ..Sqe::new(spec::admin_opc::FABRICS, 0)
     };
     sqe.set_fctype(spec::fctype::CONNECT);
     let data = common::connect_data(NQN, HOSTNQN, 0xFFFF);

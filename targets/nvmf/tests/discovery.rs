@@ -37,9 +37,8 @@ fn discovery_log_lists_the_subsystems_this_host_may_use() {
     assert_eq!(h.prop_get(0x1c, false) & 1, 1, "CSTS.RDY");
 
     let id = Sqe {
-        opcode: spec::admin_opc::IDENTIFY,
-        cdw10: u32::from(spec::cns::CONTROLLER),
-        ..Sqe::default()
+        cdw10: spec::cns::CONTROLLER,
+        ..Sqe::new(spec::admin_opc::IDENTIFY, 0)
     };
     let r = h.admin(id, 4096);
     assert!(r.status().is_success());
@@ -49,9 +48,8 @@ fn discovery_log_lists_the_subsystems_this_host_may_use() {
     // The header first (as hosts do), then the whole log.
     let numd = |len: u32| (len / 4 - 1) & 0xffff;
     let glp = |len: u32| Sqe {
-        opcode: spec::admin_opc::GET_LOG_PAGE,
-        cdw10: u32::from(spec::lid::DISCOVERY) | numd(len) << 16,
-        ..Sqe::default()
+        cdw10: spec::lid::DISCOVERY | numd(len) << 16,
+        ..Sqe::new(spec::admin_opc::GET_LOG_PAGE, 0)
     };
     let r = h.admin(glp(1024), 1024);
     assert!(r.status().is_success(), "{:?}", r.status());

@@ -14,7 +14,7 @@ use std::cell::{Cell, RefCell};
 
 use common::{DIGESTS, Host, SETTLE_TIMEOUT, TestTarget, wait_until};
 use pmio_nvmf::pdu::{self, Digests, Header};
-use pmio_nvmf::spec::Sqe;
+use pmio_nvmf::spec::{SglDesc, Sqe};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -93,17 +93,18 @@ fn sqe() -> impl Strategy<Value = Sqe> {
         .prop_map(
             |(opcode, nsid, cid, sgl_type, len, cdw10, cdw11, cdw12, cdw13)| {
                 let mut s = Sqe {
-                    opcode,
                     nsid,
-                    cid,
                     cdw10,
                     cdw11,
                     cdw12,
                     cdw13,
-                    ..Sqe::default()
+                    ..Sqe::new(opcode, cid)
                 };
-                s.dptr.sgl_type = sgl_type;
-                s.dptr.len = len;
+                s.set_sgl(SglDesc {
+                    len,
+                    sgl_type,
+                    ..SglDesc::default()
+                });
                 s
             },
         )
@@ -200,7 +201,7 @@ fn bytes(h: &Host, c: &Chunk, last_cid: &mut u16) -> Vec<u8> {
     match c {
         Chunk::Raw(b) => b.clone(),
         Chunk::Capsule { sqe, data } => {
-            *last_cid = sqe.cid;
+            *last_cid = sqe.cid();
             capsule(sqe, data)
         }
         Chunk::H2C { h: d, data } => h.encode(&Header::H2CData(*d), data),
@@ -211,18 +212,17 @@ fn bytes(h: &Host, c: &Chunk, last_cid: &mut u16) -> Vec<u8> {
             in_capsule,
             cid,
         } => {
-            use pmio_nvmf::spec::{nvm_opc, sgl_type};
+            use pmio_nvmf::spec::nvm_opc;
             let opcode = if write { nvm_opc::WRITE } else { nvm_opc::READ };
             let mut sqe = common::rw_sqe(opcode, 1, lba, nblocks);
-            sqe.cid = cid;
+            sqe.set_cid(cid);
             *last_cid = cid;
             let len = nblocks * 512;
-            sqe.dptr.len = len;
             if write && in_capsule && len <= 4096 {
-                sqe.dptr.sgl_type = sgl_type::DATA_BLOCK_OFFSET;
+                sqe.set_sgl(SglDesc::in_capsule(len));
                 capsule(&sqe, &common::pattern(len as usize, lba))
             } else {
-                sqe.dptr.sgl_type = sgl_type::TRANSPORT_DATA_BLOCK;
+                sqe.set_sgl(SglDesc::transport(len));
                 capsule(&sqe, &[])
             }
         }
@@ -251,8 +251,7 @@ fn bytes(h: &Host, c: &Chunk, last_cid: &mut u16) -> Vec<u8> {
                 h.encode(&Header::H2CData(d), data)
             } else {
                 let mut sqe = common::rw_sqe(pmio_nvmf::spec::nvm_opc::WRITE, 1, 0, 1);
-                sqe.dptr.sgl_type = pmio_nvmf::spec::sgl_type::DATA_BLOCK_OFFSET;
-                sqe.dptr.len = data.len() as u32;
+                sqe.set_sgl(SglDesc::in_capsule(data.len() as u32));
                 capsule(&sqe, data)
             };
             let i = at % b.len();

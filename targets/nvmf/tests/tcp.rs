@@ -12,9 +12,8 @@ fn round_trip(digests: Digests) {
     let t = TestTarget::start(TransportOpts::default(), true);
     let (mut admin, cntlid) = Host::admin_queue(t.addr, digests, 0);
     let id = Sqe {
-        opcode: spec::admin_opc::IDENTIFY,
-        cdw10: u32::from(spec::cns::CONTROLLER),
-        ..Sqe::default()
+        cdw10: spec::cns::CONTROLLER,
+        ..Sqe::new(spec::admin_opc::IDENTIFY, 0)
     };
     let r = admin.admin(id, 4096);
     assert!(r.status().is_success());

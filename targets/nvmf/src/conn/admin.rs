@@ -18,7 +18,7 @@ impl Conn {
             .expect("the admin queue has the controller");
         let now = pmio_reactors::now_ns();
         let mut cc_change = CcChange::None;
-        let outcome = if sqe.opcode == spec::admin_opc::FABRICS {
+        let outcome = if sqe.opcode() == spec::admin_opc::FABRICS {
             ctrlr.touch(now);
             let size8 = sqe.cdw10 & 7 == 1;
             let (status, v) = match sqe.fctype() {
@@ -48,7 +48,7 @@ impl Conn {
             let cfg = sh.tgt.config();
             cfg.subsystem(&qp.subnqn).map(|subsys| {
                 let out = ctrlr.admin(&sqe, &self.rx[data], subsys, &cfg.subsystems, now);
-                if sqe.opcode == spec::admin_opc::SET_FEATURES {
+                if sqe.opcode() == spec::admin_opc::SET_FEATURES {
                     sh.tgt
                         .set_io_queues(&qp.subnqn, qp.cntlid, ctrlr.io_queues_granted());
                 }
@@ -80,9 +80,9 @@ impl Conn {
         };
         if !out.is_empty() && status.is_success() {
             let mut out = out;
-            out.truncate(sqe.sgl_len() as usize);
+            out.truncate(sqe.sgl().len as usize);
             let c2h = Header::C2HData(pdu::C2HData {
-                cccid: sqe.cid,
+                cccid: sqe.cid(),
                 datao: 0,
                 last: true,
                 success: false,

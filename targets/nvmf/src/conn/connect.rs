@@ -11,9 +11,9 @@ impl Conn {
         sqe: Sqe,
         data: std::ops::Range<usize>,
     ) -> Result<(), Fatal> {
-        if sqe.opcode != spec::admin_opc::FABRICS || sqe.fctype() != spec::fctype::CONNECT {
+        if sqe.opcode() != spec::admin_opc::FABRICS || sqe.fctype() != spec::fctype::CONNECT {
             // One slot-less answer, then the connection goes: nothing else is allowed first.
-            self.send_cqe(sqe.cid, 0, Status::COMMAND_SEQUENCE_ERROR, 0, 0);
+            self.send_cqe(sqe.cid(), 0, Status::COMMAND_SEQUENCE_ERROR, 0, 0);
             return Err(Fatal("a command before Fabrics Connect".into()));
         }
         let cmd = ConnectCmd::parse(&sqe);
@@ -21,11 +21,11 @@ impl Conn {
         match answer {
             Ok(Admitted::Now(cntlid)) => {
                 let dw0 = spec::connect_success_dw0(cntlid);
-                self.send_cqe(sqe.cid, cmd.qid, Status::SUCCESS, dw0, 0);
+                self.send_cqe(sqe.cid(), cmd.qid, Status::SUCCESS, dw0, 0);
             }
             Ok(Admitted::AskController(d, owner)) => {
                 let pending = PendingConnect {
-                    cid: sqe.cid,
+                    cid: sqe.cid(),
                     qid: cmd.qid,
                     cntlid: d.cntlid,
                     sqsize: cmd.sqsize,
@@ -53,7 +53,7 @@ impl Conn {
                     self.io_connect_answer(sh, Err(ConnectReject::new(Status::INTERNAL_ERROR)));
                 }
             }
-            Err(r) => self.refuse_connect(sqe.cid, cmd.qid, r),
+            Err(r) => self.refuse_connect(sqe.cid(), cmd.qid, r),
         }
         Ok(())
     }

@@ -47,10 +47,7 @@ impl Conn {
         let s = &mut self.slots[usize::from(slot)];
         s.ns = Some(ns);
         s.len = len;
-        let host_to_ctrlr = matches!(
-            sqe.opcode,
-            spec::nvm_opc::WRITE | spec::nvm_opc::DATASET_MANAGEMENT
-        );
+        let host_to_ctrlr = matches!(sqe.opcode(), spec::nvm_opc::WRITE | spec::nvm_opc::DSM);
         if len == 0 {
             if in_capsule != 0 {
                 return Err(Fatal("data for a command that carries none".into()));
@@ -74,7 +71,7 @@ impl Conn {
             self.start(sh, slot);
             return Ok(());
         }
-        if sqe.sgl_type() == spec::sgl_type::DATA_BLOCK_OFFSET {
+        if sqe.sgl().sgl_type == spec::sgl_type::DATA_BLOCK_OFFSET {
             if in_capsule != len as usize || len > self.in_capsule {
                 self.respond(slot, qid, Status::DATA_SGL_LENGTH_INVALID, 0, 0);
                 return Ok(());
@@ -91,7 +88,7 @@ impl Conn {
         // Ask for all of it at once: Linux's host allows one R2T per command.
         s.state = SlotState::AwaitData;
         let r2t = Header::R2T(pdu::R2T {
-            cccid: sqe.cid,
+            cccid: sqe.cid(),
             ttag: slot,
             r2to: 0,
             r2tl: len,
@@ -109,9 +106,9 @@ impl Conn {
         let token = (self.id as u64) << 16 | u64::from(slot);
         let mut ios: [Io; 1] = [Io::default()];
         let mut dsm: Vec<Io> = Vec::new();
-        let todo: &[Io] = match sqe.opcode {
+        let todo: &[Io] = match sqe.opcode() {
             spec::nvm_opc::READ | spec::nvm_opc::WRITE => {
-                let op = if sqe.opcode == spec::nvm_opc::READ {
+                let op = if sqe.opcode() == spec::nvm_opc::READ {
                     Op::Read
                 } else {
                     Op::Write
@@ -149,7 +146,7 @@ impl Conn {
                 };
                 &ios
             }
-            spec::nvm_opc::DATASET_MANAGEMENT => {
+            spec::nvm_opc::DSM => {
                 if sqe.cdw11 & (1 << 2) == 0 {
                     // Only hints (no deallocate): nothing to do.
                     self.respond(slot, qid, Status::SUCCESS, 0, 0);
@@ -209,7 +206,7 @@ impl Conn {
                     return;
                 }
                 Err(e) => {
-                    log::warn!("nvmf: connection {}: command {}: {e}", self.id, sqe.cid);
+                    log::warn!("nvmf: connection {}: command {}: {e}", self.id, sqe.cid());
                     if s.status.is_success() {
                         s.status = Status::INTERNAL_ERROR;
                     }
@@ -265,9 +262,9 @@ impl Conn {
             return;
         }
         let status = s.status;
-        if status.is_success() && s.sqe.opcode == spec::nvm_opc::READ {
+        if status.is_success() && s.sqe.opcode() == spec::nvm_opc::READ {
             let c2h = Header::C2HData(pdu::C2HData {
-                cccid: s.sqe.cid,
+                cccid: s.sqe.cid(),
                 datao: 0,
                 last: true,
                 success: self.c2h_success,
@@ -300,7 +297,7 @@ fn io_shape(sqe: &Sqe, ns: &NsRef, max_io: u32) -> Result<u32, Status> {
             Ok(0)
         }
     };
-    match sqe.opcode {
+    match sqe.opcode() {
         spec::nvm_opc::READ | spec::nvm_opc::WRITE => {
             in_range()?;
             let bytes = u64::from(nlb(sqe)) * u64::from(ns.block_size);
@@ -308,16 +305,16 @@ fn io_shape(sqe: &Sqe, ns: &NsRef, max_io: u32) -> Result<u32, Status> {
             if bytes > u64::from(max_io) {
                 return Err(Status::INVALID_FIELD);
             }
-            if u64::from(sqe.sgl_len()) != bytes {
+            if u64::from(sqe.sgl().len) != bytes {
                 return Err(Status::DATA_SGL_LENGTH_INVALID);
             }
             Ok(bytes as u32)
         }
         spec::nvm_opc::FLUSH => Ok(0),
         spec::nvm_opc::WRITE_ZEROES if ns.ops.contains(Op::WriteZeroes) => in_range(),
-        spec::nvm_opc::DATASET_MANAGEMENT if ns.ops.contains(Op::Discard) => {
+        spec::nvm_opc::DSM if ns.ops.contains(Op::Discard) => {
             let bytes = ((sqe.cdw10 & 0xff) + 1) * 16;
-            if sqe.sgl_len() != bytes {
+            if sqe.sgl().len != bytes {
                 return Err(Status::DATA_SGL_LENGTH_INVALID);
             }
             Ok(bytes)
@@ -339,8 +336,7 @@ fn nlb(sqe: &Sqe) -> u32 {
 /// The NVMe status a failed bdev I/O is answered with.
 fn nvme_status(st: IoStatus) -> Status {
     match st {
-        IoStatus::Nvme(n) if n.dnr => Status::new(n.sct, n.sc).with_dnr(),
-        IoStatus::Nvme(n) => Status::new(n.sct, n.sc),
+        IoStatus::Nvme(n) => Status::from_nvme_status(n),
         _ => Status::INTERNAL_ERROR,
     }
 }

@@ -346,7 +346,7 @@ impl Conn {
             let held = self
                 .slots
                 .iter()
-                .position(|s| s.state == SlotState::Held && s.sqe.cid == cid);
+                .position(|s| s.state == SlotState::Held && s.sqe.cid() == cid);
             match held {
                 Some(slot) => self.respond(slot as u16, 0, Status::SUCCESS, dw0, 0),
                 None => log::error!("nvmf: AER {cid} completed by the controller but not held"),
@@ -370,7 +370,3 @@ impl Conn {
         self.qp.as_ref().map_or(0, |q| q.qid)
     }
 }
-
-/// Transient Transport Error: a command whose data arrived damaged (data digest) may be
-/// retried.
-const TRANSIENT_TRANSPORT_ERROR: Status = Status::new(spec::sct::GENERIC, 0x22);

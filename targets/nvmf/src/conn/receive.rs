@@ -157,10 +157,10 @@ impl Conn {
             .try_into()
             .expect("a capsule's header holds its SQE");
         let sqe = Sqe::from_bytes(sqe_bytes);
-        debug_assert_eq!(sqe.cid, cid);
+        debug_assert_eq!(sqe.cid(), cid);
         if self.qp.is_none() {
             // A Connect: the host may send it again.
-            self.send_cqe(cid, 0, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+            self.send_cqe(cid, 0, Status::TRANSIENT_TRANSPORT_ERROR, 0, 0);
             return Ok(());
         }
         let Some(slot) = self.free.pop() else {
@@ -175,7 +175,7 @@ impl Conn {
             ..Slot::free()
         };
         let qid = self.qid();
-        self.respond(slot, qid, TRANSIENT_TRANSPORT_ERROR, 0, 0);
+        self.respond(slot, qid, Status::TRANSIENT_TRANSPORT_ERROR, 0, 0);
         Ok(())
     }
 
@@ -322,7 +322,7 @@ impl Conn {
     /// TermReq (its header, at `pdu_start`, echoed) and ends the connection.
     fn h2c_check(&mut self, d: &pdu::H2CData, n: u32, pdu_start: usize) -> Result<(), Fatal> {
         let refusal = match self.slots.get(usize::from(d.ttag)) {
-            Some(s) if s.state == SlotState::AwaitData && s.sqe.cid == d.cccid => {
+            Some(s) if s.state == SlotState::AwaitData && s.sqe.cid() == d.cccid => {
                 if d.datao != s.got || s.got + n > s.len || (d.last != (s.got + n == s.len)) {
                     Some((
                         pdu::Fes::DataOutOfRange,
@@ -342,7 +342,9 @@ impl Conn {
                 H2C_CCCID as u32,
                 format!(
                     "H2CData for command {} with the tag {} of command {}",
-                    d.cccid, d.ttag, s.sqe.cid
+                    d.cccid,
+                    d.ttag,
+                    s.sqe.cid()
                 ),
             )),
             _ => Some((
@@ -369,7 +371,7 @@ impl Conn {
         let qid = self.qid();
         let s = &mut self.slots[usize::from(ttag)];
         if damaged {
-            s.status = TRANSIENT_TRANSPORT_ERROR;
+            s.status = Status::TRANSIENT_TRANSPORT_ERROR;
         }
         s.got += n;
         if s.got == s.len {

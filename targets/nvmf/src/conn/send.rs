@@ -32,7 +32,7 @@ impl Conn {
     pub(super) fn respond(&mut self, slot: u16, qid: u16, status: Status, dw0: u32, dw1: u32) {
         let s = &mut self.slots[usize::from(slot)];
         s.state = SlotState::Responding;
-        let cid = s.sqe.cid;
+        let cid = s.sqe.cid();
         let cqe = Cqe {
             sqid: qid,
             ..Cqe::new(cid, status, dw0, dw1)

@@ -2,7 +2,7 @@ use pmio::OpSet;
 
 use super::*;
 use crate::identify::testutil::{bdev, nvm_subsys};
-use crate::spec::{admin_opc, fctype, sgl_type};
+use crate::spec::{SglDesc, admin_opc, fctype};
 use crate::subsystem::{DISCOVERY_NQN, ListenAddr};
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f01fb42-9f7f-4856-b0b3-51e60b8de349";
@@ -24,33 +24,27 @@ fn host() -> ConnectData {
 
 /// A command with an SGL of `len` bytes for the data it returns.
 fn cmd(opcode: u8, nsid: u32, cdw10: u32, cdw11: u32, len: u32) -> Sqe {
-    Sqe {
-        opcode,
-        flags: 2 << 6,
-        cid: 0x1000 | u16::from(opcode),
+    let mut sqe = Sqe {
         nsid,
-        dptr: crate::spec::SglDesc {
-            len,
-            sgl_type: sgl_type::TRANSPORT_DATA_BLOCK,
-            ..Default::default()
-        },
         cdw10,
         cdw11,
-        ..Sqe::default()
-    }
+        ..Sqe::new(opcode, 0x1000 | u16::from(opcode))
+    };
+    sqe.set_sgl(SglDesc::transport(len));
+    sqe
 }
 
-fn identify(cns: u8, nsid: u32) -> Sqe {
-    cmd(admin_opc::IDENTIFY, nsid, u32::from(cns), 0, 4096)
+fn identify(cns: u32, nsid: u32) -> Sqe {
+    cmd(admin_opc::IDENTIFY, nsid, cns, 0, 4096)
 }
 
 /// Get Log Page `lid` of `len` bytes (a multiple of 4) at `offset`.
-fn get_log(lid: u8, offset: u64, len: u32) -> Sqe {
+fn get_log(lid: u32, offset: u64, len: u32) -> Sqe {
     let numd = len / 4 - 1;
     let mut s = cmd(
         admin_opc::GET_LOG_PAGE,
         u32::MAX,
-        u32::from(lid) | ((numd & 0xFFFF) << 16),
+        lid | ((numd & 0xFFFF) << 16),
         numd >> 16,
         len,
     );
@@ -59,12 +53,12 @@ fn get_log(lid: u8, offset: u64, len: u32) -> Sqe {
     s
 }
 
-fn set_features(fid: u8, cdw11: u32) -> Sqe {
-    cmd(admin_opc::SET_FEATURES, 0, u32::from(fid), cdw11, 0)
+fn set_features(fid: u32, cdw11: u32) -> Sqe {
+    cmd(admin_opc::SET_FEATURES, 0, fid, cdw11, 0)
 }
 
-fn get_features(fid: u8, cdw11: u32, len: u32) -> Sqe {
-    cmd(admin_opc::GET_FEATURES, 0, u32::from(fid), cdw11, len)
+fn get_features(fid: u32, cdw11: u32, len: u32) -> Sqe {
+    cmd(admin_opc::GET_FEATURES, 0, fid, cdw11, len)
 }
 
 /// Runs `sqe` on `c` and returns (status, dw0, data); panics on Held.
@@ -195,7 +189,7 @@ fn identify_controller_via_admin() {
 
     // A short buffer is refused; unknown CNS too.
     let mut short = identify(cns::CONTROLLER, 0);
-    short.dptr.len = 512;
+    short.set_sgl(SglDesc::transport(512));
     assert_eq!(run(&mut c, &s, &short).0, Status::INVALID_FIELD);
     assert_eq!(run(&mut c, &s, &identify(0x10, 0)).0, Status::INVALID_FIELD);
     // CNS 06h for the NVM command set: zeros; for another command set: refused.
@@ -393,7 +387,7 @@ fn log_pages() {
         Status::INVALID_FIELD
     );
     let mut short = get_log(lid::SMART, 0, 512);
-    short.dptr.len = 256;
+    short.set_sgl(SglDesc::transport(256));
     assert_eq!(
         run(&mut c, &s, &short).0,
         Status::INVALID_FIELD,
@@ -412,7 +406,7 @@ fn aer_held_then_completed_by_a_namespace_change() {
     // The host enables namespace notices and posts one AER.
     run(&mut c, &s, &set_features(fid::ASYNC_EVENT_CONFIG, 1 << 8));
     let mut aer = cmd(admin_opc::ASYNC_EVENT_REQUEST, 0, 0, 0, 0);
-    aer.cid = 0x7001;
+    aer.set_cid(0x7001);
     assert_eq!(c.admin(&aer, &[], &s, [&s], 0), AdminOutcome::Held);
     assert_eq!(c.held_aers(), [0x7001]);
     assert_eq!(c.poll_events(&s), None, "nothing happened yet");
@@ -429,13 +423,13 @@ fn aer_held_then_completed_by_a_namespace_change() {
     assert!(d.iter().all(|&b| b == 0));
 
     // A removal while the next AER waits.
-    aer.cid = 0x7002;
+    aer.set_cid(0x7002);
     assert_eq!(c.admin(&aer, &[], &s, [&s], 0), AdminOutcome::Held);
     s.remove_ns(1).unwrap();
     assert_eq!(c.poll_events(&s), Some((0x7002, 0x0004_0002)));
 
     // Until the host reads the log, further changes are only logged (the AEN is masked).
-    aer.cid = 0x7003;
+    aer.set_cid(0x7003);
     assert_eq!(c.admin(&aer, &[], &s, [&s], 0), AdminOutcome::Held);
     s.add_ns(bdev("N", 512, 64, OpSet::ALL), 3, None, None, None)
         .unwrap();
@@ -525,8 +519,8 @@ fn invalid_opcode_and_abort() {
     for opc in [0x01, 0x05, 0x10, 0x80, admin_opc::FABRICS] {
         let (st, _, _) = run(&mut c, &s, &cmd(opc, 0, 0, 0, 0));
         assert_eq!(st, Status::INVALID_OPCODE);
-        assert!(st.dnr);
-        assert_eq!(st.to_u16(), (1 << 1) | (1 << 15));
+        assert!(st.dnr());
+        assert_eq!(st.0, 1 | (1 << 14));
     }
     let (st, dw0, _) = run(&mut c, &s, &cmd(admin_opc::ABORT, 0, 0x0001_0005, 0, 0));
     assert!(st.is_success());
@@ -638,12 +632,10 @@ fn connect_data_parsing() {
 fn connect_command_checks() {
     let opts = TransportOpts::default();
     let mut sqe = Sqe {
-        opcode: admin_opc::FABRICS,
-        cid: 1,
         cdw10: 0,    // RECFMT 0, QID 0
         cdw11: 31,   // SQSIZE 31
         cdw12: 5000, // KATO
-        ..Sqe::default()
+        ..Sqe::new(admin_opc::FABRICS, 1)
     };
     sqe.set_fctype(fctype::CONNECT);
     assert_eq!(sqe.fctype(), fctype::CONNECT);
@@ -705,7 +697,7 @@ fn connect_admission() {
     s.allow_any_host = false;
     let refused = admit_admin_connect(Some(&s), &h).unwrap_err();
     assert_eq!(refused.status, Status::CONNECT_INVALID_HOST);
-    assert_eq!(refused.status.to_u16(), (0x84 << 1) | (1 << 9) | (1 << 15));
+    assert_eq!(refused.status.0, 0x84 | (1 << 8) | (1 << 14));
     s.hosts.push(HOSTNQN.to_string());
     assert_eq!(admit_admin_connect(Some(&s), &h), Ok(()));
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use pmio::bdev::Registry;
 use pmio_malloc::{MallocDevice, MallocOptions};
 use pmio_nvmf::pdu::{self, Digests, Fes, Header, IcReq, Link, Pda, Side, TermReq};
-use pmio_nvmf::spec::{self, Cqe, Sqe, Status};
+use pmio_nvmf::spec::{self, Cqe, SglDesc, Sqe, Status};
 use pmio_nvmf::{GroupStats, ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 
@@ -192,21 +192,19 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// A Read or Write of `nblocks` 512-byte blocks at `lba` of namespace `nsid` (no SGL yet).
 pub fn rw_sqe(opcode: u8, nsid: u32, lba: u64, nblocks: u32) -> Sqe {
     Sqe {
-        opcode,
         nsid,
         cdw10: lba as u32,
         cdw11: (lba >> 32) as u32,
         cdw12: nblocks - 1,
-        ..Sqe::default()
+        ..Sqe::new(opcode, 0)
     }
 }
 
 /// An admin command `opcode` with command dword 10 `cdw10`.
 pub fn admin_sqe(opcode: u8, cdw10: u32) -> Sqe {
     Sqe {
-        opcode,
         cdw10,
-        ..Sqe::default()
+        ..Sqe::new(opcode, 0)
     }
 }
 
@@ -394,11 +392,9 @@ impl Host {
     /// The bytes of a command capsule as [`Host::send_cmd`] sends them.
     pub fn encode_cmd(&mut self, sqe: &mut Sqe, data: &[u8]) -> Vec<u8> {
         if !data.is_empty() {
-            sqe.dptr.sgl_type = spec::sgl_type::DATA_BLOCK_OFFSET;
-            sqe.dptr.len = data.len() as u32;
-            sqe.dptr.addr = 0;
-        } else if sqe.dptr.sgl_type == 0 {
-            sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
+            sqe.set_sgl(SglDesc::in_capsule(data.len() as u32));
+        } else if sqe.sgl().sgl_type == 0 {
+            sqe.set_sgl(SglDesc::transport(sqe.sgl().len));
         }
         let h = Header::CapsuleCmd(pdu::CapsuleCmd {
             sqe: sqe.to_bytes(),
@@ -408,24 +404,22 @@ impl Host {
 
     /// Gives `sqe` a new CID, sends it with in-capsule `data` and returns the CID.
     pub fn submit(&mut self, mut sqe: Sqe, data: &[u8]) -> u16 {
-        sqe.cid = self.cid();
+        sqe.set_cid(self.cid());
         self.send_cmd(&mut sqe, data);
-        sqe.cid
+        sqe.cid()
     }
 
     /// Sends a Read (transport SGL for its data) and returns its CID.
     pub fn submit_read(&mut self, nsid: u32, lba: u64, nblocks: u32) -> u16 {
         let mut sqe = rw_sqe(spec::nvm_opc::READ, nsid, lba, nblocks);
-        sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-        sqe.dptr.len = nblocks * 512;
+        sqe.set_sgl(SglDesc::transport(nblocks * 512));
         self.submit(sqe, &[])
     }
 
     /// Sends a Write whose data goes through R2T (transport SGL) and returns its CID.
     pub fn submit_r2t_write(&mut self, lba: u64, nblocks: u32) -> u16 {
         let mut sqe = rw_sqe(spec::nvm_opc::WRITE, 1, lba, nblocks);
-        sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-        sqe.dptr.len = nblocks * 512;
+        sqe.set_sgl(SglDesc::transport(nblocks * 512));
         self.submit(sqe, &[])
     }
 
@@ -555,15 +549,13 @@ impl Host {
         kato_ms: u32,
     ) -> Reply {
         let mut sqe = Sqe {
-            opcode: spec::admin_opc::FABRICS,
-            cid: self.cid(),
             cdw10: u32::from(qid) << 16,
             cdw11: u32::from(sqsize),
             cdw12: kato_ms,
-            ..Sqe::default()
+            ..Sqe::new(spec::admin_opc::FABRICS, self.cid())
         };
         sqe.set_fctype(spec::fctype::CONNECT);
-        let cid = sqe.cid;
+        let cid = sqe.cid();
         self.send_cmd(&mut sqe, &connect_data(subnqn, hostnqn, cntlid));
         self.qid = qid;
         self.wait(cid, &[])
@@ -571,14 +563,12 @@ impl Host {
 
     pub fn prop_get(&mut self, offset: u32, size8: bool) -> u64 {
         let mut sqe = Sqe {
-            opcode: spec::admin_opc::FABRICS,
-            cid: self.cid(),
             cdw10: u32::from(size8),
             cdw11: offset,
-            ..Sqe::default()
+            ..Sqe::new(spec::admin_opc::FABRICS, self.cid())
         };
         sqe.set_fctype(spec::fctype::PROPERTY_GET);
-        let cid = sqe.cid;
+        let cid = sqe.cid();
         self.send_cmd(&mut sqe, &[]);
         let r = self.wait(cid, &[]);
         assert!(r.status().is_success(), "{:?}", r.status());
@@ -587,14 +577,12 @@ impl Host {
 
     pub fn prop_set(&mut self, offset: u32, value: u32) {
         let mut sqe = Sqe {
-            opcode: spec::admin_opc::FABRICS,
-            cid: self.cid(),
             cdw11: offset,
             cdw12: value,
-            ..Sqe::default()
+            ..Sqe::new(spec::admin_opc::FABRICS, self.cid())
         };
         sqe.set_fctype(spec::fctype::PROPERTY_SET);
-        let cid = sqe.cid;
+        let cid = sqe.cid();
         self.send_cmd(&mut sqe, &[]);
         let r = self.wait(cid, &[]);
         assert!(r.status().is_success(), "{:?}", r.status());
@@ -602,10 +590,9 @@ impl Host {
 
     /// An admin command reading `len` bytes.
     pub fn admin(&mut self, mut sqe: Sqe, len: u32) -> Reply {
-        sqe.cid = self.cid();
-        sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-        sqe.dptr.len = len;
-        let cid = sqe.cid;
+        sqe.set_cid(self.cid());
+        sqe.set_sgl(SglDesc::transport(len));
+        let cid = sqe.cid();
         self.send_cmd(&mut sqe, &[]);
         self.wait(cid, &[])
     }
@@ -633,10 +620,9 @@ impl Host {
         self.prop_set(0x14, 6 << 16 | 4 << 20 | 1);
         assert_eq!(self.prop_get(0x1c, false) & 1, 1, "CSTS.RDY");
         let sf = Sqe {
-            opcode: spec::admin_opc::SET_FEATURES,
-            cdw10: u32::from(spec::fid::NUMBER_OF_QUEUES),
+            cdw10: spec::fid::NUMBER_OF_QUEUES,
             cdw11: 3 | 3 << 16,
-            ..Sqe::default()
+            ..Sqe::new(spec::admin_opc::SET_FEATURES, 0)
         };
         let r = self.admin(sf, 0);
         assert!(r.status().is_success(), "{:?}", r.status());
@@ -669,13 +655,12 @@ impl Host {
     /// Writes `data` at `lba` of namespace `nsid` (512-byte blocks): in-capsule when it fits.
     pub fn write_ns(&mut self, nsid: u32, lba: u64, data: &[u8]) -> Reply {
         let mut sqe = rw_sqe(spec::nvm_opc::WRITE, nsid, lba, (data.len() / 512) as u32);
-        sqe.cid = self.cid();
-        let cid = sqe.cid;
+        sqe.set_cid(self.cid());
+        let cid = sqe.cid();
         if data.len() <= self.in_capsule {
             self.send_cmd(&mut sqe, data);
         } else {
-            sqe.dptr.sgl_type = spec::sgl_type::TRANSPORT_DATA_BLOCK;
-            sqe.dptr.len = data.len() as u32;
+            sqe.set_sgl(SglDesc::transport(data.len() as u32));
             self.send_cmd(&mut sqe, &[]);
         }
         self.wait(cid, data)
@@ -742,7 +727,7 @@ pub const DIGESTS: Digests = Digests {
 /// Transient Transport Error (SCT 0h, SC 22h): what a command whose data arrived damaged
 /// gets.
 pub fn is_transient_transport_error(s: Status) -> bool {
-    s.sct == spec::sct::GENERIC && s.sc == 0x22 && !s.dnr
+    s.sct() == spec::sct::GENERIC && s.sc() == spec::sc::TRANSIENT_TRANSPORT_ERROR && !s.dnr()
 }
 
 /// Proves that `io` (a queue of `entries` entries) has every slot free: that many writes
