@@ -13,7 +13,8 @@
 //!   ([`disc`]).
 //! - [`pdu`]: NVMe/TCP PDUs (TP 8000) parsed in place and encoded into a stack buffer, for
 //!   both ends of a connection; `pdu/receive.rs` parses and says what to do about a bad PDU,
-//!   `pdu/send.rs` encodes heads and data digests.
+//!   `pdu/send.rs` encodes heads and data digests, `pdu/ic.rs` sets a connection up
+//!   (ICReq/ICResp), `pdu/xfer.rs` holds data PDUs and R2Ts against their command.
 //! - `bytes.rs`: little-endian reads and writes at byte offsets (crate-private).
 //!
 //! ```

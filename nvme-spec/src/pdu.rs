@@ -18,17 +18,32 @@
 //! - Sending: [`encode`] writes a header, its digest and the padding up to PDO into a
 //!   [`HeadBuf`] on the stack. Data is never copied: the caller sends the head, the data where it
 //!   lies and, when [`Encoded::data_digest`] says so, [`data_digest`] of it, in one `writev`.
+//! - Setting up (`ic.rs`): a host sends [`IcReq::new`], a controller answers with
+//!   [`IcResp::answer`], the host checks the answer ([`IcResp::check`]), and both ends go on
+//!   with [`Link::after_ic`].
+//! - Per command (`xfer.rs`): [`C2HData::check`] and [`R2T::check`] at a host,
+//!   [`H2CData::check`] at a controller, hold a data PDU or R2T against the transfer its
+//!   command expects.
+//!
+//! Each end is a [`Link`] of its [`Side`]: it parses only what its peer sends and encodes only
+//! what it sends itself, so a host parses ICResp, CapsuleResp, C2HData, R2T and C2HTermReq and
+//! encodes ICReq, CapsuleCmd, H2CData and H2CTermReq; a controller the other way round.
 //!
 //! Digests are CRC32C (Castagnoli), stored little endian: the header digest covers the HLEN
 //! header bytes, the data digest covers DATA only (not the padding).
 
 use crate::bytes::{array, le16, le32, put16, put32};
+use crate::{Cqe, Sqe};
+use field::*;
 
+mod ic;
 mod receive;
 mod send;
 #[cfg(test)]
 mod tests;
+mod xfer;
 
+pub use ic::MIN_MAXH2CDATA;
 pub use receive::{
     ErrorAction, FatalError, Fes, Head, Pdu, PduError, offending_header, parse, parse_head,
 };
@@ -73,26 +88,31 @@ pub mod flags {
     pub const SUCCESS: u8 = 1 << 3;
 }
 
-// Where the fields are. These offsets are also the Field Error Information a TermReq reports.
-const CH_FLAGS: usize = 1;
-const CH_HLEN: usize = 2;
-const CH_PDO: usize = 3;
-const CH_PLEN: usize = 4;
-/// ICReq / ICResp: PFV (u16), HPDA or CPDA, DGST, MAXR2T or MAXH2CDATA (u32).
-const IC_PFV: usize = 8;
-const IC_PDA: usize = 10;
-const IC_DGST: usize = 11;
-const IC_MAX: usize = 12;
-/// TermReq: FES (u16), FEI (u32).
-const TERM_FES: usize = 8;
-const TERM_FEI: usize = 10;
-/// CapsuleCmd: the 64-byte SQE; CapsuleResp: the 16-byte CQE.
-const CAPSULE: usize = 8;
-/// H2CData, C2HData and R2T: CCCID (u16), TTAG (u16), DATAO or R2TO (u32), DATAL or R2TL (u32).
-const CCCID: usize = 8;
-const TTAG: usize = 10;
-const XFER_OFFSET: usize = 12;
-const XFER_LEN: usize = 16;
+/// Byte offsets of the header fields, from the PDU's start: where [`parse`] and [`encode`] read
+/// and write them, and the Field Error Information a TermReq names a bad field by.
+pub mod field {
+    /// Common header: FLAGS (u8), HLEN (u8), PDO (u8), PLEN (u32); PDU-TYPE is byte 0.
+    pub const CH_FLAGS: usize = 1;
+    pub const CH_HLEN: usize = 2;
+    pub const CH_PDO: usize = 3;
+    pub const CH_PLEN: usize = 4;
+    /// ICReq / ICResp: PFV (u16), HPDA or CPDA, DGST, MAXR2T or MAXH2CDATA (u32).
+    pub const IC_PFV: usize = 8;
+    pub const IC_PDA: usize = 10;
+    pub const IC_DGST: usize = 11;
+    pub const IC_MAX: usize = 12;
+    /// TermReq: FES (u16), FEI (u32).
+    pub const TERM_FES: usize = 8;
+    pub const TERM_FEI: usize = 10;
+    /// CapsuleCmd: the 64-byte SQE; CapsuleResp: the 16-byte CQE.
+    pub const CAPSULE: usize = 8;
+    /// H2CData, C2HData and R2T: CCCID (u16), TTAG (u16), DATAO or R2TO (u32), DATAL or
+    /// R2TL (u32).
+    pub const CCCID: usize = 8;
+    pub const TTAG: usize = 10;
+    pub const XFER_OFFSET: usize = 12;
+    pub const XFER_LEN: usize = 16;
+}
 
 /// The end of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -332,13 +352,26 @@ pub struct TermReq {
     pub fei: u32,
 }
 
-/// CapsuleCmd: a submission queue entry; in-capsule data, if any, is the PDU's data.
+/// CapsuleCmd: a submission queue entry, as bytes ([`CapsuleCmd::command`] decodes it);
+/// in-capsule data, if any, is the PDU's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CapsuleCmd {
     pub sqe: [u8; 64],
 }
 
 impl CapsuleCmd {
+    /// The capsule of `sqe`.
+    pub fn new(sqe: &Sqe) -> CapsuleCmd {
+        CapsuleCmd {
+            sqe: sqe.to_bytes(),
+        }
+    }
+
+    /// The command, decoded.
+    pub fn command(&self) -> Sqe {
+        Sqe::from_bytes(&self.sqe)
+    }
+
     /// The command identifier (CDW0 bits 31:16). Its top bits may be the host's generation
     /// counter: echo it, do not index tables by it.
     pub fn cid(&self) -> u16 {
@@ -346,13 +379,25 @@ impl CapsuleCmd {
     }
 }
 
-/// CapsuleResp: a completion queue entry.
+/// CapsuleResp: a completion queue entry, as bytes ([`CapsuleResp::completion`] decodes it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CapsuleResp {
     pub cqe: [u8; 16],
 }
 
 impl CapsuleResp {
+    /// The capsule of `cqe`.
+    pub fn new(cqe: &Cqe) -> CapsuleResp {
+        CapsuleResp {
+            cqe: cqe.to_bytes(),
+        }
+    }
+
+    /// The completion, decoded.
+    pub fn completion(&self) -> Cqe {
+        Cqe::from_bytes(&self.cqe)
+    }
+
     /// The command identifier (DW3 bits 15:0).
     pub fn cid(&self) -> u16 {
         le16(&self.cqe, 12)

@@ -55,6 +55,14 @@ pub struct FatalError {
 }
 
 impl FatalError {
+    /// Invalid Header Field naming the field at byte `at` of the PDU ([`field`]).
+    pub const fn invalid_field(at: usize) -> FatalError {
+        FatalError {
+            fes: Fes::InvalidHeaderField,
+            fei: at as u32,
+        }
+    }
+
     /// The TermReq `local` sends to report this error.
     pub const fn term_req(self, local: Side) -> Header {
         let t = TermReq {

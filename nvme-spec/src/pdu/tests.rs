@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::Sqe;
 
 const MAX: u32 = max_plen_for_data(16 * 1024);
 
@@ -746,6 +747,176 @@ fn encode_refuses_callers_mistakes() {
     );
 }
 
+/// What a receiver does with a parsed PDU before it touches a command: the checks must answer,
+/// whatever the PDU says.
+fn apply_receiver_checks(header: &Header, data_len: usize) {
+    let n = data_len as u32;
+    match header {
+        Header::IcResp(r) => {
+            let _ = r.check(&IcReq::new(Digests::NONE));
+        }
+        Header::C2HData(d) => {
+            let _ = d.check(n, d.datao, 8192);
+        }
+        Header::H2CData(d) => {
+            let _ = d.check(n, 0, u32::MAX);
+        }
+        Header::R2T(r) => {
+            let _ = r.check(r.r2to, 4096);
+        }
+        Header::CapsuleCmd(c) => {
+            let _ = c.command().sgl();
+        }
+        Header::CapsuleResp(r) => {
+            let _ = r.completion().status();
+        }
+        _ => {}
+    }
+}
+
+/// A host's link parses exactly the PDUs a controller sends and encodes exactly the ones a host
+/// sends; a controller's the other way round. Everything else is refused at either end.
+#[test]
+fn each_end_parses_only_what_its_peer_sends() {
+    use PduType::*;
+    let ends = Ends::plain();
+    let from_controller = [IcResp, C2HTermReq, CapsuleResp, C2HData, R2T];
+    let from_host = [IcReq, H2CTermReq, CapsuleCmd, H2CData];
+    let mut seen = Vec::new();
+    for (header, data) in samples() {
+        let ty = header.pdu_type();
+        seen.push(ty);
+        let (sender, receiver) = match ty.sender() {
+            Side::Host => (&ends.host, &ends.ctrl),
+            Side::Controller => (&ends.ctrl, &ends.host),
+        };
+        assert_eq!(
+            from_controller.contains(&ty),
+            ty.sender() == Side::Controller
+        );
+        assert_eq!(from_host.contains(&ty), ty.sender() == Side::Host);
+        let wire = ends.wire(&header, &data);
+        assert!(matches!(parse(&wire, receiver), Ok(Some(_))), "{ty:?}");
+        assert_eq!(
+            parse(&wire, sender),
+            Err(PduError::WrongDirection { pdu_type: ty })
+        );
+        assert_eq!(
+            parse_head(&wire, sender),
+            Err(PduError::WrongDirection { pdu_type: ty })
+        );
+        let mut head = [0u8; MAX_HEAD_LEN];
+        assert_eq!(
+            encode(&header, data.len(), receiver, &mut head),
+            Err(EncodeError::WrongDirection {
+                pdu_type: ty,
+                local: receiver.local()
+            })
+        );
+    }
+    for ty in from_controller.iter().chain(&from_host) {
+        assert!(seen.contains(ty), "{ty:?} has no sample");
+    }
+}
+
+/// One connection from the host's side, every PDU type it sends or receives, with both digests
+/// and a controller that wants its data 32-byte aligned (CPDA 7): ICReq/ICResp, a write with
+/// in-capsule data, a write through R2T and H2CData, a read answered by C2HData with SUCCESS,
+/// and a completion.
+#[test]
+fn a_host_conversation_round_trips() {
+    let digests = ALL_DIGESTS[3];
+    let host = Link::new(Side::Host, MAX);
+    let ctrl = Link::new(Side::Controller, MAX);
+    let send = |link: &Link, header: &Header, data: &[u8]| {
+        let mut head = [0u8; MAX_HEAD_LEN];
+        let enc = encode(header, data.len(), link, &mut head).unwrap();
+        let mut v = head[..enc.head_len].to_vec();
+        v.extend_from_slice(data);
+        if enc.data_digest {
+            v.extend_from_slice(&data_digest([data]));
+        }
+        v
+    };
+    let recv = |link: &Link, wire: &[u8]| {
+        let (pdu, used) = parse(wire, link).unwrap().unwrap();
+        assert_eq!(used, wire.len());
+        (pdu.header, pdu.data.to_vec())
+    };
+
+    let req = IcReq::new(digests);
+    let (got, _) = recv(&ctrl, &send(&host, &Header::IcReq(req), &[]));
+    assert_eq!(got, Header::IcReq(req));
+    let resp = IcResp::answer(&req, Pda::new(7).unwrap(), 8192);
+    let (got, _) = recv(&host, &send(&ctrl, &Header::IcResp(resp), &[]));
+    let Header::IcResp(got) = got else {
+        panic!("{got:?}")
+    };
+    got.check(&req).unwrap();
+    let host = host.after_ic(&req, &got);
+    let ctrl = ctrl.after_ic(&req, &resp);
+
+    // A 512-byte write in the capsule: padded to CPDA's 32 bytes, digests on.
+    let mut sqe = Sqe::new(crate::nvm_opc::WRITE, 0x1001);
+    sqe.nsid = 1;
+    sqe.set_sgl(crate::SglDesc::in_capsule(512));
+    let data: Vec<u8> = (0..512).map(|i| i as u8).collect();
+    let wire = send(&host, &Header::CapsuleCmd(CapsuleCmd::new(&sqe)), &data);
+    assert_eq!(wire[3], 96, "PDO: 72 + 4 rounded up to 32");
+    let (got, got_data) = recv(&ctrl, &wire);
+    let Header::CapsuleCmd(cmd) = got else {
+        panic!("{got:?}")
+    };
+    assert_eq!((cmd.command(), got_data), (sqe, data.clone()));
+
+    // A 6 KiB write through R2T: two H2CData PDUs under MAXH2CDATA, LAST on the second.
+    let r2t = R2T {
+        cccid: 0x1002,
+        ttag: 3,
+        r2to: 0,
+        r2tl: 6144,
+    };
+    let (got, _) = recv(&host, &send(&ctrl, &Header::R2T(r2t), &[]));
+    let Header::R2T(got) = got else {
+        panic!("{got:?}")
+    };
+    got.check(0, 6144).unwrap();
+    let mut received = 0;
+    for (datao, len, last) in [(0, 4096, false), (4096, 2048, true)] {
+        let d = H2CData {
+            cccid: 0x1002,
+            ttag: got.ttag,
+            datao,
+            last,
+        };
+        let wire = send(&host, &Header::H2CData(d), &vec![7; len]);
+        let (back, back_data) = recv(&ctrl, &wire);
+        assert_eq!(back, Header::H2CData(d));
+        d.check(back_data.len() as u32, received, 6144).unwrap();
+        received += back_data.len() as u32;
+    }
+
+    // A read answered by C2HData with SUCCESS (no CapsuleResp), then a completion.
+    let c2h = C2HData {
+        cccid: 0x1003,
+        datao: 0,
+        last: true,
+        success: true,
+    };
+    let (got, got_data) = recv(&host, &send(&ctrl, &Header::C2HData(c2h), &[9; 4096]));
+    assert_eq!(got, Header::C2HData(c2h));
+    c2h.check(got_data.len() as u32, 0, 4096).unwrap();
+    let cqe = crate::Cqe::new(0x1001, crate::Status::SUCCESS, 0, 0);
+    let (got, _) = recv(
+        &host,
+        &send(&ctrl, &Header::CapsuleResp(CapsuleResp::new(&cqe)), &[]),
+    );
+    let Header::CapsuleResp(r) = got else {
+        panic!("{got:?}")
+    };
+    assert_eq!((r.cid(), r.completion()), (0x1001, cqe));
+}
+
 fn arb_pda() -> impl Strategy<Value = u8> {
     0..=Pda::MAX
 }
@@ -837,12 +1008,16 @@ proptest! {
             Ok(Some((pdu, used))) => {
                 prop_assert!(used <= bytes.len());
                 prop_assert!(pdu.data.len() <= used);
+                apply_receiver_checks(&pdu.header, pdu.data.len());
             }
             Ok(None) => {}
             Err(e) => {
                 let _ = e.action();
                 prop_assert!(offending_header(&bytes).len() <= TERM_REQ_MAX_DATA);
             }
+        }
+        if let Ok(Some(head)) = parse_head(&bytes, &link) {
+            prop_assert!(head.data_start <= head.data_end && head.data_end <= head.plen);
         }
     }
 
@@ -866,6 +1041,11 @@ proptest! {
         if let Ok(Some((pdu, used))) = parse(&bytes, &link) {
             prop_assert_eq!(used, plen as usize);
             prop_assert!(pdu.data.len() <= used);
+            apply_receiver_checks(&pdu.header, pdu.data.len());
+        }
+        if let Ok(Some(head)) = parse_head(&bytes, &link) {
+            prop_assert_eq!(head.plen, plen as usize);
+            prop_assert!(head.data_start <= head.data_end && head.data_end <= head.plen);
         }
     }
 
@@ -887,6 +1067,60 @@ proptest! {
         prop_assert_eq!(used, buf.len());
         let short = cut.index(buf.len());
         prop_assert_eq!(ends.parse(header.pdu_type(), &buf[..short]), Ok(None));
+    }
+
+    /// A command and a completion cross in capsules bit for bit, and their CIDs are where
+    /// [`CapsuleCmd::cid`] and [`CapsuleResp::cid`] read them.
+    #[test]
+    fn prop_capsules_carry_any_command_and_completion(
+        sqe_bytes in prop::array::uniform::<_, 64>(any::<u8>()),
+        cqe_bytes in any::<[u8; 16]>(),
+        digests in arb_digests(),
+        cpda in arb_pda(),
+    ) {
+        let ends = Ends::new(digests, 0, cpda);
+        let sqe = Sqe::from_bytes(&sqe_bytes);
+        let cmd = Header::CapsuleCmd(CapsuleCmd::new(&sqe));
+        let wire = ends.wire(&cmd, &[]);
+        let (pdu, _) = ends.parse(PduType::CapsuleCmd, &wire).unwrap().unwrap();
+        let Header::CapsuleCmd(got) = pdu.header else { unreachable!() };
+        prop_assert_eq!(got.command(), sqe);
+        prop_assert_eq!(got.cid(), sqe.cid());
+        prop_assert_eq!(got.sqe, sqe_bytes);
+        let cqe = crate::Cqe::from_bytes(&cqe_bytes);
+        let resp = Header::CapsuleResp(CapsuleResp::new(&cqe));
+        let wire = ends.wire(&resp, &[]);
+        let (pdu, _) = ends.parse(PduType::CapsuleResp, &wire).unwrap().unwrap();
+        let Header::CapsuleResp(got) = pdu.header else { unreachable!() };
+        prop_assert_eq!(got.completion(), cqe);
+        prop_assert_eq!(got.cid(), cqe.cid);
+    }
+
+    /// A good PDU cut short and followed by garbage, at either end: parse and parse_head
+    /// answer (more bytes, a refusal, or a PDU) and never read past what they were given.
+    #[test]
+    fn prop_truncated_pdus_with_garbage_never_panic(
+        header in arb_header(),
+        data in prop::collection::vec(any::<u8>(), 0..300),
+        digests in arb_digests(),
+        cut in any::<prop::sample::Index>(),
+        garbage in prop::collection::vec(any::<u8>(), 0..64),
+        at_sender in any::<bool>(),
+    ) {
+        let ends = Ends::new(digests, 0, 0);
+        let data = fit_data(&header, data);
+        let mut buf = ends.wire(&header, &data);
+        buf.truncate(cut.index(buf.len()));
+        buf.extend_from_slice(&garbage);
+        let ty = header.pdu_type();
+        let link = if at_sender { ends.sender(ty) } else { ends.receiver(ty) };
+        if let Ok(Some((pdu, used))) = parse(&buf, link) {
+            prop_assert!(used <= buf.len());
+            apply_receiver_checks(&pdu.header, pdu.data.len());
+        }
+        if let Ok(Some(head)) = parse_head(&buf, link) {
+            prop_assert!(head.data_start <= buf.len());
+        }
     }
 
     /// With both digests on and no padding, every byte is covered by a digest or checked in the

@@ -7,6 +7,27 @@
 //!   PDUs parsed in place from a receive buffer, headers encoded into a small stack buffer.
 //! - [`spec`]: SQE, CQE, status codes, Identify and discovery layouts: `pmio-nvme-spec`, shared
 //!   with the NVMe driver.
+//!
+//! ```
+//! use pmio_nvmf::identify::{NsCaps, identify_ctrlr};
+//! use pmio_nvmf::spec::{IdentifyController, id_ctrl};
+//! use pmio_nvmf::{Subsystem, SubsystemParams, TransportOpts};
+//!
+//! // What `nvmf_create_subsystem nqn.2016-06.io.spdk:cnode1 -a` makes...
+//! let params = SubsystemParams {
+//!     nqn: "nqn.2016-06.io.spdk:cnode1".to_string(),
+//!     allow_any_host: true,
+//!     ..SubsystemParams::default()
+//! };
+//! let subsys = Subsystem::new(&params)?;
+//! assert!(subsys.admits("nqn.2014-08.org.nvmexpress:uuid:0f01fb42-9f7f-4856-b0b3-51e60b8de349"));
+//!
+//! // ...and what its controller 1 answers to Identify Controller.
+//! let id = identify_ctrlr(1, &subsys, &TransportOpts::default(), NsCaps::default());
+//! assert_eq!(id[id_ctrl::CNTRLTYPE], IdentifyController::CNTRLTYPE_IO);
+//! assert_eq!(&id[id_ctrl::CNTLID..id_ctrl::CNTLID + 2], &1u16.to_le_bytes());
+//! # Ok::<(), pmio_nvmf::NvmfError>(())
+//! ```
 
 // Unsafe code lives only in `buf` (command data buffers a device may DMA into).
 #![deny(unsafe_code)]

@@ -190,14 +190,8 @@ fn case() -> impl Strategy<Value = Case> {
 /// The bytes of `c`, framed and digested as the connection negotiated; `last_cid` is the CID
 /// of the last capsule sent.
 fn bytes(h: &Host, c: &Chunk, last_cid: &mut u16) -> Vec<u8> {
-    let capsule = |sqe: &Sqe, data: &[u8]| {
-        h.encode(
-            &Header::CapsuleCmd(pdu::CapsuleCmd {
-                sqe: sqe.to_bytes(),
-            }),
-            data,
-        )
-    };
+    let capsule =
+        |sqe: &Sqe, data: &[u8]| h.encode(&Header::CapsuleCmd(pdu::CapsuleCmd::new(sqe)), data);
     match c {
         Chunk::Raw(b) => b.clone(),
         Chunk::Capsule { sqe, data } => {

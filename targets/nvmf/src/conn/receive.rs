@@ -3,11 +3,6 @@
 
 use super::*;
 
-/// Byte offsets in an H2CData PDU (TP 8000): the Field Error Information of a TermReq about
-/// them, and where a damaged PDU's fields are read.
-const H2C_CCCID: usize = 8;
-const H2C_TTAG: usize = 10;
-
 /// Bytes one read into the receive buffer asks for at most (see `receive`).
 const RX_READ_MAX: usize = 16 << 10;
 /// H2CData with at least this much data not yet received is read straight into its
@@ -152,7 +147,7 @@ impl Conn {
         pdu: std::ops::Range<usize>,
     ) -> Result<(), Fatal> {
         // The codec checked the header (and its digest): the SQE is sound.
-        let at = pdu.start + pdu::CH_LEN;
+        let at = pdu.start + pdu::field::CAPSULE;
         let sqe_bytes: &[u8; spec::SQE_LEN] = self.rx[at..at + spec::SQE_LEN]
             .try_into()
             .expect("a capsule's header holds its SQE");
@@ -210,10 +205,7 @@ impl Conn {
     ) -> Result<(), Fatal> {
         match (self.phase, header) {
             (Phase::AwaitIcReq, Header::IcReq(req)) => self.icreq(&req),
-            (Phase::Ready, Header::CapsuleCmd(cmd)) => {
-                let sqe = Sqe::from_bytes(&cmd.sqe);
-                self.command(sh, sqe, data)
-            }
+            (Phase::Ready, Header::CapsuleCmd(cmd)) => self.command(sh, cmd.command(), data),
             (Phase::Ready, Header::H2CData(d)) => self.h2c_data(sh, &d, data, pdu_start, false),
             (_, Header::H2CTermReq(t)) => Err(Fatal(format!(
                 "the host terminated the connection (FES {:#x}, FEI {:#x})",
@@ -236,22 +228,10 @@ impl Conn {
     }
 
     pub(super) fn icreq(&mut self, req: &pdu::IcReq) -> Result<(), Fatal> {
-        if req.pfv != 0 {
-            let fatal = pdu::FatalError {
-                fes: pdu::Fes::InvalidHeaderField,
-                fei: 8,
-            };
-            self.queue_owned(&fatal.term_req(Side::Controller), Vec::new());
-            return Err(Fatal(format!("ICReq PFV {} (only 0 exists)", req.pfv)));
-        }
-        self.link = self.link.negotiated(req.digests, req.hpda, pdu::Pda::ZERO);
-        let resp = Header::IcResp(pdu::IcResp {
-            pfv: 0,
-            cpda: pdu::Pda::ZERO,
-            digests: req.digests,
-            maxh2cdata: self.max_io,
-        });
-        self.queue_owned(&resp, Vec::new());
+        // The codec refused any PFV but 0 and any HPDA over 31.
+        let resp = pdu::IcResp::answer(req, pdu::Pda::ZERO, self.max_io);
+        self.link = self.link.after_ic(req, &resp);
+        self.queue_owned(&Header::IcResp(resp), Vec::new());
         self.phase = Phase::Ready;
         log::debug!(
             "nvmf: connection {}: ICReq: header digest {}, data digest {}",
@@ -323,23 +303,17 @@ impl Conn {
     fn h2c_check(&mut self, d: &pdu::H2CData, n: u32, pdu_start: usize) -> Result<(), Fatal> {
         let refusal = match self.slots.get(usize::from(d.ttag)) {
             Some(s) if s.state == SlotState::AwaitData && s.sqe.cid() == d.cccid => {
-                if d.datao != s.got || s.got + n > s.len || (d.last != (s.got + n == s.len)) {
-                    Some((
-                        pdu::Fes::DataOutOfRange,
-                        0,
-                        format!(
-                            "H2CData offset {} length {n} (last {}) for command {} with {} of \
-                             {} bytes",
-                            d.datao, d.last, d.cccid, s.got, s.len
-                        ),
-                    ))
-                } else {
-                    None
-                }
+                d.check(n, s.got, s.len).err().map(|fatal| {
+                    let why = format!(
+                        "H2CData offset {} length {n} (last {}) for command {} with {} of {} \
+                         bytes",
+                        d.datao, d.last, d.cccid, s.got, s.len
+                    );
+                    (fatal, why)
+                })
             }
             Some(s) if s.state == SlotState::AwaitData => Some((
-                pdu::Fes::InvalidHeaderField,
-                H2C_CCCID as u32,
+                pdu::FatalError::invalid_field(pdu::field::CCCID),
                 format!(
                     "H2CData for command {} with the tag {} of command {}",
                     d.cccid,
@@ -348,19 +322,17 @@ impl Conn {
                 ),
             )),
             _ => Some((
-                pdu::Fes::InvalidHeaderField,
-                H2C_TTAG as u32,
+                pdu::FatalError::invalid_field(pdu::field::TTAG),
                 format!(
                     "H2CData for command {} with tag {}, which awaits no data",
                     d.cccid, d.ttag
                 ),
             )),
         };
-        let Some((fes, fei, why)) = refusal else {
+        let Some((fatal, why)) = refusal else {
             return Ok(());
         };
         let echoed = pdu::offending_header(&self.rx[pdu_start..self.rx_end]).to_vec();
-        let fatal = pdu::FatalError { fes, fei };
         self.queue_owned(&fatal.term_req(Side::Controller), echoed);
         Err(Fatal(why))
     }

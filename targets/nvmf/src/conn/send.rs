@@ -37,9 +37,7 @@ impl Conn {
             sqid: qid,
             ..Cqe::new(cid, status, dw0, dw1)
         };
-        let h = Header::CapsuleResp(pdu::CapsuleResp {
-            cqe: cqe.to_bytes(),
-        });
+        let h = Header::CapsuleResp(pdu::CapsuleResp::new(&cqe));
         self.queue(&h, Body::None, Some(slot));
     }
 
@@ -49,9 +47,7 @@ impl Conn {
             sqid: qid,
             ..Cqe::new(cid, status, dw0, dw1)
         };
-        let h = Header::CapsuleResp(pdu::CapsuleResp {
-            cqe: cqe.to_bytes(),
-        });
+        let h = Header::CapsuleResp(pdu::CapsuleResp::new(&cqe));
         self.queue(&h, Body::None, None);
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pmio::bdev::Registry;
 use pmio_malloc::{MallocDevice, MallocOptions};
-use pmio_nvmf::pdu::{self, Digests, Fes, Header, IcReq, Link, Pda, Side, TermReq};
+use pmio_nvmf::pdu::{self, Digests, Fes, Header, IcReq, Link, Side, TermReq};
 use pmio_nvmf::spec::{self, Cqe, SglDesc, Sqe, Status};
 use pmio_nvmf::{GroupStats, ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
@@ -260,9 +260,9 @@ impl Host {
         self.send(&icreq_header(digests), &[]);
         match self.recv().0 {
             Header::IcResp(r) => {
-                assert_eq!(r.digests, digests, "digests echoed");
-                assert!(r.maxh2cdata >= 4096 && r.maxh2cdata % 4 == 0);
-                self.link = self.link.negotiated(digests, Pda::ZERO, r.cpda);
+                let req = IcReq::new(digests);
+                assert_eq!(r.check(&req), Ok(()), "an ICResp Linux's host takes");
+                self.link = self.link.after_ic(&req, &r);
             }
             other => panic!("expected ICResp, got {other:?}"),
         }
@@ -396,9 +396,7 @@ impl Host {
         } else if sqe.sgl().sgl_type == 0 {
             sqe.set_sgl(SglDesc::transport(sqe.sgl().len));
         }
-        let h = Header::CapsuleCmd(pdu::CapsuleCmd {
-            sqe: sqe.to_bytes(),
-        });
+        let h = Header::CapsuleCmd(pdu::CapsuleCmd::new(sqe));
         self.encode(&h, data)
     }
 
@@ -449,7 +447,7 @@ impl Host {
     pub fn expect_resp(&mut self, cid: u16) -> Cqe {
         match self.recv().0 {
             Header::CapsuleResp(r) => {
-                let cqe = Cqe::from_bytes(&r.cqe);
+                let cqe = r.completion();
                 assert_eq!(cqe.cid, cid, "response for another command");
                 cqe
             }
@@ -477,7 +475,7 @@ impl Host {
                     }
                 }
                 Header::CapsuleResp(r) => {
-                    let cqe = Cqe::from_bytes(&r.cqe);
+                    let cqe = r.completion();
                     assert_eq!(cqe.cid, cid, "response for another command");
                     return Reply { cqe, data };
                 }
@@ -528,7 +526,7 @@ impl Host {
                     }
                 }
                 Header::CapsuleResp(r) => {
-                    let cqe = Cqe::from_bytes(&r.cqe);
+                    let cqe = r.completion();
                     let data = data.remove(&cqe.cid).unwrap_or_default();
                     assert!(done.insert(cqe.cid, Reply { cqe, data }).is_none());
                 }
@@ -680,12 +678,7 @@ impl Host {
 
 /// The ICReq the test host sends.
 pub fn icreq_header(digests: Digests) -> Header {
-    Header::IcReq(IcReq {
-        pfv: 0,
-        hpda: Pda::ZERO,
-        digests,
-        maxr2t: 0,
-    })
+    Header::IcReq(IcReq::new(digests))
 }
 
 /// The 1024 bytes of a Connect's data.
