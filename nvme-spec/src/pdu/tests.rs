@@ -495,15 +495,7 @@ fn fault_bad_plen() {
     let cases: [(Header, u32); 3] = [
         (r2t(), 28),
         (Header::CapsuleCmd(CapsuleCmd { sqe: sqe(1) }), 70),
-        (
-            Header::IcReq(IcReq {
-                pfv: 0,
-                hpda: Pda::ZERO,
-                digests: Digests::NONE,
-                maxr2t: 0,
-            }),
-            132,
-        ),
+        (Header::IcReq(IcReq::new(Digests::NONE)), 132),
     ];
     for (header, plen) in cases {
         let mut buf = ends.wire(&header, &[]);
@@ -608,15 +600,7 @@ fn fault_invalid_fields() {
     );
     assert_eq!(terminate(&e), (Fes::InvalidHeaderField, 16));
 
-    let icreq = ends.wire(
-        &Header::IcReq(IcReq {
-            pfv: 0,
-            hpda: Pda::ZERO,
-            digests: Digests::NONE,
-            maxr2t: 0,
-        }),
-        &[],
-    );
+    let icreq = ends.wire(&Header::IcReq(IcReq::new(Digests::NONE)), &[]);
     for (at, value, fei) in [(8, 1, 8), (10, 32, 10)] {
         let mut buf = icreq.clone();
         buf[at] = value;
@@ -687,15 +671,7 @@ fn a_refused_pdu_is_reported_in_a_term_req_the_host_reads() {
 #[test]
 fn offending_header_is_bounded() {
     let ends = Ends::plain();
-    let icreq = ends.wire(
-        &Header::IcReq(IcReq {
-            pfv: 0,
-            hpda: Pda::ZERO,
-            digests: Digests::NONE,
-            maxr2t: 0,
-        }),
-        &[],
-    );
+    let icreq = ends.wire(&Header::IcReq(IcReq::new(Digests::NONE)), &[]);
     assert_eq!(offending_header(&icreq).len(), 128);
     assert_eq!(offending_header(&icreq[..50]).len(), 50);
     assert_eq!(offending_header(&icreq[..5]).len(), 5);
