@@ -147,7 +147,7 @@ impl Conn {
                 &ios
             }
             spec::nvm_opc::DSM => {
-                if sqe.cdw11 & (1 << 2) == 0 {
+                if sqe.cdw11 & spec::DSM_ATTR_DEALLOCATE == 0 {
                     // Only hints (no deallocate): nothing to do.
                     self.respond(slot, qid, Status::SUCCESS, 0, 0);
                     return;
