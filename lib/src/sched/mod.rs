@@ -12,11 +12,11 @@
 //! 3. on reap: [`SchedQueue::complete_batch`], which reports every member of a merged request
 //!    exactly once (lock-free for mq-deadline).
 //!
-//! The block layer's scheduler path (`bdev/sched_path.rs`) also uses
-//! [`SharedDeadline::insert_dispatch_counted`]: a burst it has vetted (one class, no HEAD,
+//! The block layer's scheduler path also uses a crate-private bypass,
+//! `SharedDeadline::insert_dispatch_counted`: a burst it has vetted (one class, no HEAD,
 //! nothing adjacent) is counted as inserted and dispatched in one locked step when
 //! mq-deadline would hand it out whole anyway (nothing waiting, no higher class busy), and
-//! completed by count ([`SharedDeadline::complete_counted`]), without per-request state.
+//! completed by count (`SharedDeadline::complete_counted`), without per-request state.
 //!
 //! ```
 //! use pmio::sched::{DeadlineOptions, SchedKind, SchedRq, Scheduler};

@@ -110,18 +110,7 @@ impl SharedDeadline {
     pub fn insert_batch(&self, rqs: &[SchedRq], now_ns: u64) -> Result<InsertSummary, SchedError> {
         let mut sum = InsertSummary::default();
         let mut dd = self.inner.0.lock();
-        let mut result = Ok(());
-        for rq in rqs {
-            match dd.insert(rq, now_ns) {
-                Ok(Inserted::Queued) => sum.queued += 1,
-                Ok(Inserted::Head) => sum.head += 1,
-                Ok(Inserted::Merged { .. }) => sum.merged += 1,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
+        let result = insert_each(&mut dd, rqs, now_ns, &mut sum);
         self.publish(&dd);
         drop(dd);
         result.map(|()| sum)
@@ -164,18 +153,7 @@ impl SharedDeadline {
             sum.queued = rqs.len() as u32;
             return Ok((sum, out.len() - before));
         }
-        let mut result = Ok(());
-        for rq in rqs {
-            match dd.insert(rq, now_ns) {
-                Ok(Inserted::Queued) => sum.queued += 1,
-                Ok(Inserted::Head) => sum.head += 1,
-                Ok(Inserted::Merged { .. }) => sum.merged += 1,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
+        let result = insert_each(&mut dd, rqs, now_ns, &mut sum);
         let n = if max == 0 {
             0
         } else {
@@ -193,7 +171,7 @@ impl SharedDeadline {
     /// per class) is counted either way. Complete counted requests with
     /// [`SharedDeadline::complete_counted`] or through a later call's `completed`.
     #[inline]
-    pub fn insert_dispatch_counted(
+    pub(crate) fn insert_dispatch_counted(
         &self,
         prio: PrioClass,
         n: u32,
@@ -211,7 +189,7 @@ impl SharedDeadline {
     /// Completes requests handed out by [`SharedDeadline::insert_dispatch_counted`]:
     /// `counts[class]` per class (`PrioClass as usize`). Lock-free.
     #[inline]
-    pub fn complete_counted(&self, counts: [u64; 3]) {
+    pub(crate) fn complete_counted(&self, counts: [u64; 3]) {
         self.hot.0.side.complete_counted(counts);
     }
 
@@ -298,6 +276,25 @@ impl SharedDeadline {
     pub fn with_locked<R>(&self, f: impl FnOnce(&mut Deadline) -> R) -> R {
         f(&mut self.inner.0.lock())
     }
+}
+
+/// Inserts `rqs` one by one into `sum`, stopping at the first invalid request (the ones
+/// before it stay inserted).
+#[inline]
+fn insert_each(
+    dd: &mut Deadline,
+    rqs: &[SchedRq],
+    now_ns: u64,
+    sum: &mut InsertSummary,
+) -> Result<(), SchedError> {
+    for rq in rqs {
+        match dd.insert(rq, now_ns)? {
+            Inserted::Queued => sum.queued += 1,
+            Inserted::Head => sum.head += 1,
+            Inserted::Merged { .. } => sum.merged += 1,
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

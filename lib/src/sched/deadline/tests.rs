@@ -1,6 +1,7 @@
 //! Deterministic tests of mq-deadline: time is injected, never slept.
 
 use super::*;
+use crate::request::IoStatus;
 use crate::sched::{Dispatched, SchedRq};
 
 const MS: u64 = 1_000_000;
