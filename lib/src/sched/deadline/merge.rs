@@ -9,6 +9,13 @@ use crate::sched::sorttree::Probe;
 use super::slab::{Slot, State};
 use super::{Deadline, NIL};
 
+/// How a request joins a queued carrier: behind it (a back merge) or in front of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Merge {
+    Back,
+    Front,
+}
+
 impl Deadline {
     /// Whether a request may take part in a merge at all (Linux's `rq_mergeable`).
     fn mergeable(s: &Slot) -> bool {
@@ -60,7 +67,7 @@ impl Deadline {
         if let Some(q) = probe.back
             && let Some(segs) = self.merge_fits(&self.slots[q as usize], &new)
         {
-            self.join(q, q, id, segs);
+            self.absorb(q, id, Merge::Back, segs);
             self.prios[p].merged += 1;
             if let Some(r) = self.front_neighbour(q) {
                 self.merge_queued(q, r);
@@ -74,7 +81,7 @@ impl Deadline {
             // The queued request keeps its place in the FIFO; re-key it in the tree.
             let old = self.slots[q as usize].sector;
             self.prios[p].sort[d].remove(q, old);
-            self.join(q, id, q, segs);
+            self.absorb(q, id, Merge::Front, segs);
             let sector = self.slots[q as usize].sector;
             self.prios[p].sort[d].insert(q, sector);
             self.prios[p].merged += 1;
@@ -103,26 +110,32 @@ impl Deadline {
         self.merge_fits(&self.slots[r as usize], s).map(|_| r)
     }
 
-    /// Joins `lo` and `hi`, adjacent in sectors (`hi` starts where `lo` ends), into carrier
-    /// `q`, which is one of the two and keeps its place in the FIFO; the other, no longer
-    /// queued, becomes a member. `hi`'s chain follows `lo`'s; sizes add up and the merged
-    /// request keeps the earlier insertion time and deadline (as Linux's
-    /// `dd_merged_requests`). A carrier whose start moved is re-keyed by the caller.
-    fn join(&mut self, q: u32, lo: u32, hi: u32, segs: u32) {
-        let (l, h) = (self.slots[lo as usize], self.slots[hi as usize]);
-        self.side.append(l.chain_tail, h.chain_head);
+    /// Carrier `q` absorbs the unqueued request `n` that touches it: behind it
+    /// (`Merge::Back`) or in front of it (`Merge::Front`; the caller then re-keys `q`, whose
+    /// start moved). Sizes add up; the merged request keeps `q`'s place in the FIFO and the
+    /// earlier insertion time and deadline (as Linux's `dd_merged_requests`).
+    fn absorb(&mut self, q: u32, n: u32, merge: Merge, segs: u32) {
+        let ns = self.slots[n as usize];
         let qs = &mut self.slots[q as usize];
-        qs.sector = l.sector;
-        qs.nblocks = l.nblocks + h.nblocks;
+        match merge {
+            Merge::Back => {
+                self.side.append(qs.chain_tail, ns.chain_head);
+                qs.chain_tail = ns.chain_tail;
+                qs.end_addr = ns.end_addr;
+            }
+            Merge::Front => {
+                self.side.append(ns.chain_tail, qs.chain_head);
+                qs.chain_head = ns.chain_head;
+                qs.sector = ns.sector;
+                qs.addr = ns.addr;
+            }
+        }
+        qs.nblocks += ns.nblocks;
         qs.nsegs = segs;
-        qs.addr = l.addr;
-        qs.end_addr = h.end_addr;
-        qs.chain_head = l.chain_head;
-        qs.chain_tail = h.chain_tail;
-        qs.nr_members = l.nr_members + h.nr_members;
-        qs.insert_ns = l.insert_ns.min(h.insert_ns);
-        qs.deadline_ns = l.deadline_ns.min(h.deadline_ns);
-        self.make_member(if q == lo { hi } else { lo });
+        qs.nr_members += ns.nr_members;
+        qs.insert_ns = qs.insert_ns.min(ns.insert_ns);
+        qs.deadline_ns = qs.deadline_ns.min(ns.deadline_ns);
+        self.make_member(n);
     }
 
     /// `n` now belongs to a carrier's chain: not a carrier itself any more.
@@ -149,7 +162,7 @@ impl Deadline {
             self.fifo_unlink(p, d, hi);
         }
         self.pending -= 1;
-        self.join(lo, lo, hi, segs);
+        self.absorb(lo, hi, Merge::Back, segs);
         self.prios[p].merged += 1;
     }
 }
