@@ -5,6 +5,21 @@
 //! entries carry a deadline; head insertions and requeues go to a dispatch list that is served
 //! before everything else.
 //!
+//! Files, one mechanism each (the sort trees are `sched/sorttree.rs`):
+//! - `deadline.rs` (this file): the scheduler's state, construction, insertion
+//!   (`dd_insert_request`), counters and teardown;
+//! - `deadline/options.rs`: [`DeadlineOptions`] (defaults, validation) and the runtime
+//!   tunables, by their Linux sysfs names;
+//! - `deadline/slab.rs`: one slot per scheduler tag, and the deadline FIFOs linked through it;
+//! - `deadline/merge.rs`: back and front merges of a new request into queued ones;
+//! - `deadline/dispatch.rs`: the dispatch algorithm (`dd_dispatch_request`), hand-out and
+//!   requeue;
+//! - `deadline/bypass.rs`: a burst handed out whole in one step when dispatch would do just
+//!   that (one form public and self-checking, one crate-private that trusts its caller);
+//! - `deadline/completion.rs`: what is updated without the lock (completion, member chains,
+//!   the `completed` counters) and the memory-ordering argument for it;
+//! - `deadline/tests.rs`: deterministic and property tests.
+//!
 //! The per-class counters `inserted`, `merged` and `dispatched` are plain integers owned by
 //! whoever holds the scheduler (its lock, in [`super::SharedDeadline`]); `completed` is an
 //! atomic updated without that lock, plus the completions of counted bursts that a reactor
@@ -15,18 +30,6 @@
 //!
 //! Time is injected (`now_ns`); nothing here reads a clock or sleeps, so every behaviour is
 //! deterministic and testable.
-//!
-//! One mechanism per file:
-//! - `deadline.rs` (this file): the scheduler's state, construction, insertion
-//!   (`dd_insert_request`), counters and teardown;
-//! - `options.rs`: [`DeadlineOptions`] (defaults, validation) and the runtime tunables;
-//! - `slab.rs`: one slot per scheduler tag, and the deadline FIFOs linked through it;
-//! - `merge.rs`: back and front merges of a new request into queued ones;
-//! - `dispatch.rs`: the dispatch algorithm (`dd_dispatch_request`), hand-out and requeue;
-//! - `bypass.rs`: a burst handed out whole in one step when dispatch would do just that;
-//! - `completion.rs`: what is updated without the lock (completion, member chains) and the
-//!   memory-ordering argument for it;
-//! - `tests.rs`: deterministic and property tests.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -144,6 +147,8 @@ pub struct Deadline {
     dispatch: VecDeque<u32>,
     /// Per owner: requests taken out of the scheduler for it by another owner's dispatch.
     ready: Box<[VecDeque<u32>]>,
+    /// The dispatch algorithm's batch state: the current batch's direction, its length so
+    /// far, and how many times reads were preferred over waiting writes.
     last_dir: Dir,
     batching: u32,
     starved: u32,

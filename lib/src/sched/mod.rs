@@ -34,6 +34,11 @@
 //! q.complete_batch([(out[0].id, IoStatus::Success)], |id, st| done.push((id, st))).unwrap();
 //! assert_eq!(done, [(7, IoStatus::Success)]);
 //! ```
+//!
+//! Files: `mod.rs` (this file: descriptors, errors, the per-device [`Scheduler`] and
+//! per-reactor [`SchedQueue`]), `passthrough.rs` (`none`), `deadline.rs` with `deadline/`
+//! (mq-deadline itself, single-threaded; its own map opens [`deadline`]), `shared.rs`
+//! (mq-deadline behind one lock, shared by reactors), `sorttree.rs` (its sector-sorted sets).
 
 pub mod deadline;
 mod passthrough;

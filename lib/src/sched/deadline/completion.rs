@@ -4,8 +4,8 @@
 //! access to them is a method here, so the memory-ordering argument below is the whole story.
 //!
 //! **Who writes what.**
-//! - Under the scheduler's lock, while a request is queued: its chain, `next` (the next member
-//!   of a merged request, in sector order) and `head` (a carrier's first member):
+//! - Under the scheduler's lock, from insertion to hand-out: a request's chain, `next` (the
+//!   next member of a merged request, in sector order) and `head` (a carrier's first member):
 //!   [`CompletionSide::start_chain`], [`CompletionSide::append`], [`CompletionSide::set_head`].
 //! - Under the lock, at hand-out: `meta = INFLIGHT | class` on the carrier, with `MEMBER` on
 //!   each merged member, the members first ([`CompletionSide::mark_member`], then
