@@ -41,7 +41,19 @@ pub enum ReactorError {
         /// The calling reactor's core.
         core: u32,
     },
-    /// A message or poller panicked on that reactor; its thread has exited.
+    /// A task was cancelled with [`crate::JoinHandle::abort`] before it finished.
+    #[error("the task on core {core} was aborted")]
+    TaskAborted {
+        /// The task's core.
+        core: u32,
+    },
+    /// The reactor stopped before the task finished; the task was dropped on its core.
+    #[error("the reactor on core {core} stopped before the task finished; the task was dropped")]
+    TaskStopped {
+        /// The task's core.
+        core: u32,
+    },
+    /// A message, poller or task panicked on that reactor; its thread has exited.
     #[error("the reactor on core {core} panicked")]
     Panicked {
         /// The reactor's core.

@@ -21,6 +21,10 @@ pub struct ReactorsOptions {
     /// Most messages run per loop turn before pollers get their turn (default 64; SPDK
     /// runs 8 events per turn). Must be ≥ 1.
     pub msg_batch: usize,
+    /// Most tasks ([`ReactorCtx::spawn`]) polled per loop turn before pollers get their turn
+    /// (default 64, as `msg_batch`); each task is polled at most once a turn whatever the
+    /// budget. Must be ≥ 1.
+    pub task_budget: usize,
     /// Interrupt mode: a reactor whose turns stayed idle for this long sleeps on its eventfd
     /// until a message, a stop request, a watched fd ([`ReactorCtx::watch_fd`]) or its next
     /// timed poller. `None` (default) = busy polling, what `pmio-perf` wants. Active pollers
@@ -41,6 +45,7 @@ impl Default for ReactorsOptions {
     fn default() -> ReactorsOptions {
         ReactorsOptions {
             msg_batch: 64,
+            task_budget: 64,
             interrupt_idle: None,
             pin_threads: true,
             thread_name_prefix: "reactor_".to_string(),
@@ -60,6 +65,9 @@ impl ReactorsOptions {
         };
         if self.msg_batch == 0 || self.msg_batch > 1 << 20 {
             return bad("msg_batch", "must be between 1 and 1048576");
+        }
+        if self.task_budget == 0 || self.task_budget > 1 << 20 {
+            return bad("task_budget", "must be between 1 and 1048576");
         }
         if self.thread_name_prefix.len() > 11 || self.thread_name_prefix.contains('\0') {
             return bad(
@@ -142,6 +150,43 @@ impl Shared {
         &self.slots[index]
     }
 
+    /// The state of a group on `mask` (an inbox and eventfd per core), no thread started.
+    pub(crate) fn new(
+        mask: CoreMask,
+        interrupt_idle: Option<Duration>,
+    ) -> Result<Shared, ReactorError> {
+        let mut slots = Vec::with_capacity(mask.len());
+        for &core in mask.cores() {
+            let inbox = Inbox::new().map_err(|source| ReactorError::EventFd { core, source })?;
+            slots.push(Slot {
+                core,
+                inbox,
+                panicked: AtomicBool::new(false),
+                interrupt_idle_ns: Padded(AtomicU64::new(idle_to_ns(interrupt_idle))),
+                stats: StatsCell::default(),
+            });
+        }
+        let mut index_of = vec![u32::MAX; mask.last() as usize + 1].into_boxed_slice();
+        for (i, &core) in mask.cores().iter().enumerate() {
+            index_of[core as usize] = i as u32;
+        }
+        Ok(Shared {
+            id: NEXT_GROUP_ID.fetch_add(1, Ordering::Relaxed),
+            mask,
+            slots: slots.into_boxed_slice(),
+            index_of,
+            stop: Padded(StopFlag::new()),
+            stop_requested: Mutex::new(false),
+            stop_cv: Condvar::new(),
+        })
+    }
+
+    /// The group's unique id (tells groups apart in thread-locals).
+    #[inline]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     #[inline]
     pub(crate) fn stop_flag(&self) -> bool {
         self.stop.0.is_set()
@@ -153,7 +198,8 @@ impl Shared {
         &self.stop.0
     }
 
-    fn index(&self, core: u32) -> Result<usize, ReactorError> {
+    /// The index of `core`'s reactor.
+    pub(crate) fn index(&self, core: u32) -> Result<usize, ReactorError> {
         match self.index_of.get(core as usize) {
             Some(&i) if i != u32::MAX => Ok(i as usize),
             _ => Err(ReactorError::UnknownCore {
@@ -171,6 +217,15 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner());
         *requested = true;
         self.stop_cv.notify_all();
+    }
+
+    /// Fails with [`ReactorError::WouldDeadlock`] on a reactor thread of this group (a blocking
+    /// call there would wait for itself).
+    pub(crate) fn check_not_own_reactor(&self) -> Result<(), ReactorError> {
+        match CURRENT.with(|c| c.get()) {
+            Some((id, core)) if id == self.id => Err(ReactorError::WouldDeadlock { core }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -332,10 +387,11 @@ impl ReactorsHandle {
     }
 
     fn check_not_own_reactor(&self) -> Result<(), ReactorError> {
-        match CURRENT.with(|c| c.get()) {
-            Some((id, core)) if id == self.shared.id => Err(ReactorError::WouldDeadlock { core }),
-            _ => Ok(()),
-        }
+        self.shared.check_not_own_reactor()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 }
 
@@ -358,32 +414,10 @@ impl Reactors {
         if opts.pin_threads {
             mask.check_available()?;
         }
-        let mut slots = Vec::with_capacity(mask.len());
-        for &core in mask.cores() {
-            let inbox = Inbox::new().map_err(|source| ReactorError::EventFd { core, source })?;
-            slots.push(Slot {
-                core,
-                inbox,
-                panicked: AtomicBool::new(false),
-                interrupt_idle_ns: Padded(AtomicU64::new(idle_to_ns(opts.interrupt_idle))),
-                stats: StatsCell::default(),
-            });
-        }
-        let mut index_of = vec![u32::MAX; mask.last() as usize + 1].into_boxed_slice();
-        for (i, &core) in mask.cores().iter().enumerate() {
-            index_of[core as usize] = i as u32;
-        }
-        let shared = Arc::new(Shared {
-            id: NEXT_GROUP_ID.fetch_add(1, Ordering::Relaxed),
-            mask,
-            slots: slots.into_boxed_slice(),
-            index_of,
-            stop: Padded(StopFlag::new()),
-            stop_requested: Mutex::new(false),
-            stop_cv: Condvar::new(),
-        });
+        let shared = Arc::new(Shared::new(mask, opts.interrupt_idle)?);
         let cfg = ReactorConfig {
             msg_batch: opts.msg_batch,
+            task_budget: opts.task_budget,
         };
         let mut reactors = Reactors {
             handle: ReactorsHandle::from_shared(Arc::clone(&shared)),

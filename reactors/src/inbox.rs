@@ -11,6 +11,10 @@
 //!   re-check before every wait is what keeps messages from being stranded. The same wait also
 //!   ends when one of the reactor's watched fds ([`crate::fdwatch`]) is ready; those need no
 //!   handshake (their readiness is level-triggered state the poll itself checks).
+//! - **Task wakes** from other threads ([`crate::exec`]) go on an intrusive list of task
+//!   headers (no allocation per wake) with the same handshake as messages: the waker pushes,
+//!   fences, and writes the event if it sees `sleeping`; the reactor's re-check looks at both.
+//!   Closing the inbox closes the list.
 //! - **Stop**: a sender counts itself in `inflight` before it checks `closed` and out after its
 //!   push; the reactor sets `closed`, then waits for `inflight == 0`. Every push that returned
 //!   `Ok` is then in the queue for the reactor's final drain, and every later one is refused.
@@ -25,19 +29,25 @@
 //! watched fds). `make loom` runs them.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::exec::{Header, WakeList, Wakes};
 use crate::fdwatch::{FdWatches, Woken};
 
 use self::sync::{AtomicBool, AtomicUsize, Event, Ordering, Queue, fence, spin};
 
 /// Synchronisation primitives: loom's under `cfg(loom)` (model checking), the real ones
 /// otherwise.
-mod sync {
+pub(crate) mod sync {
     #[cfg(loom)]
-    pub(super) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
+    };
     #[cfg(not(loom))]
-    pub(super) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
+    };
 
     #[cfg(loom)]
     pub(super) use self::model::{Event, Queue};
@@ -191,6 +201,8 @@ pub(crate) struct Inbox<T> {
     closed: AtomicBool,
     /// Senders between their `closed` check and the end of their push.
     inflight: AtomicUsize,
+    /// Tasks of this reactor woken from other threads (the executor's cross-core wakes).
+    wakes: WakeList,
     /// Wakes the reactor (an eventfd).
     event: Event,
 }
@@ -203,6 +215,7 @@ impl<T> Inbox<T> {
             sleeping: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
+            wakes: WakeList::new(),
             event: Event::new()?,
         })
     }
@@ -236,6 +249,33 @@ impl<T> Inbox<T> {
         self.queue.pop()
     }
 
+    /// Waker side (a thread other than the reactor's): queues `task` for the reactor's next
+    /// turn and wakes the reactor if it sleeps — the same handshake as [`Inbox::push`]. The
+    /// caller has claimed the task's remote flag ([`Header::claim_remote`]), so a task is in the
+    /// list at most once. A closed inbox (reactor gone) drops the wake.
+    pub(crate) fn push_wake(&self, task: &Arc<Header>) {
+        if !self.wakes.push(task) {
+            return;
+        }
+        // Pairs with the fence in `sleep`: either the reactor's re-check sees the wake, or
+        // this load sees `sleeping`.
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.event.notify();
+        }
+    }
+
+    /// Reactor side: whether tasks were woken from other threads (one plain load).
+    #[inline]
+    pub(crate) fn has_wakes(&self) -> bool {
+        !self.wakes.is_empty()
+    }
+
+    /// Reactor side: the tasks woken from other threads since the last call, oldest first.
+    pub(crate) fn take_wakes(&self) -> Wakes {
+        self.wakes.take()
+    }
+
     /// Reactor side of the handshake: announces the sleep, re-checks for a message or a stop
     /// request, and unless one is there runs `before_wait` and waits for a wake-up, a ready fd
     /// of `watched`, or `timeout` (`None` = none). Returns what ended the wait, or `None` if it
@@ -250,7 +290,7 @@ impl<T> Inbox<T> {
         self.sleeping.store(true, Ordering::SeqCst);
         // Pairs with the fence in `push`.
         fence(Ordering::SeqCst);
-        if !self.queue.is_empty() || stop.is_set() {
+        if !self.queue.is_empty() || !self.wakes.is_empty() || stop.is_set() {
             self.sleeping.store(false, Ordering::Relaxed);
             return None;
         }
@@ -286,6 +326,9 @@ impl<T> Inbox<T> {
             spin(round);
             round = round.saturating_add(1);
         }
+        // Tasks no longer run here: refuse their wakes, and drop the queued ones (each holds
+        // the group alive, which holds this inbox: a cycle otherwise).
+        self.wakes.close();
     }
 }
 

@@ -13,6 +13,11 @@
 //! - Pollers (`FnMut(&mut ReactorCtx) -> PollerResult`, not `Send`: they live on their
 //!   reactor) are registered and unregistered through [`ReactorCtx`], also from inside a poller.
 //! - Reactor-local typed state: [`ReactorCtx::local`], [`ReactorCtx::set_local`], ...
+//! - A local executor per reactor: [`ReactorCtx::spawn`], [`spawn_local`] and
+//!   [`ReactorsHandle::spawn_on`] run futures (`!Send` ones too) as tasks that never leave
+//!   their reactor, polled each turn between messages and pollers; a [`JoinHandle`] delivers
+//!   the output to a task on any reactor or to a blocked thread. [`yield_now`] and [`sleep`]
+//!   for tasks. Contract (wakers, budget, cancellation, stop) under [Tasks](#tasks).
 //! - Interrupt mode ([`ReactorsOptions::interrupt_idle`]): a reactor idle for that long sleeps
 //!   on an eventfd and the fds it watches ([`ReactorCtx::watch_fd`]) until a message, stop, a
 //!   ready fd, or its next timed poller; senders write the eventfd only when the target sleeps.
@@ -33,6 +38,37 @@
 //! If a message or poller panics, its reactor drops its queued messages (blocked `run_on`
 //! callers get [`ReactorError::Panicked`]), requests stop for the group, and `stop`/`wait`
 //! report `Panicked`.
+//!
+//! # Tasks
+//!
+//! Each reactor runs the futures spawned on it, polled from its own loop: a turn runs
+//! messages, then up to [`ReactorsOptions::task_budget`] queued tasks (each at most once),
+//! then pollers. A task is `!Send`-friendly and stays on its core; a waker on that core queues
+//! it locally, a waker elsewhere hands it over through the reactor's inbox (waking it from an
+//! interrupt-mode sleep), neither allocating. Dropping a [`JoinHandle`] detaches the task;
+//! [`JoinHandle::abort`] cancels it. At stop, unfinished tasks are dropped on their own reactor
+//! after its last messages and before its pollers and locals; their handles yield
+//! [`ReactorError::TaskStopped`]. A future must therefore be safe to drop at any await point.
+//!
+//! ```
+//! use std::time::Duration;
+//! use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, sleep, spawn_local};
+//!
+//! let reactors = Reactors::start(CoreMask::available()?, ReactorsOptions::default())?;
+//! let (first, last) = (reactors.cores()[0], *reactors.cores().last().unwrap());
+//! // A task on `last` that awaits a task on `first` (a cross-core wake).
+//! let remote = reactors.spawn_on(first, || async {
+//!     sleep(Duration::from_millis(1)).await;
+//!     7
+//! })?;
+//! let sum = reactors.spawn_on(last, move || async move {
+//!     let local = spawn_local(async { 35 });
+//!     remote.await.unwrap() + local.await.unwrap()
+//! })?;
+//! assert_eq!(sum.join()?, 42); // blocks this (non-reactor) thread
+//! reactors.stop()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Interrupt mode
 //!
@@ -97,6 +133,7 @@
 
 mod coremask;
 mod error;
+mod exec;
 mod fdwatch;
 mod group;
 mod inbox;
@@ -106,6 +143,7 @@ mod sys;
 
 pub use coremask::{CoreMask, CoreMaskError};
 pub use error::ReactorError;
+pub use exec::{JoinHandle, Sleep, YieldNow, sleep, spawn_local, yield_now};
 pub use fdwatch::{FdInterest, FdWatch};
 pub use group::{Reactors, ReactorsHandle, ReactorsOptions, current_core};
 pub use reactor::{Message, PollerId, PollerInfo, PollerResult, ReactorCtx};

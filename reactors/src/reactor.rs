@@ -1,9 +1,10 @@
 //! One reactor: its loop, its pollers, and the context messages and pollers run with.
 //!
-//! A turn: run up to `msg_batch` messages, run every active poller, run the timed pollers that
+//! A turn: run up to `msg_batch` messages, run the task step (timers, woken tasks, up to
+//! `task_budget` polls: [`crate::exec`]), run every active poller, run the timed pollers that
 //! are due, charge the turn's time to busy (something did work) or idle, and in interrupt mode
-//! sleep on the eventfd and the watched fds once idle long enough. The clock is read once per
-//! turn.
+//! sleep on the eventfd and the watched fds once idle long enough (never with tasks queued).
+//! The clock is read once per turn.
 
 use std::any::{Any, TypeId};
 use std::cell::Cell;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ReactorError;
+use crate::exec::{self, Executor};
 use crate::fdwatch::{FdInterest, FdWatch, FdWatches};
 use crate::group::{ReactorsHandle, Shared, Slot};
 use crate::stats::LocalStats;
@@ -131,6 +133,7 @@ pub struct ReactorCtx {
     pollers: Vec<Registered>,
     locals: HashMap<TypeId, Box<dyn Any>>,
     fds: FdWatches,
+    exec: Rc<Executor>,
     stay_awake: bool,
     stopping: bool,
 }
@@ -369,6 +372,11 @@ impl ReactorCtx {
         id
     }
 
+    /// This reactor's executor.
+    pub(crate) fn executor(&self) -> &Rc<Executor> {
+        &self.exec
+    }
+
     fn has_pending(&self) -> bool {
         !self.pending_add.is_empty() || !self.pending_remove.is_empty()
     }
@@ -384,6 +392,7 @@ impl ReactorCtx {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReactorConfig {
     pub msg_batch: usize,
+    pub task_budget: usize,
 }
 
 /// A reactor's thread-owned state.
@@ -402,19 +411,23 @@ impl Reactor {
     pub(crate) fn new(shared: Arc<Shared>, index: usize, cfg: ReactorConfig) -> Reactor {
         let core = shared.slot(index).core;
         let handle = ReactorsHandle::from_shared(Arc::clone(&shared));
+        let now = sys::now_ns();
+        let executor = Rc::new(Executor::new(Arc::clone(&shared), index, now));
+        exec::install(Rc::clone(&executor));
         Reactor {
             shared,
             ctx: ReactorCtx {
                 core,
                 index,
                 handle,
-                now: sys::now_ns(),
+                now,
                 next_poller_id: 1,
                 pending_add: Vec::new(),
                 pending_remove: Vec::new(),
                 pollers: Vec::new(),
                 locals: HashMap::new(),
                 fds: FdWatches::new(),
+                exec: executor,
                 stay_awake: false,
                 stopping: false,
             },
@@ -442,7 +455,7 @@ impl Reactor {
                 self.stats.idle_ns += spent;
             }
             self.stats.turns += 1;
-            if busy || self.ctx.stay_awake {
+            if busy || self.ctx.stay_awake || self.ctx.exec.has_runnable() {
                 idle_since = now;
             } else if now.saturating_sub(idle_since) >= slot.interrupt_idle_ns() {
                 now = self.sleep(slot, &shared, now);
@@ -474,6 +487,10 @@ impl Reactor {
             self.apply_pending(now);
         }
 
+        if self.ctx.exec.has_work(&slot.inbox, now) {
+            busy |= self.run_tasks(slot, now);
+        }
+
         for p in self.active.iter_mut() {
             if self.ctx.is_removed(p.id) {
                 continue;
@@ -487,6 +504,15 @@ impl Reactor {
             self.apply_pending(now);
         }
         busy
+    }
+
+    /// The task step; returns whether a task was polled.
+    fn run_tasks(&mut self, slot: &Slot, now: u64) -> bool {
+        let exec = &self.ctx.exec;
+        let polls = exec.run(&slot.inbox, now, self.cfg.task_budget);
+        self.stats.task_polls += polls;
+        self.stats.tasks = exec.task_count() as u32;
+        polls > 0
     }
 
     /// Runs the timed pollers due at `now` and schedules their next run one period after the
@@ -543,7 +569,7 @@ impl Reactor {
     /// request, a ready fd or the next timed poller. Returns the time after waking.
     #[cold]
     fn sleep(&mut self, slot: &Slot, shared: &Shared, now: u64) -> u64 {
-        let timeout = match self.next_timed_due {
+        let timeout = match self.next_timed_due.min(self.ctx.exec.next_timer()) {
             u64::MAX => None,
             due if due <= now => return now,
             due => Some(Duration::from_nanos(due - now)),
@@ -565,7 +591,7 @@ impl Reactor {
         woke
     }
 
-    /// Refuses new messages, runs every accepted one, drops pollers and locals here.
+    /// Refuses new messages, runs every accepted one, drops tasks, pollers and locals here.
     fn shutdown(&mut self, slot: &Slot) {
         self.ctx.stopping = true;
         slot.inbox.close_and_quiesce();
@@ -574,6 +600,10 @@ impl Reactor {
             msg(&mut self.ctx);
             self.stats.messages += 1;
         }
+        // Tasks first: their destructors may still use pollers and locals.
+        self.ctx.exec.shutdown();
+        exec::uninstall();
+        self.stats.tasks = 0;
         self.active.clear();
         self.timed.clear();
         self.ctx.pending_add.clear();
@@ -590,5 +620,14 @@ impl Reactor {
     #[inline]
     fn publish(&self, slot: &Slot) {
         slot.stats.publish(&self.stats);
+    }
+}
+
+impl Drop for Reactor {
+    /// A reactor unwinding from a panic drops its tasks here, on its thread (after a normal
+    /// stop there are none left).
+    fn drop(&mut self) {
+        self.ctx.exec.shutdown();
+        exec::uninstall();
     }
 }

@@ -1,7 +1,7 @@
 //! Per-reactor statistics: counted locally by the reactor, published to atomics once per loop
 //! turn (plain stores, single writer), read from any thread.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A snapshot of one reactor's counters (all cumulative since start).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,6 +22,10 @@ pub struct ReactorStats {
     pub wakeups: u64,
     /// Of those, the wake-ups where a watched fd ([`crate::ReactorCtx::watch_fd`]) was ready.
     pub fd_wakeups: u64,
+    /// Task polls ([`crate::ReactorCtx::spawn`]).
+    pub task_polls: u64,
+    /// Tasks alive on the reactor now.
+    pub tasks: u32,
     /// Active pollers registered now.
     pub active_pollers: u32,
     /// Timed pollers registered now.
@@ -41,7 +45,7 @@ impl ReactorStats {
         }
     }
 
-    /// The counters accumulated since `earlier` (pollers counts are taken from `self`).
+    /// The counters accumulated since `earlier` (poller and task counts are taken from `self`).
     pub fn since(&self, earlier: &ReactorStats) -> ReactorStats {
         ReactorStats {
             core: self.core,
@@ -52,6 +56,8 @@ impl ReactorStats {
             messages: self.messages.saturating_sub(earlier.messages),
             wakeups: self.wakeups.saturating_sub(earlier.wakeups),
             fd_wakeups: self.fd_wakeups.saturating_sub(earlier.fd_wakeups),
+            task_polls: self.task_polls.saturating_sub(earlier.task_polls),
+            tasks: self.tasks,
             active_pollers: self.active_pollers,
             timed_pollers: self.timed_pollers,
             sleeping: self.sleeping,
@@ -69,6 +75,8 @@ pub(crate) struct LocalStats {
     pub messages: u64,
     pub wakeups: u64,
     pub fd_wakeups: u64,
+    pub task_polls: u64,
+    pub tasks: u32,
     pub active_pollers: u32,
     pub timed_pollers: u32,
 }
@@ -85,6 +93,8 @@ pub(crate) struct StatsCell {
     messages: AtomicU64,
     wakeups: AtomicU64,
     fd_wakeups: AtomicU64,
+    task_polls: AtomicU64,
+    tasks: AtomicU32,
     /// active << 32 | timed
     pollers: AtomicU64,
 }
@@ -99,6 +109,8 @@ impl StatsCell {
         self.messages.store(s.messages, Ordering::Relaxed);
         self.wakeups.store(s.wakeups, Ordering::Relaxed);
         self.fd_wakeups.store(s.fd_wakeups, Ordering::Relaxed);
+        self.task_polls.store(s.task_polls, Ordering::Relaxed);
+        self.tasks.store(s.tasks, Ordering::Relaxed);
         self.pollers.store(
             (s.active_pollers as u64) << 32 | s.timed_pollers as u64,
             Ordering::Relaxed,
@@ -118,6 +130,8 @@ impl StatsCell {
             messages: self.messages.load(Ordering::Relaxed),
             wakeups: self.wakeups.load(Ordering::Relaxed),
             fd_wakeups: self.fd_wakeups.load(Ordering::Relaxed),
+            task_polls: self.task_polls.load(Ordering::Relaxed),
+            tasks: self.tasks.load(Ordering::Relaxed),
             active_pollers: (pollers >> 32) as u32,
             timed_pollers: pollers as u32,
             sleeping,
@@ -140,6 +154,8 @@ mod tests {
             messages: 7,
             wakeups: 1,
             fd_wakeups: 1,
+            task_polls: 4,
+            tasks: 2,
             active_pollers: 2,
             timed_pollers: 3,
         };
@@ -147,6 +163,7 @@ mod tests {
         let a = cell.snapshot(4, false);
         assert_eq!((a.core, a.busy_ns, a.turns, a.messages), (4, 30, 5, 7));
         assert_eq!((a.wakeups, a.fd_wakeups), (1, 1));
+        assert_eq!((a.task_polls, a.tasks), (4, 2));
         assert_eq!((a.active_pollers, a.timed_pollers), (2, 3));
         assert!((a.busy_pct() - 30.0).abs() < 1e-9);
         s.busy_ns = 130;

@@ -13,28 +13,28 @@ use std::time::{Duration, Instant};
 
 use crate::*;
 
-fn serial() -> MutexGuard<'static, ()> {
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// All cores this process may use (2 on the project machines), and the first one alone.
-fn all_cores() -> CoreMask {
+pub(crate) fn all_cores() -> CoreMask {
     CoreMask::available().unwrap()
 }
 
-fn one_core() -> CoreMask {
+pub(crate) fn one_core() -> CoreMask {
     CoreMask::from_cores([all_cores().first()]).unwrap()
 }
 
-fn interrupt_opts(idle: Duration) -> ReactorsOptions {
+pub(crate) fn interrupt_opts(idle: Duration) -> ReactorsOptions {
     ReactorsOptions {
         interrupt_idle: Some(idle),
         ..ReactorsOptions::default()
     }
 }
 
-fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let t = Instant::now();
     while t.elapsed() < timeout {
         if cond() {
