@@ -3,7 +3,8 @@
 //!
 //! - loop turn cost with one busy active poller (ns per turn),
 //! - message throughput from an outside thread to a busy-polling reactor,
-//! - interrupt-mode wake-up latency (send → run while the reactor sleeps), and its CPU use idle.
+//! - interrupt-mode wake-up latency (send → run while the reactor sleeps), and its CPU use idle,
+//! - task poll cost: 64 tasks that only `yield_now` (a poll, a local wake, a run-queue push).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pmio_reactors::{
-    CoreMask, PollerResult, Reactors, ReactorsOptions, now_ns, thread_cpu_time_ns,
+    CoreMask, PollerResult, ReactorError, ReactorStats, Reactors, ReactorsOptions, now_ns,
+    thread_cpu_time_ns, yield_now,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,18 +33,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             PollerResult::Busy
         });
     })?;
-    thread::sleep(Duration::from_millis(100));
-    let a = reactors.stats(core).unwrap();
-    let cpu_a = reactors.run_on(core, |_| thread_cpu_time_ns())?;
-    thread::sleep(Duration::from_secs(1));
-    let b = reactors.stats(core).unwrap();
-    let cpu_b = reactors.run_on(core, |_| thread_cpu_time_ns())?;
-    let d = b.since(&a);
+    let (d, cpu) = steady_second(&reactors, core)?;
     println!(
         "loop: {} turns in {} ms of reactor CPU = {:.1} ns/turn (busy {:.1}%)",
         d.turns,
-        (cpu_b - cpu_a) / 1_000_000,
-        (cpu_b - cpu_a) as f64 / d.turns as f64,
+        cpu / 1_000_000,
+        cpu as f64 / d.turns as f64,
         d.busy_pct()
     );
     reactors.stop()?;
@@ -74,7 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         interrupt_idle: Some(Duration::from_millis(1)),
         ..ReactorsOptions::default()
     };
-    let reactors = Reactors::start(mask, opts)?;
+    let reactors = Reactors::start(mask.clone(), opts)?;
     let mut lat = Vec::new();
     for _ in 0..200 {
         while !reactors.is_sleeping(core) {
@@ -104,5 +100,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (c1 - c0) as f64 / 1e6
     );
     reactors.stop()?;
+
+    // 4. Task poll cost: 64 tasks yielding forever, a full task budget every turn.
+    let reactors = Reactors::start(mask, ReactorsOptions::default())?;
+    reactors.run_on(core, |ctx| {
+        for _ in 0..64 {
+            drop(ctx.spawn(async {
+                loop {
+                    yield_now().await;
+                }
+            }));
+        }
+    })?;
+    let (d, cpu) = steady_second(&reactors, core)?;
+    println!(
+        "tasks: {} polls in {} ms of reactor CPU = {:.1} ns/poll (yield_now: poll + local wake)",
+        d.task_polls,
+        cpu / 1_000_000,
+        cpu as f64 / d.task_polls as f64
+    );
+    reactors.stop()?;
     Ok(())
+}
+
+/// After 100 ms of warm-up, the reactor's counters and CPU time (ns) over one second.
+fn steady_second(reactors: &Reactors, core: u32) -> Result<(ReactorStats, u64), ReactorError> {
+    thread::sleep(Duration::from_millis(100));
+    let a = reactors.stats(core).unwrap_or_default();
+    let cpu_a = reactors.run_on(core, |_| thread_cpu_time_ns())?;
+    thread::sleep(Duration::from_secs(1));
+    let b = reactors.stats(core).unwrap_or_default();
+    let cpu_b = reactors.run_on(core, |_| thread_cpu_time_ns())?;
+    Ok((b.since(&a), cpu_b - cpu_a))
 }

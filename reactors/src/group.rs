@@ -375,7 +375,7 @@ impl ReactorsHandle {
 
     /// Asks every reactor to stop (non-blocking, callable from a reactor, e.g. by an RPC
     /// such as `spdk_kill_instance`). From now on sends fail with `Stopped`; each reactor
-    /// runs the messages it already accepted, drops its pollers and locals, and exits.
+    /// runs the messages it already accepted, drops its tasks, pollers and locals, and exits.
     /// [`Reactors::wait`] returns once they have.
     pub fn request_stop(&self) {
         self.shared.request_stop();
@@ -475,8 +475,8 @@ impl Reactors {
     }
 
     /// Requests stop and joins every reactor. Messages accepted before (every `send` that
-    /// returned Ok) have all run when this returns; pollers and reactor-local values have
-    /// been dropped on their reactor threads. Returns each reactor's final stats, or
+    /// returned Ok) have all run when this returns; unfinished tasks, pollers and
+    /// reactor-local values have been dropped on their reactor threads. Returns each reactor's final stats, or
     /// [`ReactorError::Panicked`] naming the first reactor that panicked.
     pub fn stop(mut self) -> Result<Vec<ReactorStats>, ReactorError> {
         self.handle.request_stop();

@@ -22,8 +22,8 @@
 //!   on an eventfd and the fds it watches ([`ReactorCtx::watch_fd`]) until a message, stop, a
 //!   ready fd, or its next timed poller; senders write the eventfd only when the target sleeps.
 //!   Default off (busy polling).
-//! - Stop: [`Reactors::stop`] runs every accepted message, drops pollers and locals on their
-//!   threads, and joins. Per-reactor [`ReactorStats`] are readable from any thread.
+//! - Stop: [`Reactors::stop`] runs every accepted message, drops tasks, pollers and locals on
+//!   their threads, and joins. Per-reactor [`ReactorStats`] are readable from any thread.
 //!
 //! # Stop semantics
 //!
@@ -31,8 +31,8 @@
 //! from then on every `send` fails with [`ReactorError::Stopped`] and the closure is dropped
 //! unrun. Each reactor finishes its current turn, stops running pollers, runs **every message
 //! whose `send` returned `Ok`** (a sender racing with stop either gets `Ok` and its message
-//! runs, or gets `Stopped`; nothing accepted is dropped), then drops its pollers and
-//! reactor-local values on its own thread and exits. Messages running in that final drain see
+//! runs, or gets `Stopped`; nothing accepted is dropped), then drops its unfinished tasks, its
+//! pollers and its reactor-local values on its own thread and exits. Messages running in that final drain see
 //! [`ReactorCtx::is_stopping`] and cannot send any more messages (`Stopped`), so apps tear
 //! down cross-reactor state (e.g. with [`ReactorsHandle::run_on_all`]) *before* stopping.
 //! If a message or poller panics, its reactor drops its queued messages (blocked `run_on`

@@ -602,8 +602,6 @@ impl Reactor {
         }
         // Tasks first: their destructors may still use pollers and locals.
         self.ctx.exec.shutdown();
-        exec::uninstall();
-        self.stats.tasks = 0;
         self.active.clear();
         self.timed.clear();
         self.ctx.pending_add.clear();
@@ -611,6 +609,10 @@ impl Reactor {
         self.ctx.pollers.clear();
         self.ctx.locals.clear();
         self.ctx.fds.clear();
+        // Tasks those destructors spawned, unpolled; then the executor leaves the thread.
+        self.ctx.exec.shutdown();
+        exec::uninstall();
+        self.stats.tasks = 0;
         self.stats.active_pollers = 0;
         self.stats.timed_pollers = 0;
         self.publish(slot);

@@ -34,7 +34,8 @@
 //!   point instead of being polled, and the handle yields [`crate::ReactorError::TaskAborted`].
 //! - **Stop**: once a reactor has run its last messages it drops every unfinished task on its
 //!   own thread (before its pollers and reactor-local values, so task destructors may still use
-//!   them), and their handles yield [`crate::ReactorError::TaskStopped`]. Tasks are not polled
+//!   them), and their handles yield [`crate::ReactorError::TaskStopped`]; a task spawned by
+//!   one of those destructors is dropped unpolled. Tasks are not polled
 //!   while the reactor stops, so a future must be safe to drop at any await point: an I/O future
 //!   must then keep its buffer away from the device (the I/O layer's contract).
 //! - **Panics**: a panicking task panics its reactor, as a panicking poller does: the group
@@ -112,6 +113,8 @@ impl ReactorsHandle {
     /// on any reactor, or [`JoinHandle::join`] it from a plain thread.
     ///
     /// Fails like [`ReactorsHandle::send`] (unknown core, stopping): then `make` never runs.
+    /// Accepted while the target stops, the task is built in its final drain and dropped
+    /// unpolled ([`ReactorError::TaskStopped`]).
     ///
     /// ```
     /// use std::cell::Cell;
