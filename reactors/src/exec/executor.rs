@@ -19,7 +19,7 @@ use std::task::{Context, Waker};
 
 use super::join::{self, JoinHandle};
 use super::slab::{Key, Slab};
-use super::task::{ExecId, Header, Task};
+use super::task::{ExecId, Header, Task, TaskFuture};
 use super::timer::Timers;
 use crate::group::Shared;
 use crate::inbox::Inbox;
@@ -111,11 +111,7 @@ impl Executor {
 
     /// Adds a task whose header was made for this executor (here or by `spawn_on`) and queues
     /// its first poll (which drops it unpolled if it was aborted meanwhile).
-    pub(crate) fn insert(
-        &self,
-        header: Arc<Header>,
-        future: std::pin::Pin<Box<dyn Future<Output = ()>>>,
-    ) {
+    pub(crate) fn insert(&self, header: Arc<Header>, future: TaskFuture) {
         debug_assert_eq!(header.owner(), self.id);
         let task = Task::new(Arc::clone(&header), future);
         let key = self.tasks.borrow_mut().insert(task);

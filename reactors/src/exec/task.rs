@@ -153,16 +153,19 @@ impl Wake for Header {
     }
 }
 
+/// A task's future, type-erased: the user's future wrapped with its completer.
+pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = ()>>>;
+
 /// A spawned task as its executor holds it.
 pub(crate) struct Task {
     pub header: Arc<Header>,
     /// A waker for this task, made once at spawn and lent to every poll.
     pub waker: Waker,
-    pub future: Pin<Box<dyn Future<Output = ()>>>,
+    pub future: TaskFuture,
 }
 
 impl Task {
-    pub(crate) fn new(header: Arc<Header>, future: Pin<Box<dyn Future<Output = ()>>>) -> Task {
+    pub(crate) fn new(header: Arc<Header>, future: TaskFuture) -> Task {
         Task {
             waker: Waker::from(Arc::clone(&header)),
             header,

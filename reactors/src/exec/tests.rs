@@ -170,6 +170,48 @@ fn a_wake_from_a_plain_thread_wakes_a_sleeping_reactor() {
 }
 
 #[test]
+fn a_task_woken_by_an_idle_poller_keeps_the_reactor_awake() {
+    let _s = serial();
+    // Sleeps after any idle turn.
+    let reactors = Reactors::start(one_core(), interrupt_opts(Duration::ZERO)).unwrap();
+    let core = reactors.cores()[0];
+    let handle = reactors
+        .run_on(core, |ctx| {
+            let parked: Rc<Cell<Option<Waker>>> = Rc::default();
+            let fired = Rc::new(Cell::new(false));
+            let (p, f) = (parked.clone(), fired.clone());
+            // Wakes the task one run after it parked, reporting idle: the turn that queues
+            // the task has done no work of its own.
+            let mut due: Option<Waker> = None;
+            ctx.register_poller("completions", move |_| {
+                if let Some(w) = due.take() {
+                    f.set(true);
+                    w.wake();
+                }
+                due = p.take();
+                PollerResult::Idle
+            });
+            ctx.spawn(async move {
+                for _ in 0..1000 {
+                    poll_fn(|cx| {
+                        if fired.replace(false) {
+                            Poll::Ready(())
+                        } else {
+                            parked.set(Some(cx.waker().clone()));
+                            Poll::Pending
+                        }
+                    })
+                    .await;
+                }
+            })
+        })
+        .unwrap();
+    assert!(wait_until(LONG, || handle.is_finished()));
+    handle.join().unwrap();
+    reactors.stop().unwrap();
+}
+
+#[test]
 fn sleep_fires_on_the_reactor_clock_and_lets_the_reactor_sleep() {
     let _s = serial();
     for opts in [
