@@ -579,44 +579,47 @@ unsafe impl GlobalAlloc for CountingAlloc {
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
 
-#[test]
-fn steady_state_wakes_polls_and_timers_do_not_allocate() {
+/// Runs `round(n)` for n = 1, 2, ...; returns the allocations on this thread after warm-up.
+async fn allocations_after_warmup(mut round: impl AsyncFnMut(u64)) -> u64 {
     const WARM: u64 = 200;
     const ROUNDS: u64 = 2000;
+    let mut start = 0;
+    for n in 1..=WARM + ROUNDS {
+        if n == WARM {
+            start = allocs();
+        }
+        round(n).await;
+    }
+    allocs() - start
+}
+
+#[test]
+fn steady_state_wakes_polls_and_timers_do_not_allocate() {
     let _s = serial();
     let reactors = Reactors::start(all_cores(), ReactorsOptions::default()).unwrap();
     let (a, b) = (reactors.cores()[0], *reactors.cores().last().unwrap());
     let (ping, pong) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
-    let (pi, po) = (ping.clone(), pong.clone());
     // Ping-pong across cores (a local wake on a one-core machine), with a yield and a timer
-    // each round; each side counts its reactor thread's allocations after warming up.
+    // each round; each side counts its reactor thread's allocations.
+    let (pi, po) = (ping.clone(), pong.clone());
     let ponger = reactors
         .spawn_on(b, move || async move {
-            let mut start = 0;
-            for n in 1..=WARM + ROUNDS {
-                if n == WARM {
-                    start = allocs();
-                }
+            allocations_after_warmup(async |n| {
                 pi.reach(n).await;
                 po.bump();
-            }
-            allocs() - start
+            })
+            .await
         })
         .unwrap();
-    let (pi, po) = (ping.clone(), pong.clone());
     let pinger = reactors
         .spawn_on(a, move || async move {
-            let mut start = 0;
-            for n in 1..=WARM + ROUNDS {
-                if n == WARM {
-                    start = allocs();
-                }
-                pi.bump();
-                po.reach(n).await;
+            allocations_after_warmup(async |n| {
+                ping.bump();
+                pong.reach(n).await;
                 yield_now().await;
                 sleep(Duration::ZERO).await;
-            }
-            allocs() - start
+            })
+            .await
         })
         .unwrap();
     assert_eq!(
