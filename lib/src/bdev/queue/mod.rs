@@ -57,7 +57,6 @@ use crate::sbitmap::AllocHint;
 use crate::sched::SharedDeadline;
 use crate::tags::{RequestPool, Tags, TagsOptions};
 
-#[path = "sched_path.rs"]
 mod sched_path;
 use sched_path::SchedPath;
 

@@ -41,8 +41,8 @@
 
 use std::sync::Arc;
 
-use super::super::split::Splits;
-use super::super::stats::{QueueStats, now_ns};
+use crate::bdev::split::Splits;
+use crate::bdev::stats::{QueueStats, now_ns};
 use super::{BdevError, BdevQueue, BurstShape, Hctx, SchedMode, SubmitError, report_done};
 use crate::hctx::{HCTX_MAX_TYPES, HctxType};
 use crate::plug::Plug;
@@ -144,7 +144,7 @@ impl SchedPath {
     pub(super) fn new(
         dd: &Arc<SharedDeadline>,
         owner: u16,
-        info: &super::super::BdevInfo,
+        info: &crate::bdev::BdevInfo,
         hctx: &[Hctx],
         drv_depth: u32,
     ) -> Result<SchedPath, BdevError> {
@@ -257,7 +257,7 @@ impl SchedPath {
     /// counter); else `depth` (requests are copied into driver requests under driver tags).
     pub(super) fn driver_depth(
         sched: &SchedMode,
-        info: &super::super::BdevInfo,
+        info: &crate::bdev::BdevInfo,
         depth: u32,
     ) -> u32 {
         match sched {
@@ -292,7 +292,7 @@ impl SchedPath {
     /// Builds the mode's side for `sched`, or `None` without a scheduler.
     pub(super) fn for_mode(
         sched: &SchedMode,
-        info: &super::super::BdevInfo,
+        info: &crate::bdev::BdevInfo,
         hctx: &[Hctx],
         drv_depth: u32,
     ) -> Result<Option<Box<SchedPath>>, BdevError> {
@@ -1099,5 +1099,4 @@ impl SchedPath {
 }
 
 #[cfg(test)]
-#[path = "sched_path/tests.rs"]
 mod tests;
