@@ -9,7 +9,14 @@
 //! allow. Children issued by `poll` start there and then: one driver `submit` per hctx, or
 //! one insert and dispatch of the scheduler. Nothing here runs for an I/O that needs no split.
 
-use super::*;
+use super::complete::record_done;
+use super::sched_path::SchedPath;
+use super::{BdevQueue, SubmitError};
+use crate::bdev::split::Splits;
+use crate::bdev::stats::{QueueStats, now_ns};
+use crate::hctx::{HCTX_MAX_TYPES, HctxType};
+use crate::plug::Plug;
+use crate::request::{Io, ReqFlags, Request};
 
 impl BdevQueue {
     /// `submit` of an I/O the device cannot take whole (validated): a parent slot, then as
@@ -49,7 +56,7 @@ impl BdevQueue {
     /// The clock of the current burst (read now if this is its first I/O), as `submit` keeps
     /// it: in the scheduler path with a scheduler, else in the queue.
     fn burst_clock(&mut self) -> u64 {
-        if let Some(sp) = self.sp.as_deref_mut() {
+        if let Some(sp) = self.path.sched_mut() {
             return sp.burst_clock();
         }
         if self.burst_ns == 0 {
@@ -69,14 +76,14 @@ impl BdevQueue {
         flags: ReqFlags,
         now: u64,
     ) -> Option<u16> {
-        if let Some(sp) = self.sp.as_deref_mut() {
+        let key = self.key;
+        if let Some(sp) = self.path.sched_mut() {
             return match plug {
-                Some(plug) => self.queue_sched(plug, child, ty, flags).ok(),
+                Some(plug) => sp.queue(plug, key, child, ty, flags).ok(),
                 None => sp.queue_resumed(child, ty, flags, now),
             };
         }
-        let key = self.key;
-        let h = &mut self.hctx[self.slot[ty.index()] as usize];
+        let h = &mut self.hctx[self.hctx_at[ty.index()] as usize];
         let tag = match plug {
             Some(plug) => plug.take(key, ty, &h.tags, &mut h.hint),
             None => h.tags.get(&mut h.hint),
@@ -128,7 +135,7 @@ impl BdevQueue {
         for (f, h) in from.iter_mut().zip(&self.hctx) {
             *f = h.npending;
         }
-        let sched_from = self.sp.as_deref().map(SchedPath::pending_len);
+        let sched_from = self.path.sched().map(SchedPath::pending_len);
         'parents: while let Some(slot) = self.split.as_deref().and_then(Splits::first_waiting) {
             let Some(ty) = self.split.as_deref().map(|s| s.hctx_type(slot)) else {
                 break;
@@ -146,8 +153,8 @@ impl BdevQueue {
                 s.pop_waiting();
             }
         }
-        if let (Some(sp), Some(from)) = (self.sp.as_deref_mut(), sched_from) {
-            sp.start_resumed(from, &mut self.hctx, &self.slot, now);
+        if let (Some(sp), Some(from)) = (self.path.sched_mut(), sched_from) {
+            sp.start_resumed(from, &mut self.hctx, &self.hctx_at, now);
             return;
         }
         for (h, &from) in self.hctx.iter_mut().zip(&from) {

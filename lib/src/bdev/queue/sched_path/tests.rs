@@ -1,8 +1,9 @@
-use super::super::{BdevQueueOptions, SchedMode};
+use super::super::{BdevQueue, BdevQueueOptions, SchedMode, SubmitError};
 use super::*;
 use crate::bdev::{BdevInfo, BlockDevice, DriverQueue, Uuid};
 use crate::hctx::HctxQueues;
-use crate::request::{Op, OpSet, PrioClass};
+use crate::plug::Plug;
+use crate::request::{Io, Op, OpSet, PrioClass, ReqFlags, Request};
 use crate::sched::DeadlineOptions;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -194,7 +195,7 @@ fn merged_writes_case(max_depth: u32) {
     let (dev, max_inflight) = ram_max(1024, max_depth);
     let dd = sched(1, 8);
     let mut q = open_sched(dev, &dd, 8, 0).unwrap();
-    assert_eq!(q.sp.as_ref().unwrap().shared, max_depth >= 16);
+    assert_eq!(q.path.sched().unwrap().shared, max_depth >= 16);
     let mut plug = Plug::default();
     q.register_plug(&mut plug);
     // 16 scheduler tags over 8 driver tags.
@@ -353,12 +354,12 @@ fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
     let dd = sched(1, 16);
     let mut q = open_sched(dev, &dd, 16, 0).unwrap();
     let via = |q: &BdevQueue| {
-        let sp = q.sp.as_ref().unwrap();
+        let sp = q.path.sched().unwrap();
         assert!(
             sp.shared,
             "the RAM disk takes a command id per scheduler tag"
         );
-        sp.via.iter().filter(|&&v| v != VIA_COUNTED).count()
+        sp.via.iter().filter(|&&v| v != Via::Counted).count()
     };
     let mut plug = Plug::default();
     let mut bufs = vec![0u8; 32 * 2 * BS as usize];
@@ -401,7 +402,7 @@ fn counted_and_scheduled_requests_complete_once_with_their_own_extent() {
     assert_eq!(tokens, [0, 1, 2, 3, 10, 11, 12]);
     assert!(seen.values().all(|&c| c == 1), "{seen:?}");
     assert_eq!(via(&q), 0, "every scheduled request restored");
-    let sp = q.sp.as_ref().unwrap();
+    let sp = q.path.sched().unwrap();
     assert_eq!((sp.sched_inflight, sp.counted_inflight), (0, [0; 3]));
     assert_eq!(q.stats().op(Op::Read).bytes, 5 * 2 * u64::from(BS));
     assert!(max_inflight.load(Ordering::Relaxed) <= 16);
@@ -450,9 +451,9 @@ fn submit_with_on_a_scheduler_queues_a_shaped_burst() {
     );
     assert_eq!(q.outstanding(), 3);
     assert_eq!(q.flush(), 3);
-    let sp = q.sp.as_ref().unwrap();
+    let sp = q.path.sched().unwrap();
     assert!(
-        sp.via.iter().all(|&v| v == VIA_COUNTED),
+        sp.via.iter().all(|&v| v == Via::Counted),
         "a regular burst goes out by count"
     );
     assert_eq!(dd.stats(PrioClass::Idle).dispatched, 3);
@@ -530,7 +531,7 @@ proptest::proptest! {
         let dd = sched(1, 8);
         let mut q = open_sched(dev, &dd, 8, 0)
         .unwrap();
-        proptest::prop_assert_eq!(q.sp.as_ref().unwrap().shared, deep);
+        proptest::prop_assert_eq!(q.path.sched().unwrap().shared, deep);
         let mut plug = Plug::default();
         let mut bufs = vec![0u8; SLOTS * 2 * BS as usize];
         let base = bufs.as_mut_ptr();
@@ -628,10 +629,10 @@ proptest::proptest! {
         proptest::prop_assert_eq!(done.len() as u64, token, "no I/O lost");
         proptest::prop_assert!(done.values().all(|&c| c == 1), "an I/O completed twice");
         proptest::prop_assert!(max_inflight.load(Ordering::Relaxed) <= 8);
-        let sp = q.sp.as_ref().unwrap();
+        let sp = q.path.sched().unwrap();
         proptest::prop_assert_eq!((sp.sched_inflight, sp.counted_inflight), (0, [0; 3]));
         proptest::prop_assert_eq!(sp.deferred, [0; 3], "every completion reported");
-        proptest::prop_assert!(sp.via.iter().all(|&v| v == VIA_COUNTED));
+        proptest::prop_assert!(sp.via.iter().all(|&v| v == Via::Counted));
         proptest::prop_assert_eq!((q.sched_busy_tags(), q.busy_tags(HctxType::Default)), (0, 0));
         for p in PrioClass::ALL {
             let s = dd.stats(p);
