@@ -73,7 +73,8 @@ impl SchedPath {
 
     /// Maps a driver batch of hctx `hi` (`h.done`) back to the scheduler requests the driver
     /// requests carried, into `done_ids` for `complete_members`, and frees the driver tags.
-    #[inline]
+    // Always inlined: the body of `poll_layout`'s loop, in a file of its own.
+    #[inline(always)]
     pub(super) fn reap_copy(&mut self, hi: usize, h: &mut Hctx) {
         self.done_ids.clear();
         let carrier = &self.carrier[hi];

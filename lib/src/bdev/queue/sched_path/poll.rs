@@ -14,9 +14,7 @@ use crate::request::{IoStatus, Request};
 impl BdevQueue {
     /// `poll` with a scheduler: reap driver completions, complete them through the scheduler
     /// (every merged member once; requests handed out by count, by count), then dispatch
-    /// more if the scheduler has work. The driver-tag layout decides, once per driver batch,
-    /// which pool the driver completes into and how the batch is taken apart
-    /// ([`SchedPath::reap_shared`], [`SchedPath::reap_copy`]).
+    /// more if the scheduler has work.
     pub(in crate::bdev::queue) fn poll_sched<F: FnMut(&Request)>(
         &mut self,
         max: usize,
@@ -26,11 +24,32 @@ impl BdevQueue {
             return 0;
         };
         let shared = sp.shared;
-        let mut members = if sp.failed.is_empty() {
+        let refused = if sp.failed.is_empty() {
             0
         } else {
             self.fail_refused(&mut f)
         };
+        // The layout is fixed at open: one loop, compiled once per layout, chosen per poll.
+        if shared {
+            self.poll_layout::<true, F>(max, f, refused)
+        } else {
+            self.poll_layout::<false, F>(max, f, refused)
+        }
+    }
+
+    /// `poll_sched`'s loop over the hctxs for the driver-tag layout `SHARED` (the driver runs
+    /// requests in the scheduler pool and hands back scheduler tags; else it runs copies in
+    /// its own pool): each driver batch is taken apart by the layout
+    /// ([`SchedPath::reap_shared`], [`SchedPath::reap_copy`]) and what came through the
+    /// scheduler is completed through it. `refused`: requests `poll_sched` already completed
+    /// in this call (counted in the return value).
+    fn poll_layout<const SHARED: bool, F: FnMut(&Request)>(
+        &mut self,
+        max: usize,
+        mut f: F,
+        refused: usize,
+    ) -> usize {
+        let mut members = refused;
         let (first, nh) = self.rotate_poll();
         let Some(sp) = self.path.sched_mut() else {
             return members;
@@ -45,9 +64,7 @@ impl BdevQueue {
             let hi = (first + i) % nh;
             let h = &mut self.hctx[hi];
             h.done.clear();
-            // The driver completes into the pool its requests live in: the scheduler pool
-            // (shared layout), else its own (copies).
-            let pool = if shared {
+            let pool = if SHARED {
                 sp.pool.as_mut_slice()
             } else {
                 h.pool.as_mut_slice()
@@ -59,7 +76,7 @@ impl BdevQueue {
             now = now_ns();
             sp.drv_busy[hi] -= n as u32;
             reaped += n;
-            if shared {
+            if SHARED {
                 let split = self.split.as_deref_mut();
                 if !sp.reap_shared(&h.done, now, block_size, &mut self.stats, split, &mut f) {
                     members += n;

@@ -65,7 +65,8 @@ impl SchedPath {
     /// the whole batch was counted. Returns whether some came through the scheduler (maybe
     /// merged): those get their own extent and clock back and wait in `done_ids` for
     /// `complete_members`, the counted ones in `freed` beside them.
-    #[inline]
+    // Always inlined: the body of `poll_layout`'s loop, in a file of its own.
+    #[inline(always)]
     pub(super) fn reap_shared<F: FnMut(&Request)>(
         &mut self,
         done: &[u16],
