@@ -16,7 +16,7 @@ use crate::admin::{AdminQueue, check_alive};
 use crate::dma::{DmaMapper, Mappings};
 use crate::error::NvmeError;
 use crate::prp;
-use crate::recovery::ResetStep;
+use crate::recovery::{AtomicLiveness, CtrlrLiveness, ResetStep};
 use crate::regs::{Cap, Cc, Csts, RegisterIo, off};
 use crate::spec::{Cqe, IdentifyController, IdentifyNamespace, Sqe, Status, admin_opc, cns, fid};
 
@@ -609,7 +609,7 @@ impl Init {
             open_qpairs: AtomicUsize::new(0),
             reset_gen: std::sync::atomic::AtomicU64::new(0),
             reset: Mutex::new(None),
-            dead: std::sync::atomic::AtomicU8::new(crate::recovery::ALIVE),
+            liveness: AtomicLiveness::new(CtrlrLiveness::Alive),
             epoch: Instant::now(),
             opts: self.opts,
         };
@@ -744,8 +744,8 @@ pub(crate) struct CtrlrInner {
     pub reset_gen: std::sync::atomic::AtomicU64,
     /// The step a reset in progress is at (`None` when none is), see `recovery.rs`.
     pub(crate) reset: Mutex<Option<ResetStep>>,
-    /// `recovery::ALIVE`, `REMOVED` (registers read all ones) or `FAILED` (reset failed).
-    pub dead: std::sync::atomic::AtomicU8,
+    /// Alive, removed (registers read all ones) or failed (a reset failed).
+    pub liveness: AtomicLiveness,
     /// Origin of the driver's clock (`now_ns`): reset deadlines and queue pairs' timestamps.
     pub epoch: Instant,
     pub opts: NvmeOptions,
@@ -983,14 +983,14 @@ impl Controller {
         self.start_reset()?;
         self.inner.reset_wait();
         match self.inner.liveness() {
-            crate::recovery::REMOVED => Err(NvmeError::DeviceRemoved {
+            CtrlrLiveness::Removed => Err(NvmeError::DeviceRemoved {
                 ctrlr: self.inner.name.clone(),
             }),
-            crate::recovery::FAILED => Err(NvmeError::ControllerFatal {
+            CtrlrLiveness::Failed => Err(NvmeError::ControllerFatal {
                 ctrlr: self.inner.name.clone(),
                 state: "after a failed reset",
             }),
-            _ => Ok(()),
+            CtrlrLiveness::Alive => Ok(()),
         }
     }
 

@@ -18,7 +18,7 @@
 //! what was outstanding, then submit what they held. SPDK does the same for PCIe: reuse the qpair
 //! memory, re-create each I/O qpair after the controller is re-initialised.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use crate::admin::{AdminQueue, check_alive};
@@ -29,24 +29,67 @@ use crate::ctrlr::{
 use crate::error::NvmeError;
 use crate::spec::{Cqe, Sqe, admin_opc};
 
-/// The controller works.
-pub(crate) const ALIVE: u8 = 0;
-/// Registers read all ones: the device is gone.
-pub(crate) const REMOVED: u8 = 1;
-/// A reset failed: the controller is unusable.
-pub(crate) const FAILED: u8 = 2;
+/// Whether the controller can be used at all (a reset in progress is told by an odd
+/// `CtrlrInner::reset_gen`, not here). It leaves `Alive` for good.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CtrlrLiveness {
+    /// The controller works.
+    Alive,
+    /// Registers read all ones: the device is gone.
+    Removed,
+    /// A reset failed: the controller is unusable.
+    Failed,
+}
+
+/// A [`CtrlrLiveness`] shared by the queue pairs of a controller: only its values are ever
+/// stored.
+pub(crate) struct AtomicLiveness(AtomicU8);
+
+impl AtomicLiveness {
+    pub(crate) const fn new(v: CtrlrLiveness) -> AtomicLiveness {
+        AtomicLiveness(AtomicU8::new(v as u8))
+    }
+
+    pub(crate) fn load(&self, order: Ordering) -> CtrlrLiveness {
+        Self::decode(self.0.load(order))
+    }
+
+    pub(crate) fn store(&self, v: CtrlrLiveness, order: Ordering) {
+        self.0.store(v as u8, order);
+    }
+
+    pub(crate) fn swap(&self, v: CtrlrLiveness, order: Ordering) -> CtrlrLiveness {
+        Self::decode(self.0.swap(v as u8, order))
+    }
+
+    fn decode(v: u8) -> CtrlrLiveness {
+        match v {
+            0 => CtrlrLiveness::Alive,
+            1 => CtrlrLiveness::Removed,
+            2 => CtrlrLiveness::Failed,
+            _ => unreachable!("AtomicLiveness holds {v}: only CtrlrLiveness values are stored"),
+        }
+    }
+}
+
+/// `d` in ns on the driver's clock, clamped so that adding it to a clock read cannot
+/// overflow.
+pub(crate) fn clamp_ns(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX / 2)) as u64
+}
 
 impl CtrlrInner {
-    /// `ALIVE`, `REMOVED` or `FAILED`.
+    /// Whether the controller is alive, removed or failed.
     #[inline]
-    pub(crate) fn liveness(&self) -> u8 {
-        self.dead.load(Ordering::Acquire)
+    pub(crate) fn liveness(&self) -> CtrlrLiveness {
+        self.liveness.load(Ordering::Acquire)
     }
 
     /// Records that the device is gone; every queue pair fails its I/O at its next poll.
     #[cold]
     pub(crate) fn mark_removed(&self) {
-        if self.dead.swap(REMOVED, Ordering::AcqRel) != REMOVED {
+        if self.liveness.swap(CtrlrLiveness::Removed, Ordering::AcqRel) != CtrlrLiveness::Removed {
             log::error!(
                 "{}: device removed (registers read all ones): failing all I/O",
                 self.name
@@ -144,18 +187,18 @@ impl CtrlrInner {
             return Ok(true);
         }
         match self.liveness() {
-            REMOVED => {
+            CtrlrLiveness::Removed => {
                 return Err(NvmeError::DeviceRemoved {
                     ctrlr: self.name.clone(),
                 });
             }
-            FAILED => {
+            CtrlrLiveness::Failed => {
                 return Err(NvmeError::ControllerFatal {
                     ctrlr: self.name.clone(),
                     state: "after a failed reset",
                 });
             }
-            _ => {}
+            CtrlrLiveness::Alive => {}
         }
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
@@ -179,8 +222,8 @@ impl CtrlrInner {
 
     /// Advances the reset in progress as far as it goes without waiting (nothing when no
     /// reset is in progress, or when another thread holds the reset or the admin queue right
-    /// now). When it ends, `reset_gen` moves to even; a failure leaves the controller `FAILED`
-    /// (or `REMOVED`).
+    /// now). When it ends, `reset_gen` moves to even; a failure leaves the controller `Failed`
+    /// (or `Removed`).
     #[cold]
     pub(crate) fn reset_poll(&self, now: u64) {
         let Some(mut step) = try_lock(&self.reset) else {
@@ -213,10 +256,12 @@ impl CtrlrInner {
                 Err(e) => {
                     if matches!(e, NvmeError::DeviceRemoved { .. }) {
                         log::error!("{e}");
-                        self.dead.store(REMOVED, Ordering::Release);
+                        self.liveness
+                            .store(CtrlrLiveness::Removed, Ordering::Release);
                     } else {
                         log::error!("{}: controller reset failed: {e}", self.name);
-                        self.dead.store(FAILED, Ordering::Release);
+                        self.liveness
+                            .store(CtrlrLiveness::Failed, Ordering::Release);
                     }
                     *step = None;
                     self.reset_gen.fetch_add(1, Ordering::AcqRel);
@@ -335,11 +380,7 @@ impl CtrlrInner {
         now: u64,
     ) -> Result<Option<Cqe>, NvmeError> {
         let regs = &*self.regs;
-        let admin_ns = self
-            .opts
-            .admin_timeout
-            .as_nanos()
-            .min(u128::from(u64::MAX / 2)) as u64;
+        let admin_ns = clamp_ns(self.opts.admin_timeout);
         let cid = match cmd.cid {
             Some(cid) => cid,
             None => {

@@ -1,0 +1,271 @@
+//! The hot path: `DriverQueue` for the queue pair. A submit batch becomes SQEs and one SQ
+//! doorbell write; a poll reports requests failed before the device, walks the CQ by phase
+//! tag (retrying retryable statuses within `NvmeOptions::io_retries`), and rings the CQ head
+//! doorbell once. Recovery is entered only when the controller's reset generation moved, the
+//! queues are down, or the clock says a deadline or health check may be due.
+
+use std::sync::atomic::Ordering;
+
+use pmio::bdev::DriverQueue;
+use pmio::request::{IoStatus, Request};
+
+use super::NvmeQpair;
+use super::state::{CmdSlot, QpairState};
+use crate::error::IoError;
+use crate::spec::Cqe;
+
+impl DriverQueue for NvmeQpair {
+    fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        if self.ctrlr.mapper.generation() != self.dma_gen {
+            self.refresh_dma_ranges();
+        }
+        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen
+            || self.state == QpairState::Resetting
+        {
+            self.sync_ctrlr(rqs);
+        }
+        match self.state {
+            QpairState::Alive => self.submit_batch(rqs, tags),
+            QpairState::Resetting => self.hold(rqs, tags),
+            QpairState::Removed | QpairState::Failed => self.reject_dead(rqs, tags),
+        }
+    }
+
+    fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        if self.ctrlr.reset_gen.load(Ordering::Relaxed) != self.reset_gen
+            || self.state == QpairState::Resetting
+        {
+            self.sync_ctrlr(rqs);
+        }
+        let mut n = 0;
+        while n < max {
+            let Some(tag) = self.failed.pop() else { break };
+            self.outstanding -= 1;
+            self.stats.completed += 1;
+            if rqs
+                .get(usize::from(tag))
+                .is_none_or(|r| !r.status.is_success())
+            {
+                self.stats.errors += 1;
+            }
+            done.push(tag);
+            n += 1;
+        }
+        if self.state == QpairState::Resetting {
+            // The queues are down until the controller reset is done.
+            return n;
+        }
+        let sq_before = self.stats.submitted;
+        let mut consumed = 0u32;
+        while n < max && consumed < self.rings.entries {
+            let Some(cqe) = self.rings.pop() else { break };
+            consumed += 1;
+            if self.complete(rqs, cqe, done) {
+                n += 1;
+                self.stats.completed += 1;
+            }
+        }
+        if consumed > 0 {
+            self.rings.ring_cq(&*self.regs);
+        }
+        if self.stats.submitted != sq_before {
+            self.rings.ring_sq(&*self.regs);
+        }
+        // Timeouts and controller health: one clock read per poll while commands are in the
+        // device; the scan itself runs only when something may be due.
+        if self.outstanding > self.failed.len() {
+            let now = self.now_ns();
+            self.last_now = now;
+            if now >= self.next_scan.min(self.next_health) || !self.aborts_pending.is_empty() {
+                self.check(rqs, now);
+            }
+        }
+        n
+    }
+
+    fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+}
+
+impl NvmeQpair {
+    /// Writes one SQE per request and rings the SQ doorbell once.
+    #[inline]
+    pub(super) fn submit_batch(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        // One clock read per batch, only when timeouts are on.
+        let now = if self.timeout_ns != 0 {
+            self.last_now = self.now_ns();
+            self.last_now
+        } else {
+            0
+        };
+        if self.timeout_ns != 0 && self.next_scan == u64::MAX {
+            self.next_scan = now + self.timeout_ns;
+        }
+        let mut pushed = false;
+        for &tag in tags {
+            let Some(idx) = self.free_tag(rqs, tag) else {
+                continue;
+            };
+            match self.build(&rqs[idx]) {
+                Ok(sqe) => {
+                    if self.rings.push(&sqe) {
+                        self.slots[idx] = CmdSlot {
+                            outstanding: true,
+                            ts: now,
+                            ..CmdSlot::default()
+                        };
+                        self.outstanding += 1;
+                        self.stats.submitted += 1;
+                        pushed = true;
+                    } else {
+                        self.reject(rqs, tag, IoError::Removed);
+                    }
+                }
+                Err(e) => self.reject(rqs, tag, e),
+            }
+        }
+        if pushed {
+            self.rings.ring_sq(&*self.regs);
+        }
+    }
+
+    /// The slot index of `tag` when it can be submitted; otherwise the request is rejected
+    /// (a tag beyond the depth) or ignored (already outstanding or held), and `None`.
+    #[inline]
+    pub(super) fn free_tag(&mut self, rqs: &mut [Request], tag: u16) -> Option<usize> {
+        let idx = usize::from(tag);
+        if idx >= self.slots.len() || idx >= rqs.len() {
+            self.reject(
+                rqs,
+                tag,
+                IoError::BadTag {
+                    tag,
+                    depth: self.depth,
+                },
+            );
+            return None;
+        }
+        let slot = self.slots[idx];
+        if slot.outstanding || slot.held {
+            log::error!(
+                "{}: request {tag} submitted while outstanding; ignored",
+                self.ctrlr.name
+            );
+            return None;
+        }
+        Some(idx)
+    }
+
+    /// Handles one completion; returns whether a request is done (its tag pushed on `done`).
+    #[inline]
+    fn complete(&mut self, rqs: &mut [Request], cqe: Cqe, done: &mut Vec<u16>) -> bool {
+        let tag = cqe.cid;
+        let live = self
+            .slots
+            .get(usize::from(tag))
+            .is_some_and(|s| s.outstanding)
+            && usize::from(tag) < rqs.len();
+        if !live {
+            self.unknown(cqe);
+            return false;
+        }
+        let st = cqe.status();
+        let idx = usize::from(tag);
+        if st.is_success() {
+            rqs[idx].status = IoStatus::Success;
+        } else if self.slots[idx].aborted {
+            // The completion of a command aborted after a timeout: resubmit within budget.
+            if self.requeue(rqs, idx) {
+                return false;
+            }
+            self.give_up(rqs, idx);
+        } else if st.is_retryable() && self.slots[idx].retries < self.max_retries {
+            self.slots[idx].retries += 1;
+            self.slots[idx].ts = self.last_now;
+            self.stats.retries += 1;
+            if self.resubmit(&rqs[idx]) {
+                return false;
+            }
+            rqs[idx].status = IoStatus::Nvme(st.to_nvme_status());
+        } else {
+            self.device_error(tag, st);
+            rqs[idx].status = IoStatus::Nvme(st.to_nvme_status());
+        }
+        self.slots[idx] = CmdSlot {
+            done_once: true,
+            ..CmdSlot::default()
+        };
+        self.outstanding -= 1;
+        done.push(tag);
+        true
+    }
+
+    #[cold]
+    fn refresh_dma_ranges(&mut self) {
+        self.dma_gen = self.ctrlr.mapper.snapshot(&mut self.dma_ranges);
+    }
+
+    #[cold]
+    pub(super) fn reject(&mut self, rqs: &mut [Request], tag: u16, err: IoError) {
+        log::debug!("{}: request {tag} rejected: {err}", self.ctrlr.name);
+        self.last_error = Some(err);
+        self.stats.rejected += 1;
+        if let Some(rq) = rqs.get_mut(usize::from(tag)) {
+            rq.status = err.to_io_status();
+        }
+        if self.failed.len() < self.failed.capacity() {
+            self.failed.push(tag);
+            self.outstanding += 1;
+        } else {
+            log::error!(
+                "{}: more failed requests than tags; request {tag} dropped",
+                self.ctrlr.name
+            );
+        }
+    }
+
+    #[cold]
+    pub(super) fn unknown(&mut self, cqe: Cqe) {
+        if self
+            .slots
+            .get(usize::from(cqe.cid))
+            .is_some_and(|s| s.done_once)
+        {
+            self.stats.duplicates += 1;
+            log::warn!(
+                "{}: qpair {}: duplicate completion for command {} ignored",
+                self.ctrlr.name,
+                self.rings.qid,
+                cqe.cid
+            );
+            return;
+        }
+        self.stats.unknown_completions += 1;
+        log::warn!(
+            "{}: qpair {}: completion for command {} that is not outstanding ignored (status {})",
+            self.ctrlr.name,
+            self.rings.qid,
+            cqe.cid,
+            cqe.status()
+        );
+    }
+
+    #[cold]
+    fn device_error(&mut self, tag: u16, st: crate::spec::Status) {
+        self.stats.errors += 1;
+        self.last_error = Some(IoError::Status(st));
+        log::debug!("{}: request {tag} failed: {st}", self.ctrlr.name);
+    }
+
+    #[cold]
+    fn resubmit(&mut self, rq: &Request) -> bool {
+        match self.build(rq) {
+            Ok(sqe) if self.rings.push(&sqe) => {
+                self.stats.submitted += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+}

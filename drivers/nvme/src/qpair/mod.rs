@@ -1,0 +1,303 @@
+//! An I/O queue pair owned by one reactor: the NVMe hot path, and its recovery.
+//!
+//! CID = tag. Each tag owns one PRP list page, prepared at creation, so nothing is allocated
+//! per I/O. `submit` writes one SQE per request and rings the SQ doorbell once; `poll` reaps
+//! completions by phase tag, retries retryable statuses a bounded number of times, and rings
+//! the CQ head doorbell once. A completion whose CID is not outstanding is counted (as a
+//! duplicate when its command already completed, else as unknown), logged and ignored.
+//!
+//! Recovery (cold paths, see also `recovery.rs`): each command is stamped with the
+//! submit batch's clock read; `poll` reads the clock once while commands are in the device
+//! and, when something may be due, aborts commands past `NvmeOptions::io_timeout`. A command
+//! still not complete after its abort, a failed abort, or CSTS.CFS (read every
+//! `health_check_interval`) resets the controller: every queue pair recreates its queues and
+//! resubmits what was outstanding, up to `recovery_retries` times per command, then fails it
+//! with `IoStatus::Timeout`. Registers reading all ones fail every request with
+//! `IoStatus::DeviceRemoved`, now and later.
+//!
+//! A controller reset never blocks the poller (`recovery.rs`): while one is in progress, every
+//! submit or poll advances it one non-blocking step and otherwise leaves the hardware queues
+//! alone; new submissions are held in software (in order, still counted by `outstanding()`)
+//! and submitted once the queues are recreated, or failed if the reset fails.
+//!
+//! # Files
+//! The hot path first, then recovery; (PCIe) marks what is particular to queues in host
+//! memory with doorbells, the rest is the queue pair's own logic.
+//! - `mod.rs`: the queue pair and its counters; opening it (Create I/O CQ/SQ) and closing it
+//!   (Delete, or leak the rings if the device may still write them) (PCIe).
+//! - `io.rs`: the hot path: `DriverQueue` (submit, poll), the SQ batch and its doorbell, the
+//!   completion walk by phase tag, retries of retryable statuses, rejections.
+//! - `encode.rs`: a request as an NVMe command: range and size checks, the SQE, PRPs in the
+//!   tag's list page (PCIe).
+//! - `state.rs`: `QpairState` (may the queues be used?) and its one setter; `CmdSlot`,
+//!   what the queue pair knows of each tag's command.
+//! - `timeout.rs`: the clock, the deadline scan, the CSTS health check, Aborts in flight.
+//! - `reset.rs`: following a controller reset (start it, advance it, take the queues down);
+//!   resubmission within the recovery budget; failing requests when the device is gone.
+//! - `held.rs`: submissions held in software while the queues are down.
+//! - `recreate.rs`: the queues recreated on the same rings after a reset, without waiting;
+//!   closing while that is under way (PCIe).
+
+mod encode;
+mod held;
+mod io;
+mod recreate;
+mod reset;
+mod state;
+mod timeout;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::ctrlr::{CtrlrInner, Namespace, PAGE_SIZE};
+use crate::dma::{DmaMem, DmaWindow};
+use crate::error::{IoError, NvmeError};
+use crate::recovery::{CtrlrLiveness, clamp_ns};
+use crate::regs::RegisterIo;
+use crate::ring::{Rings, ring_bytes};
+use crate::spec::IdentifyController;
+
+use recreate::Recreating;
+use state::{CmdSlot, QpairState};
+use timeout::PendingAbort;
+
+/// Counters of one queue pair.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpairStats {
+    /// Commands written to the SQ (retries included).
+    pub submitted: u64,
+    /// Requests reported done (any status).
+    pub completed: u64,
+    /// Requests that completed with an error (device status or rejected before the device).
+    pub errors: u64,
+    /// Resubmissions after a retryable status.
+    pub retries: u64,
+    /// Completions ignored because their CID was not outstanding.
+    pub unknown_completions: u64,
+    /// Requests rejected before reaching the device (too large, out of range, ...).
+    pub rejected: u64,
+    /// Completions ignored because their command had already completed (a duplicate).
+    pub duplicates: u64,
+    /// Commands found past their deadline (`NvmeOptions::io_timeout`).
+    pub timeouts: u64,
+    /// Abort commands sent for timed-out commands (asynchronously: the poller never waits).
+    pub aborts: u64,
+    /// Of those, Aborts that failed or timed out (each leads to a controller reset).
+    pub aborts_failed: u64,
+    /// Controller resets this queue pair went through (its queues recreated each time).
+    pub resets: u64,
+    /// Commands resubmitted after a timeout, abort or reset.
+    pub recovered: u64,
+    /// Requests failed because the device was removed or the controller failed.
+    pub failed_dead: u64,
+}
+
+/// Namespace facts the hot path needs, copied at creation.
+#[derive(Clone, Copy)]
+struct NsFacts {
+    nsid: u32,
+    block_shift: u8,
+    num_blocks: u64,
+    write_zeroes: bool,
+    dsm: bool,
+}
+
+/// One I/O queue pair of a namespace.
+pub struct NvmeQpair {
+    regs: Arc<dyn RegisterIo>,
+    rings: Rings,
+    ns: NsFacts,
+    max_transfer: u64,
+    max_retries: u8,
+    depth: u32,
+    prp_base: *mut u64,
+    prp_iova: u64,
+    /// Per tag (CID): the state of its command.
+    slots: Vec<CmdSlot>,
+    /// Tags failed at submit, reported at the next poll.
+    failed: Vec<u16>,
+    outstanding: usize,
+    stats: QpairStats,
+    last_error: Option<IoError>,
+    /// Registered I/O memory and its IOVA offsets, refreshed when the controller's
+    /// registration generation moves.
+    dma_ranges: Vec<DmaWindow>,
+    dma_gen: u64,
+    /// Clock origin of `CmdSlot::ts`.
+    epoch: Instant,
+    /// I/O timeout in ns (0: off) and the CSTS check interval.
+    timeout_ns: u64,
+    health_ns: u64,
+    /// When the poller next scans for timed-out commands / reads CSTS (ns since `epoch`).
+    next_scan: u64,
+    next_health: u64,
+    /// The latest clock read (ns since `epoch`): the timestamp of retried commands.
+    last_now: u64,
+    /// Aborts submitted and not yet answered (at most one per tag).
+    aborts_pending: Vec<PendingAbort>,
+    /// Abort deadline, ns.
+    abort_ns: u64,
+    max_recoveries: u8,
+    /// The controller's reset generation this queue pair's queues belong to (always even).
+    reset_gen: u64,
+    /// Whether the queues may be used (changed only by `set_state`).
+    state: QpairState,
+    /// This queue pair needs a controller reset it could not start yet (the reset or admin
+    /// lock was busy): it tries again at its next submit or poll.
+    want_reset: bool,
+    /// Tags submitted during a controller reset, in submission order (capacity `depth`).
+    held: Vec<u16>,
+    /// The queues being recreated after a reset (`Resetting` until they are).
+    recreating: Option<Recreating>,
+    ctrlr: Arc<CtrlrInner>,
+    // Freed (unmapped) in Drop once the queues are deleted, leaked if they could not be.
+    mem: std::mem::ManuallyDrop<DmaMem>,
+}
+
+impl NvmeQpair {
+    /// Creates queue pair for `ns` able to hold `depth` requests (tags 0..depth).
+    pub(crate) fn new(
+        ctrlr: Arc<CtrlrInner>,
+        ns: &Namespace,
+        depth: u32,
+    ) -> Result<NvmeQpair, NvmeError> {
+        if ctrlr.detached.load(Ordering::Acquire) {
+            return Err(NvmeError::Detached {
+                ctrlr: ctrlr.name.clone(),
+            });
+        }
+        let max_entries = ctrlr.cap.max_queue_entries().min(65536);
+        if depth == 0 || depth + 1 > max_entries {
+            return Err(NvmeError::InvalidOption(format!(
+                "queue depth {depth} not in 1..={} (CAP.MQES)",
+                max_entries - 1
+            )));
+        }
+        let entries = ctrlr.opts.io_queue_entries.max(depth + 1).min(max_entries);
+        let page = PAGE_SIZE as usize;
+        let (_, rings_len) = ring_bytes(entries, page);
+        let mem = DmaMem::new(ctrlr.mapper.clone(), rings_len + depth as usize * page)?;
+        // Opening a queue pair is not on the I/O path: it may wait for a reset to end.
+        ctrlr.reset_wait();
+        let reset_gen = ctrlr.reset_gen.load(Ordering::Acquire);
+        let qid = ctrlr.alloc_qid()?;
+        let rings = Rings::new(&mem, 0, qid, entries, ctrlr.cap.dstrd(), page);
+        if let Err(e) = ctrlr.create_io_queue(qid, entries, rings.sq_iova, rings.cq_iova) {
+            ctrlr.free_qid(qid);
+            return Err(e);
+        }
+        ctrlr.open_qpairs.fetch_add(1, Ordering::AcqRel);
+        let oncs = ctrlr.id.oncs;
+        log::debug!(
+            "{}: I/O queue pair {qid} for namespace {} ({entries} entries, depth {depth})",
+            ctrlr.name,
+            ns.nsid
+        );
+        Ok(NvmeQpair {
+            regs: ctrlr.regs.clone(),
+            rings,
+            ns: NsFacts {
+                nsid: ns.nsid,
+                block_shift: ns.block_shift,
+                num_blocks: ns.num_blocks,
+                write_zeroes: oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
+                dsm: oncs & IdentifyController::ONCS_DSM != 0,
+            },
+            max_transfer: ctrlr.max_transfer,
+            max_retries: ctrlr.opts.io_retries,
+            depth,
+            // SAFETY: the PRP pages follow the rings inside `mem` (sized above).
+            prp_base: unsafe { mem.as_ptr().add(rings_len).cast::<u64>() },
+            prp_iova: mem.iova() + rings_len as u64,
+            slots: vec![CmdSlot::default(); depth as usize],
+            failed: Vec::with_capacity(depth as usize),
+            outstanding: 0,
+            stats: QpairStats::default(),
+            last_error: None,
+            dma_ranges: Vec::new(),
+            dma_gen: u64::MAX,
+            epoch: ctrlr.epoch,
+            timeout_ns: clamp_ns(ctrlr.opts.io_timeout),
+            health_ns: clamp_ns(ctrlr.opts.health_check_interval),
+            next_scan: u64::MAX,
+            next_health: 0,
+            last_now: 0,
+            aborts_pending: Vec::with_capacity(depth as usize),
+            abort_ns: clamp_ns(ctrlr.opts.abort_timeout),
+            max_recoveries: ctrlr.opts.recovery_retries,
+            reset_gen,
+            state: QpairState::Alive,
+            want_reset: false,
+            held: Vec::with_capacity(depth as usize),
+            recreating: None,
+            ctrlr,
+            mem: std::mem::ManuallyDrop::new(mem),
+        })
+    }
+
+    /// Queue ID.
+    pub fn qid(&self) -> u16 {
+        self.rings.qid
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> QpairStats {
+        self.stats
+    }
+
+    /// Whether the queues are down for a controller reset in progress (submissions are held
+    /// until it is done); for diagnostics.
+    pub fn resetting(&self) -> bool {
+        self.state == QpairState::Resetting
+    }
+
+    /// The most recent per-I/O error (rejections and device statuses), for diagnostics.
+    pub fn last_error(&self) -> Option<IoError> {
+        self.last_error
+    }
+}
+
+impl Drop for NvmeQpair {
+    fn drop(&mut self) {
+        let qid = self.rings.qid;
+        if self.outstanding > 0 {
+            log::warn!(
+                "{}: closing qpair {qid} with {} request(s) outstanding",
+                self.ctrlr.name,
+                self.outstanding
+            );
+        }
+        let mut device_may_use_rings = false;
+        // A removed or failed controller has no queues to delete (and may never answer), nor
+        // has one reset since the queues were created (the reset deleted them) unless they
+        // were being recreated; the ring memory is unmapped from the device before it is
+        // freed either way.
+        let ctrlr_gen = self.ctrlr.reset_gen.load(Ordering::Acquire);
+        let deleted = if self.ctrlr.detached.load(Ordering::Acquire)
+            || self.ctrlr.liveness() != CtrlrLiveness::Alive
+        {
+            Ok(())
+        } else if ctrlr_gen == self.reset_gen {
+            self.ctrlr.delete_io_queue(qid)
+        } else if let Some(r) = self.recreating.filter(|r| r.reset_gen == ctrlr_gen) {
+            self.delete_recreated(r)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = deleted
+            && !matches!(e, NvmeError::Resetting { .. })
+        {
+            // The controller may still write completions into the rings: never give their
+            // memory back to the process.
+            log::error!("{e}; leaking the rings of qpair {qid}");
+            device_may_use_rings = true;
+        }
+        if !device_may_use_rings {
+            // SAFETY: dropped once, here; the queues are deleted (or the controller shut down).
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.mem) };
+        }
+        self.ctrlr.free_qid(qid);
+        self.ctrlr.open_qpairs.fetch_sub(1, Ordering::AcqRel);
+    }
+}
