@@ -15,7 +15,7 @@ use crate::ctrlr::{CREATE_CQ, CREATE_SQ, PAGE_SIZE, create_cq_sqe, create_sq_sqe
 use crate::error::{IoError, NvmeError};
 use crate::recovery::PendingAdmin;
 use crate::ring::Rings;
-use crate::spec::{Sqe, admin_opc};
+use crate::spec::Sqe;
 
 /// A queue pair recreating its I/O queues after the controller reset that made generation
 /// `reset_gen`: Create I/O CQ, then (`sq`) SQ, each run across polls in `cmd`.
@@ -182,12 +182,10 @@ impl NvmeQpair {
         }
         let qid = self.rings.qid;
         if sq {
-            self.ctrlr
-                .delete_queue(admin_opc::DELETE_IO_SQ, qid, "Delete I/O Submission Queue")?;
+            self.ctrlr.delete_sq(qid)?;
         }
         if cq {
-            self.ctrlr
-                .delete_queue(admin_opc::DELETE_IO_CQ, qid, "Delete I/O Completion Queue")?;
+            self.ctrlr.delete_cq(qid)?;
         }
         Ok(())
     }

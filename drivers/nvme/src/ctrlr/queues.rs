@@ -1,0 +1,132 @@
+//! I/O queues: how many the controller grants (Set Features Number of Queues, at bring-up
+//! and again after a reset), which queue IDs are in use, and creating and deleting a queue
+//! pair's SQ and CQ with admin commands (PCIe: a fabrics queue pair is created by Connect).
+
+use std::time::Instant;
+
+use super::{CtrlrInner, Init, InitState};
+use crate::error::NvmeError;
+use crate::spec::{Cqe, Sqe, admin_opc, fid};
+
+impl Init {
+    /// Set Features Number of Queues: the controller is ready once it answers.
+    pub(super) fn set_num_queues(&mut self, now: Instant) -> Result<bool, NvmeError> {
+        let sqe = set_num_queues_sqe(self.opts.max_io_queues);
+        if let Some(cqe) = self.admin_cmd(Some(sqe), SET_NUM_QUEUES)? {
+            self.io_queues = granted_queues(&cqe).min(self.opts.max_io_queues);
+            log::debug!("{}: {} I/O queue pairs granted", self.name, self.io_queues);
+            self.enter(InitState::Ready, now);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+/// What Set Features Number of Queues is called in errors.
+pub(crate) const SET_NUM_QUEUES: &str = "Set Features Number of Queues";
+
+/// Set Features Number of Queues asking for `count` I/O submission and completion queues.
+pub(crate) fn set_num_queues_sqe(count: u16) -> Sqe {
+    let n = u32::from(count.saturating_sub(1));
+    let mut sqe = Sqe::new(admin_opc::SET_FEATURES, 0);
+    sqe.cdw10 = fid::NUMBER_OF_QUEUES;
+    sqe.cdw11 = n << 16 | n;
+    sqe
+}
+
+/// What Create I/O Completion / Submission Queue are called in errors.
+pub(crate) const CREATE_CQ: &str = "Create I/O Completion Queue";
+pub(crate) const CREATE_SQ: &str = "Create I/O Submission Queue";
+
+/// Create I/O Completion Queue `qid` of `entries` on the ring at `cq_iova` (physically
+/// contiguous, polled: interrupts disabled).
+pub(crate) fn create_cq_sqe(qid: u16, entries: u32, cq_iova: u64) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::CREATE_IO_CQ, 0);
+    sqe.prp1 = cq_iova;
+    sqe.cdw10 = (entries - 1) << 16 | u32::from(qid);
+    sqe.cdw11 = 1;
+    sqe
+}
+
+/// Create I/O Submission Queue `qid` of `entries` on the ring at `sq_iova`, completing on
+/// CQ `qid` (physically contiguous).
+pub(crate) fn create_sq_sqe(qid: u16, entries: u32, sq_iova: u64) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::CREATE_IO_SQ, 0);
+    sqe.prp1 = sq_iova;
+    sqe.cdw10 = (entries - 1) << 16 | u32::from(qid);
+    sqe.cdw11 = u32::from(qid) << 16 | 1;
+    sqe
+}
+
+/// I/O queue pairs a Set Features Number of Queues completion grants (the fewer of SQs and
+/// CQs; the fields are 0-based).
+pub(crate) fn granted_queues(cqe: &Cqe) -> u16 {
+    let nsqa = (cqe.dw0 & 0xffff) as u16;
+    let ncqa = (cqe.dw0 >> 16) as u16;
+    nsqa.min(ncqa).saturating_add(1)
+}
+
+impl CtrlrInner {
+    /// Takes a free I/O queue ID.
+    pub fn alloc_qid(&self) -> Result<u16, NvmeError> {
+        let mut q = self.qids.lock().unwrap_or_else(|p| p.into_inner());
+        match q.iter().skip(1).position(|used| !used) {
+            Some(i) => {
+                q[i + 1] = true;
+                Ok(i as u16 + 1)
+            }
+            None => Err(NvmeError::NoQueues {
+                ctrlr: self.name.clone(),
+                granted: self.io_queues,
+            }),
+        }
+    }
+
+    /// Returns an I/O queue ID.
+    pub fn free_qid(&self, qid: u16) {
+        let mut q = self.qids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(used) = q.get_mut(usize::from(qid)) {
+            *used = false;
+        }
+    }
+
+    /// Creates I/O CQ then SQ `qid` on rings at `cq_iova`/`sq_iova` (polled, no interrupts).
+    pub fn create_io_queue(
+        &self,
+        qid: u16,
+        entries: u32,
+        sq_iova: u64,
+        cq_iova: u64,
+    ) -> Result<(), NvmeError> {
+        self.admin_exec(create_cq_sqe(qid, entries, cq_iova), CREATE_CQ)?;
+        if let Err(e) = self.admin_exec(create_sq_sqe(qid, entries, sq_iova), CREATE_SQ) {
+            let _ = self.delete_cq(qid);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Deletes I/O SQ then CQ `qid`.
+    pub fn delete_io_queue(&self, qid: u16) -> Result<(), NvmeError> {
+        let sq = self.delete_sq(qid);
+        let cq = self.delete_cq(qid);
+        sq.and(cq)
+    }
+
+    /// Deletes I/O SQ `qid` (before its CQ).
+    pub(crate) fn delete_sq(&self, qid: u16) -> Result<(), NvmeError> {
+        self.delete_queue(admin_opc::DELETE_IO_SQ, qid, "Delete I/O Submission Queue")
+    }
+
+    /// Deletes I/O CQ `qid` (after its SQ).
+    pub(crate) fn delete_cq(&self, qid: u16) -> Result<(), NvmeError> {
+        self.delete_queue(admin_opc::DELETE_IO_CQ, qid, "Delete I/O Completion Queue")
+    }
+
+    /// Deletes one I/O queue: `opc` is Delete I/O SQ or CQ.
+    fn delete_queue(&self, opc: u8, qid: u16, what: &'static str) -> Result<(), NvmeError> {
+        let mut sqe = Sqe::new(opc, 0);
+        sqe.cdw10 = u32::from(qid);
+        self.admin_exec(sqe, what).map(|_| ())
+    }
+}
