@@ -13,7 +13,7 @@ use crate::regs::{Cap, Cc, Csts, RegisterIo, off};
 
 impl Init {
     /// Reads CAP and VS; checks the controller can run the NVM command set with 4 KiB pages.
-    pub(super) fn read_cap(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn read_cap(&mut self) -> Result<Option<InitState>, NvmeError> {
         self.cap = Cap(self.regs.read64(off::CAP));
         self.vs = self.regs.read32(off::VS);
         if self.cap.0 == u64::MAX || self.vs == u32::MAX {
@@ -45,59 +45,55 @@ impl Init {
             self.cap.timeout_ms(),
             self.cap.dstrd()
         );
-        self.enter(InitState::CheckEnabled, now);
-        Ok(false)
+        Ok(Some(InitState::CheckEnabled))
     }
 
     /// A controller left enabled by a previous user is disabled first (after RDY=1 if it is
     /// still enabling).
-    pub(super) fn check_enabled(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn check_enabled(&mut self) -> Result<Option<InitState>, NvmeError> {
         let cc = Cc(self.regs.read32(off::CC));
         let csts = self.csts()?;
-        if cc.enabled() {
-            self.reset_at_attach = true;
-            log::info!(
-                "{}: controller left enabled by a previous user; resetting it",
-                self.name
-            );
-            if csts.rdy() {
-                self.enter(InitState::Disable, now);
-            } else {
-                self.enter(InitState::DisableWaitForReady1, now);
-            }
-        } else {
-            self.enter(InitState::DisableWaitForReady0, now);
+        if !cc.enabled() {
+            return Ok(Some(InitState::DisableWaitForReady0));
         }
-        Ok(false)
+        self.reset_at_attach = true;
+        log::info!(
+            "{}: controller left enabled by a previous user; resetting it",
+            self.name
+        );
+        Ok(Some(if csts.rdy() {
+            InitState::Disable
+        } else {
+            InitState::DisableWaitForReady1
+        }))
     }
 
     /// EN=1 but RDY=0: waits for RDY=1 before clearing EN.
-    pub(super) fn disable_wait_for_ready1(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn disable_wait_for_ready1(&mut self) -> Result<Option<InitState>, NvmeError> {
         let csts = self.csts()?;
         // A controller in fatal status may never become ready: disable it anyway.
-        if csts.rdy() || csts.cfs() {
-            self.enter(InitState::Disable, now);
-        }
-        Ok(false)
+        Ok((csts.rdy() || csts.cfs()).then_some(InitState::Disable))
     }
 
     /// Clears CC.EN.
-    pub(super) fn disable(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn disable(&mut self) -> Result<Option<InitState>, NvmeError> {
         nvme_disable(&*self.regs);
-        self.enter(InitState::DisableWaitForReady0, now);
-        Ok(false)
+        Ok(Some(InitState::DisableWaitForReady0))
     }
 
-    /// Waits for CSTS.RDY=0.
-    pub(super) fn disable_wait_for_ready0(&mut self, now: Instant) -> Result<bool, NvmeError> {
-        if nvme_ready(&*self.regs, &self.name, false, self.state.describe())? {
-            self.enter(InitState::ConfigureAdmin, now);
-        }
-        Ok(false)
+    /// Waits for CSTS.RDY to equal `ready` (`DisableWaitForReady0`, `EnableWaitForReady1`),
+    /// then moves on to `next`.
+    pub(super) fn wait_ready(
+        &self,
+        ready: bool,
+        next: InitState,
+    ) -> Result<Option<InitState>, NvmeError> {
+        let done = nvme_ready(&*self.regs, &self.name, ready, self.state.describe())?;
+        Ok(done.then_some(next))
     }
 
     /// Creates the admin queue (once) and programs AQA / ASQ / ACQ and CC, EN still 0.
-    pub(super) fn configure_admin(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn configure_admin(&mut self) -> Result<Option<InitState>, NvmeError> {
         if self.admin.is_none() {
             self.admin = Some(AdminQueue::new(
                 self.mapper.clone(),
@@ -108,23 +104,13 @@ impl Init {
         }
         let admin = self.admin.as_mut().expect("just created");
         nvme_configure_admin(&*self.regs, admin, self.cap);
-        self.enter(InitState::Enable, now);
-        Ok(false)
+        Ok(Some(InitState::Enable))
     }
 
     /// Sets CC.EN.
-    pub(super) fn enable(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn enable(&mut self) -> Result<Option<InitState>, NvmeError> {
         nvme_enable(&*self.regs);
-        self.enter(InitState::EnableWaitForReady1, now);
-        Ok(false)
-    }
-
-    /// Waits for CSTS.RDY=1.
-    pub(super) fn enable_wait_for_ready1(&mut self, now: Instant) -> Result<bool, NvmeError> {
-        if nvme_ready(&*self.regs, &self.name, true, self.state.describe())? {
-            self.enter(InitState::IdentifyController, now);
-        }
-        Ok(false)
+        Ok(Some(InitState::EnableWaitForReady1))
     }
 
     /// CSTS, unless the registers read all ones (the device is gone).

@@ -2,8 +2,6 @@
 //! up to NN) and each namespace, kept as a [`Namespace`] when its format is usable. Admin
 //! commands only: nothing here depends on the transport.
 
-use std::time::Instant;
-
 use super::{Init, InitState};
 use crate::error::NvmeError;
 use crate::spec::{IdentifyController, IdentifyNamespace, Sqe, admin_opc, cns};
@@ -31,7 +29,7 @@ impl Namespace {
 
 impl Init {
     /// Identify Controller.
-    pub(super) fn identify_controller(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn identify_controller(&mut self) -> Result<Option<InitState>, NvmeError> {
         let sqe = self.next_identify(cns::CONTROLLER, 0);
         if self.admin_cmd(sqe, "Identify Controller")?.is_some() {
             let id: IdentifyController = self.admin_ref().read_data();
@@ -46,13 +44,13 @@ impl Init {
             );
             self.id = Some(Box::new(id));
             self.nsids.clear();
-            self.enter(InitState::IdentifyActiveNs, now);
+            return Ok(Some(InitState::IdentifyActiveNs));
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// Identify active namespace ID list, page by page; NVMe 1.0 controllers have none.
-    pub(super) fn identify_active_ns(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn identify_active_ns(&mut self) -> Result<Option<InitState>, NvmeError> {
         let start = self.nsids.last().copied().unwrap_or(0);
         let sqe = self.next_identify(cns::ACTIVE_NS_LIST, start);
         let done = match self.admin_cmd(sqe, "Identify active namespace list") {
@@ -65,36 +63,33 @@ impl Init {
                 let nn = self.id.as_ref().map_or(0, |id| id.nn).min(1024);
                 self.nsids = (1..=nn).collect();
                 self.ns_index = 0;
-                self.enter(InitState::IdentifyNamespace, now);
-                return Ok(false);
+                return Ok(Some(InitState::IdentifyNamespace));
             }
             Err(e) => return Err(e),
         };
-        if done {
-            let list: [u32; 1024] = self.admin_ref().read_data();
-            let before = self.nsids.len();
-            for &nsid in list.iter().take_while(|&&n| n != 0) {
-                if nsid > start && nsid != u32::MAX {
-                    self.nsids.push(nsid);
-                }
-            }
-            let full = list[1023] != 0 && self.nsids.len() > before;
-            if full {
-                // More may follow: ask again from the last NSID (new deadline).
-                self.enter(InitState::IdentifyActiveNs, now);
-            } else {
-                self.ns_index = 0;
-                self.enter(InitState::IdentifyNamespace, now);
+        if !done {
+            return Ok(None);
+        }
+        let list: [u32; 1024] = self.admin_ref().read_data();
+        let before = self.nsids.len();
+        for &nsid in list.iter().take_while(|&&n| n != 0) {
+            if nsid > start && nsid != u32::MAX {
+                self.nsids.push(nsid);
             }
         }
-        Ok(false)
+        let full = list[1023] != 0 && self.nsids.len() > before;
+        if full {
+            // More may follow: ask again from the last NSID (new deadline).
+            return Ok(Some(InitState::IdentifyActiveNs));
+        }
+        self.ns_index = 0;
+        Ok(Some(InitState::IdentifyNamespace))
     }
 
     /// Identify Namespace of each active NSID; unusable formats are skipped.
-    pub(super) fn identify_namespace(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn identify_namespace(&mut self) -> Result<Option<InitState>, NvmeError> {
         let Some(&nsid) = self.nsids.get(self.ns_index) else {
-            self.enter(InitState::SetNumQueues, now);
-            return Ok(false);
+            return Ok(Some(InitState::SetNumQueues));
         };
         let sqe = self.next_identify(cns::NAMESPACE, nsid);
         if self.admin_cmd(sqe, "Identify Namespace")?.is_some() {
@@ -117,9 +112,10 @@ impl Init {
                 });
             }
             self.ns_index += 1;
-            self.enter(InitState::IdentifyNamespace, now);
+            // The next one, with a new deadline.
+            return Ok(Some(InitState::IdentifyNamespace));
         }
-        Ok(false)
+        Ok(None)
     }
 
     /// The Identify command to submit, or None while one is pending (its data buffer must not

@@ -137,7 +137,7 @@ impl Init {
         Duration::from_millis(self.cap.timeout_ms().max(500))
     }
 
-    pub(super) fn enter(&mut self, state: InitState, now: Instant) {
+    fn enter(&mut self, state: InitState, now: Instant) {
         log::trace!("{}: init state {:?}", self.name, state);
         self.state = state;
         self.pending = None;
@@ -207,30 +207,37 @@ impl Init {
     }
 
     /// Advances the state machine as far as it can without waiting. Returns `true` when the
-    /// controller is ready.
+    /// controller is ready. Each state's step returns the state to enter next, if any (the
+    /// same state again for the next command of a series, with a new deadline).
     pub fn poll(&mut self, now: Instant) -> Result<bool, NvmeError> {
         if self.state != InitState::ReadCap && self.state != InitState::Ready && now > self.deadline
         {
             return Err(self.timeout());
         }
-        match self.state {
+        let next = match self.state {
             // The CC / CSTS handshake (`enable.rs`).
-            InitState::ReadCap => self.read_cap(now),
-            InitState::CheckEnabled => self.check_enabled(now),
-            InitState::DisableWaitForReady1 => self.disable_wait_for_ready1(now),
-            InitState::Disable => self.disable(now),
-            InitState::DisableWaitForReady0 => self.disable_wait_for_ready0(now),
-            InitState::ConfigureAdmin => self.configure_admin(now),
-            InitState::Enable => self.enable(now),
-            InitState::EnableWaitForReady1 => self.enable_wait_for_ready1(now),
+            InitState::ReadCap => self.read_cap()?,
+            InitState::CheckEnabled => self.check_enabled()?,
+            InitState::DisableWaitForReady1 => self.disable_wait_for_ready1()?,
+            InitState::Disable => self.disable()?,
+            InitState::DisableWaitForReady0 => self.wait_ready(false, InitState::ConfigureAdmin)?,
+            InitState::ConfigureAdmin => self.configure_admin()?,
+            InitState::Enable => self.enable()?,
+            InitState::EnableWaitForReady1 => {
+                self.wait_ready(true, InitState::IdentifyController)?
+            }
             // What the controller holds (`identify.rs`).
-            InitState::IdentifyController => self.identify_controller(now),
-            InitState::IdentifyActiveNs => self.identify_active_ns(now),
-            InitState::IdentifyNamespace => self.identify_namespace(now),
+            InitState::IdentifyController => self.identify_controller()?,
+            InitState::IdentifyActiveNs => self.identify_active_ns()?,
+            InitState::IdentifyNamespace => self.identify_namespace()?,
             // The I/O queues it grants (`queues.rs`).
-            InitState::SetNumQueues => self.set_num_queues(now),
-            InitState::Ready => Ok(true),
+            InitState::SetNumQueues => self.set_num_queues()?,
+            InitState::Ready => return Ok(true),
+        };
+        if let Some(next) = next {
+            self.enter(next, now);
         }
+        Ok(self.state == InitState::Ready)
     }
 
     pub(super) fn admin_ref(&self) -> &AdminQueue {

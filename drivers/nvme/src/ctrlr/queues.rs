@@ -2,23 +2,20 @@
 //! and again after a reset), which queue IDs are in use, and creating and deleting a queue
 //! pair's SQ and CQ with admin commands (PCIe: a fabrics queue pair is created by Connect).
 
-use std::time::Instant;
-
 use super::{CtrlrInner, Init, InitState};
 use crate::error::NvmeError;
 use crate::spec::{Cqe, Sqe, admin_opc, fid};
 
 impl Init {
     /// Set Features Number of Queues: the controller is ready once it answers.
-    pub(super) fn set_num_queues(&mut self, now: Instant) -> Result<bool, NvmeError> {
+    pub(super) fn set_num_queues(&mut self) -> Result<Option<InitState>, NvmeError> {
         let sqe = set_num_queues_sqe(self.opts.max_io_queues);
         if let Some(cqe) = self.admin_cmd(Some(sqe), SET_NUM_QUEUES)? {
             self.io_queues = granted_queues(&cqe).min(self.opts.max_io_queues);
             log::debug!("{}: {} I/O queue pairs granted", self.name, self.io_queues);
-            self.enter(InitState::Ready, now);
-            return Ok(true);
+            return Ok(Some(InitState::Ready));
         }
-        Ok(false)
+        Ok(None)
     }
 }
 
