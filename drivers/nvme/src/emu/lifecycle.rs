@@ -13,8 +13,11 @@ use pmio::request::{Io, IoBuf, IoStatus, Op, Request};
 use super::tests::{Buf, attach};
 use super::*;
 use crate::ctrlr::{Controller, InitState, NvmeOptions};
-use crate::error::IoError;
+use crate::dma::DmaMapper;
+use crate::error::{IoError, NvmeError};
 use crate::qpair::NvmeQpair;
+use crate::regs::RegisterIo;
+use crate::spec::{Status, sct};
 
 /// The default controller: 8192 blocks of 512 bytes, MDTS 5 (128 KiB), 8 I/O queue pairs.
 fn emu() -> Arc<Emu> {

@@ -8,7 +8,9 @@ use pmio::request::{Io, IoBuf, IoStatus, Op, Request};
 
 use super::*;
 use crate::ctrlr::{Controller, NvmeOptions};
+use crate::error::NvmeError;
 use crate::qpair::{NvmeQpair, QpairStats};
+use crate::spec::{Status, admin_opc, nvm_opc, sct};
 
 pub(super) fn attach(emu: &Arc<Emu>, opts: NvmeOptions) -> Controller {
     Controller::attach_with(emu.clone(), emu.clone(), opts).expect("attach")
