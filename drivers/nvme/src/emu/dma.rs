@@ -56,6 +56,7 @@ impl State {
             .map(|va| va as *mut u8)
     }
 
+    /// A device read of `out.len()` bytes at `iova`; false (nothing read) unless all mapped.
     pub(super) fn read_mem(&self, iova: u64, out: &mut [u8]) -> bool {
         let Some(p) = self.host(iova, out.len()) else {
             return false;
@@ -66,6 +67,7 @@ impl State {
         true
     }
 
+    /// A device write of `data` at `iova`; false (nothing written) unless all mapped.
     pub(super) fn write_mem(&self, iova: u64, data: &[u8]) -> bool {
         let Some(p) = self.host(iova, data.len()) else {
             return false;
