@@ -91,7 +91,7 @@ pub(crate) struct Padded<T>(pub T);
 
 /// The part of a reactor other threads touch.
 #[repr(align(128))]
-pub(crate) struct Slot {
+pub(crate) struct ReactorShared {
     pub core: u32,
     /// Messages, the sleep/wake handshake and stop admission (the lock-free part).
     pub inbox: Inbox<Message>,
@@ -103,7 +103,7 @@ pub(crate) struct Slot {
     pub stats: StatsCell,
 }
 
-impl Slot {
+impl ReactorShared {
     #[inline]
     pub(crate) fn interrupt_idle_ns(&self) -> u64 {
         self.interrupt_idle_ns.0.load(Ordering::Relaxed)
@@ -136,7 +136,7 @@ pub fn current_core() -> Option<u32> {
 pub(crate) struct Shared {
     id: u64,
     mask: CoreMask,
-    slots: Box<[Slot]>,
+    slots: Box<[ReactorShared]>,
     /// core → index into `slots`, `u32::MAX` for cores without a reactor.
     index_of: Box<[u32]>,
     stop: Padded<StopFlag>,
@@ -146,7 +146,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     #[inline]
-    pub(crate) fn slot(&self, index: usize) -> &Slot {
+    pub(crate) fn slot(&self, index: usize) -> &ReactorShared {
         &self.slots[index]
     }
 
@@ -158,7 +158,7 @@ impl Shared {
         let mut slots = Vec::with_capacity(mask.len());
         for &core in mask.cores() {
             let inbox = Inbox::new().map_err(|source| ReactorError::EventFd { core, source })?;
-            slots.push(Slot {
+            slots.push(ReactorShared {
                 core,
                 inbox,
                 panicked: AtomicBool::new(false),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::error::ReactorError;
 use crate::exec::{self, Executor};
 use crate::fdwatch::{FdInterest, FdWatch, FdWatches};
-use crate::group::{ReactorsHandle, Shared, Slot};
+use crate::group::{ReactorShared, ReactorsHandle, Shared};
 use crate::stats::LocalStats;
 use crate::sys;
 
@@ -468,7 +468,7 @@ impl Reactor {
 
     /// One loop turn; returns whether anything did work.
     #[inline]
-    fn turn(&mut self, slot: &Slot, now: u64) -> bool {
+    fn turn(&mut self, slot: &ReactorShared, now: u64) -> bool {
         self.ctx.now = now;
         self.ctx.stay_awake = false;
         let mut busy = false;
@@ -507,7 +507,7 @@ impl Reactor {
     }
 
     /// The task step; returns whether a task was polled.
-    fn run_tasks(&mut self, slot: &Slot, now: u64) -> bool {
+    fn run_tasks(&mut self, slot: &ReactorShared, now: u64) -> bool {
         let exec = &self.ctx.exec;
         let polls = exec.run(&slot.inbox, now, self.cfg.task_budget);
         self.stats.task_polls += polls;
@@ -568,7 +568,7 @@ impl Reactor {
     /// Interrupt mode: sleeps on the eventfd and the watched fds until a message, a stop
     /// request, a ready fd or the next timed poller. Returns the time after waking.
     #[cold]
-    fn sleep(&mut self, slot: &Slot, shared: &Shared, now: u64) -> u64 {
+    fn sleep(&mut self, slot: &ReactorShared, shared: &Shared, now: u64) -> u64 {
         let timeout = match self.next_timed_due.min(self.ctx.exec.next_timer()) {
             u64::MAX => None,
             due if due <= now => return now,
@@ -592,7 +592,7 @@ impl Reactor {
     }
 
     /// Refuses new messages, runs every accepted one, drops tasks, pollers and locals here.
-    fn shutdown(&mut self, slot: &Slot) {
+    fn shutdown(&mut self, slot: &ReactorShared) {
         self.ctx.stopping = true;
         slot.inbox.close_and_quiesce();
         while let Some(msg) = slot.inbox.pop() {
@@ -620,7 +620,7 @@ impl Reactor {
     }
 
     #[inline]
-    fn publish(&self, slot: &Slot) {
+    fn publish(&self, slot: &ReactorShared) {
         slot.stats.publish(&self.stats);
     }
 }

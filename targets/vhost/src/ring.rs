@@ -77,7 +77,7 @@ enum RingState {
 }
 
 /// One request in flight, at its head's index.
-struct Slot {
+struct ReqSlot {
     busy: bool,
     segs: Vec<Segment>,
     status_addr: u64,
@@ -95,9 +95,9 @@ struct Slot {
     status: BlkStatus,
 }
 
-impl Slot {
-    fn new() -> Slot {
-        Slot {
+impl ReqSlot {
+    fn new() -> ReqSlot {
+        ReqSlot {
             busy: false,
             segs: Vec::with_capacity(MAX_SEGS),
             status_addr: 0,
@@ -138,7 +138,7 @@ pub(crate) struct RingTask {
     /// Blocks per chunk of a data transfer and of a discard / write zeroes.
     data_chunk: u64,
     range_chunk: u64,
-    slots: Box<[Slot]>,
+    slots: Box<[ReqSlot]>,
     /// Heads whose next chunk found the bdev queue full, oldest first.
     waiting: VecDeque<u16>,
     /// The in-flight log, and what it still has to hear of: heads in flight when a previous
@@ -178,7 +178,7 @@ impl RingTask {
             serial: s.serial,
             data_chunk: (BUF_SIZE as u64 / bs).clamp(1, max_xfer),
             range_chunk: max_xfer.min(u64::from(u32::MAX)),
-            slots: (0..s.size).map(|_| Slot::new()).collect(),
+            slots: (0..s.size).map(|_| ReqSlot::new()).collect(),
             waiting: VecDeque::with_capacity(usize::from(s.size)),
             log: s.log,
             replay: VecDeque::new(),

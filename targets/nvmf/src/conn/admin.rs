@@ -68,7 +68,7 @@ impl Conn {
                 return;
             }
             Some(AdminOutcome::Held) => {
-                self.slots[usize::from(slot)].state = SlotState::Held;
+                self.slots[usize::from(slot)].state = CmdState::Held;
                 return;
             }
             Some(AdminOutcome::Done {

@@ -112,7 +112,7 @@ impl Conn {
 
     fn make_slots(&mut self, sqsize: u16) {
         let entries = u32::from(sqsize) + 1;
-        self.slots = (0..entries).map(|_| Slot::free()).collect();
+        self.slots = (0..entries).map(|_| CmdSlot::free()).collect();
         self.free = (0..entries as u16).rev().collect();
     }
 

@@ -86,7 +86,7 @@ impl Conn {
             return Err(Fatal("in-capsule data with a transport SGL".into()));
         }
         // Ask for all of it at once: Linux's host allows one R2T per command.
-        s.state = SlotState::AwaitData;
+        s.state = CmdState::AwaitData;
         let r2t = Header::R2T(pdu::R2T {
             cccid: sqe.cid(),
             ttag: slot,
@@ -192,7 +192,7 @@ impl Conn {
             return;
         };
         let s = &mut self.slots[usize::from(slot)];
-        s.state = SlotState::Executing;
+        s.state = CmdState::Executing;
         for io in todo {
             match q.submit(&mut sh.plug, io) {
                 Ok(_) => {
@@ -201,7 +201,7 @@ impl Conn {
                     sh.stats.pending_bdev_io += 1;
                 }
                 Err(e) if e.is_busy() && s.pending == 0 && todo.len() == 1 => {
-                    s.state = SlotState::Waiting;
+                    s.state = CmdState::Waiting;
                     self.waiting.push_back(slot);
                     return;
                 }
@@ -227,7 +227,7 @@ impl Conn {
                 break;
             };
             self.start(sh, slot);
-            if self.slots[usize::from(slot)].state == SlotState::Waiting {
+            if self.slots[usize::from(slot)].state == CmdState::Waiting {
                 // Still full: keep the order, try again next poll.
                 let last = self.waiting.pop_back().expect("just pushed");
                 self.waiting.push_front(last);
@@ -258,7 +258,7 @@ impl Conn {
             if let Some(b) = s.buf.take() {
                 sh.pool.put(b);
             }
-            s.state = SlotState::Free;
+            s.state = CmdState::Free;
             return;
         }
         let status = s.status;
@@ -271,7 +271,7 @@ impl Conn {
             });
             let len = s.len;
             if self.c2h_success {
-                s.state = SlotState::Responding;
+                s.state = CmdState::Responding;
                 self.queue_data(&c2h, slot, len, Some(slot));
                 return;
             }

@@ -76,7 +76,7 @@ struct Qpair {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SlotState {
+enum CmdState {
     Free,
     /// Waiting for H2CData (`got` of `len` bytes arrived).
     AwaitData,
@@ -91,8 +91,8 @@ enum SlotState {
 }
 
 /// One command of the queue.
-struct Slot {
-    state: SlotState,
+struct CmdSlot {
+    state: CmdState,
     sqe: Sqe,
     ns: Option<NsRef>,
     /// Bytes of data the command moves.
@@ -106,10 +106,10 @@ struct Slot {
     status: Status,
 }
 
-impl Slot {
-    fn free() -> Slot {
-        Slot {
-            state: SlotState::Free,
+impl CmdSlot {
+    fn free() -> CmdSlot {
+        CmdSlot {
+            state: CmdState::Free,
             sqe: Sqe::default(),
             ns: None,
             len: 0,
@@ -163,7 +163,7 @@ pub(crate) struct Conn {
     /// Bytes of `tx.front()` already sent.
     tx_sent: usize,
     qp: Option<Qpair>,
-    slots: Vec<Slot>,
+    slots: Vec<CmdSlot>,
     free: Vec<u16>,
     /// Slots waiting for a bdev request, oldest first.
     waiting: VecDeque<u16>,
@@ -346,7 +346,7 @@ impl Conn {
             let held = self
                 .slots
                 .iter()
-                .position(|s| s.state == SlotState::Held && s.sqe.cid() == cid);
+                .position(|s| s.state == CmdState::Held && s.sqe.cid() == cid);
             match held {
                 Some(slot) => self.respond(slot as u16, 0, Status::SUCCESS, dw0, 0),
                 None => log::error!("nvmf: AER {cid} completed by the controller but not held"),
@@ -357,7 +357,7 @@ impl Conn {
     fn drop_tx(&mut self) {
         while let Some(o) = self.tx.pop_front() {
             if let Some(s) = o.release {
-                self.slots[usize::from(s)].state = SlotState::Free;
+                self.slots[usize::from(s)].state = CmdState::Free;
             }
         }
         self.tx_sent = 0;

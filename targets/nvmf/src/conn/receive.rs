@@ -164,10 +164,10 @@ impl Conn {
                 self.slots.len()
             )));
         };
-        self.slots[usize::from(slot)] = Slot {
-            state: SlotState::Executing,
+        self.slots[usize::from(slot)] = CmdSlot {
+            state: CmdState::Executing,
             sqe,
-            ..Slot::free()
+            ..CmdSlot::free()
         };
         let qid = self.qid();
         self.respond(slot, qid, Status::TRANSIENT_TRANSPORT_ERROR, 0, 0);
@@ -259,10 +259,10 @@ impl Conn {
             )));
         };
         let s = &mut self.slots[usize::from(slot)];
-        *s = Slot {
-            state: SlotState::Executing,
+        *s = CmdSlot {
+            state: CmdState::Executing,
             sqe,
-            ..Slot::free()
+            ..CmdSlot::free()
         };
         let qid = self.qid();
         if qid == 0 {
@@ -302,7 +302,7 @@ impl Conn {
     /// TermReq (its header, at `pdu_start`, echoed) and ends the connection.
     fn h2c_check(&mut self, d: &pdu::H2CData, n: u32, pdu_start: usize) -> Result<(), Fatal> {
         let refusal = match self.slots.get(usize::from(d.ttag)) {
-            Some(s) if s.state == SlotState::AwaitData && s.sqe.cid() == d.cccid => {
+            Some(s) if s.state == CmdState::AwaitData && s.sqe.cid() == d.cccid => {
                 d.check(n, s.got, s.len).err().map(|fatal| {
                     let why = format!(
                         "H2CData offset {} length {n} (last {}) for command {} with {} of {} \
@@ -312,7 +312,7 @@ impl Conn {
                     (fatal, why)
                 })
             }
-            Some(s) if s.state == SlotState::AwaitData => Some((
+            Some(s) if s.state == CmdState::AwaitData => Some((
                 pdu::FatalError::invalid_field(pdu::field::CCCID),
                 format!(
                     "H2CData for command {} with the tag {} of command {}",
@@ -347,7 +347,7 @@ impl Conn {
         }
         s.got += n;
         if s.got == s.len {
-            s.state = SlotState::Executing;
+            s.state = CmdState::Executing;
             if s.status.is_success() {
                 self.start(sh, ttag);
             } else {

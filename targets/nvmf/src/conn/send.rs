@@ -31,7 +31,7 @@ impl Conn {
     /// Queues the CapsuleResp of command `slot` and frees the slot once it is sent.
     pub(super) fn respond(&mut self, slot: u16, qid: u16, status: Status, dw0: u32, dw1: u32) {
         let s = &mut self.slots[usize::from(slot)];
-        s.state = SlotState::Responding;
+        s.state = CmdState::Responding;
         let cid = s.sqe.cid();
         let cqe = Cqe {
             sqid: qid,
@@ -174,7 +174,7 @@ impl Conn {
 
     pub(super) fn release(&mut self, slot: u16, sh: &mut GroupShared) {
         let s = &mut self.slots[usize::from(slot)];
-        s.state = SlotState::Free;
+        s.state = CmdState::Free;
         self.free.push(slot);
         if let Some(b) = s.buf.take() {
             sh.pool.put(b);
