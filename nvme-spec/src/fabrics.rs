@@ -1,5 +1,10 @@
 //! NVMe over Fabrics structures beside the command set: controller properties (Property
-//! Get/Set), the Connect response's dword 0, and the discovery log page (NVMe-oF 1.1).
+//! Get/Set commands and offsets), the Connect command, its 1024 bytes of data and its
+//! response's dword 0 (one encoding for the host, one parser for the target), and the
+//! discovery log page (NVMe-oF 1.1).
+
+use crate::bytes::{le16, put16};
+use crate::{Sqe, admin_opc, fctype};
 
 /// Controller properties (the register map of NVMe over PCIe, read and written with Property
 /// Get/Set): byte offsets and the fields of CC and CSTS.
@@ -53,6 +58,160 @@ pub const fn connect_success_dw0(cntlid: u16) -> u32 {
     cntlid as u32
 }
 
+/// Property Get of the property at byte `offset`, 8 bytes wide when `size8` (CAP), else 4;
+/// the value comes back in the response's dwords 0 and 1.
+pub fn property_get_sqe(offset: u32, size8: bool) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+    sqe.set_fctype(fctype::PROPERTY_GET);
+    sqe.cdw10 = u32::from(size8);
+    sqe.cdw11 = offset;
+    sqe
+}
+
+/// Property Set of the 4-byte property at byte `offset` (only CC is writable).
+pub fn property_set_sqe(offset: u32, value: u32) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+    sqe.set_fctype(fctype::PROPERTY_SET);
+    sqe.cdw11 = offset;
+    sqe.cdw12 = value;
+    sqe
+}
+
+/// Length of the Connect command's data.
+pub const CONNECT_DATA_LEN: usize = 1024;
+
+/// The longest NQN the spec allows (223 bytes, the 256-byte field's limit for the text).
+pub const NQN_MAX_LEN: usize = 223;
+
+/// The CNTLID a host puts in the admin queue's Connect: any controller (the dynamic model).
+pub const CNTLID_DYNAMIC: u16 = 0xFFFF;
+
+/// Byte offsets of the Connect command's and data's fields (a refusal's IPO names them).
+pub mod connect_field {
+    /// In the command (IATTR 0).
+    pub const RECFMT: u16 = 40;
+    pub const QID: u16 = 42;
+    pub const SQSIZE: u16 = 44;
+    pub const CATTR: u16 = 46;
+    pub const KATO: u16 = 48;
+    /// In the data (IATTR 1).
+    pub const HOSTID: u16 = 0;
+    pub const CNTLID: u16 = 16;
+    pub const SUBNQN: u16 = 256;
+    pub const HOSTNQN: u16 = 512;
+    /// Length of each NQN field.
+    pub const NQN_FIELD_LEN: usize = 256;
+}
+
+/// The Connect command's fields (SQE dwords 10 to 12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectCmd {
+    /// Record format: 0 is the only one defined.
+    pub recfmt: u16,
+    /// Queue ID: 0 for the admin queue.
+    pub qid: u16,
+    /// Submission queue size, 0-based.
+    pub sqsize: u16,
+    /// Connect attributes (priority class, SQ flow control disable).
+    pub cattr: u8,
+    /// Keep Alive Timeout in milliseconds (admin queue only).
+    pub kato_ms: u32,
+}
+
+impl ConnectCmd {
+    /// Reads the fields out of a Connect SQE.
+    pub fn parse(sqe: &Sqe) -> ConnectCmd {
+        ConnectCmd {
+            recfmt: sqe.cdw10 as u16,
+            qid: (sqe.cdw10 >> 16) as u16,
+            sqsize: sqe.cdw11 as u16,
+            cattr: (sqe.cdw11 >> 16) as u8,
+            kato_ms: sqe.cdw12,
+        }
+    }
+
+    /// The Connect SQE carrying these fields (its data pointer is the caller's to set: the
+    /// data travels in-capsule). Pairs with [`ConnectCmd::parse`].
+    pub fn sqe(&self) -> Sqe {
+        let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+        sqe.set_fctype(fctype::CONNECT);
+        sqe.cdw10 = u32::from(self.recfmt) | u32::from(self.qid) << 16;
+        sqe.cdw11 = u32::from(self.sqsize) | u32::from(self.cattr) << 16;
+        sqe.cdw12 = self.kato_ms;
+        sqe
+    }
+}
+
+/// Why Connect data was refused by [`ConnectData::parse`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectDataError {
+    /// Fewer than [`CONNECT_DATA_LEN`] bytes (Data SGL Length Invalid).
+    #[error("Connect data of {0} bytes, 1024 expected")]
+    Short(usize),
+    /// An NQN that is empty, not NUL-terminated within 224 bytes or not UTF-8, at byte `at`
+    /// of the data (Connect Invalid Parameters, IATTR 1, IPO `at`).
+    #[error("Connect data: bad NQN at byte {at}")]
+    BadNqn { at: u16 },
+}
+
+/// The Connect command's data (1024 bytes of in-capsule data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectData {
+    /// The host identifier (a UUID).
+    pub hostid: [u8; 16],
+    /// [`CNTLID_DYNAMIC`] for the admin queue, the controller's ID for an I/O queue.
+    pub cntlid: u16,
+    pub subnqn: String,
+    pub hostnqn: String,
+}
+
+impl ConnectData {
+    /// Parses the data.
+    pub fn parse(data: &[u8]) -> Result<ConnectData, ConnectDataError> {
+        if data.len() < CONNECT_DATA_LEN {
+            return Err(ConnectDataError::Short(data.len()));
+        }
+        let mut hostid = [0u8; 16];
+        hostid.copy_from_slice(&data[..16]);
+        Ok(ConnectData {
+            hostid,
+            cntlid: le16(data, usize::from(connect_field::CNTLID)),
+            subnqn: parse_nqn(data, connect_field::SUBNQN)?,
+            hostnqn: parse_nqn(data, connect_field::HOSTNQN)?,
+        })
+    }
+
+    /// The 1024 bytes a host sends. NQNs longer than [`NQN_MAX_LEN`] are cut there (the
+    /// target then refuses them as unknown). Pairs with [`ConnectData::parse`].
+    pub fn encode(&self) -> [u8; CONNECT_DATA_LEN] {
+        let mut d = [0u8; CONNECT_DATA_LEN];
+        d[..16].copy_from_slice(&self.hostid);
+        put16(&mut d, usize::from(connect_field::CNTLID), self.cntlid);
+        for (at, nqn) in [
+            (connect_field::SUBNQN, &self.subnqn),
+            (connect_field::HOSTNQN, &self.hostnqn),
+        ] {
+            let n = nqn.len().min(NQN_MAX_LEN);
+            let at = usize::from(at);
+            d[at..at + n].copy_from_slice(&nqn.as_bytes()[..n]);
+        }
+        d
+    }
+}
+
+fn parse_nqn(data: &[u8], at: u16) -> Result<String, ConnectDataError> {
+    let field = &data[usize::from(at)..usize::from(at) + connect_field::NQN_FIELD_LEN];
+    let bad = || ConnectDataError::BadNqn { at };
+    let len = field[..=NQN_MAX_LEN]
+        .iter()
+        .position(|&b| b == 0)
+        .filter(|&n| n > 0)
+        .ok_or_else(bad)?;
+    std::str::from_utf8(&field[..len])
+        .map(str::to_string)
+        .map_err(|_| bad())
+}
+
 /// Discovery log page (log 70h): header and entry offsets (NVMe-oF 1.1, Figure "Discovery Log
 /// Page").
 pub mod disc {
@@ -98,6 +257,53 @@ pub mod disc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_round_trips() {
+        let cmd = ConnectCmd {
+            recfmt: 0,
+            qid: 3,
+            sqsize: 127,
+            cattr: 0,
+            kato_ms: 10_000,
+        };
+        let sqe = cmd.sqe();
+        assert!(sqe.is_fabrics());
+        assert_eq!(sqe.fctype(), fctype::CONNECT);
+        assert_eq!(ConnectCmd::parse(&sqe), cmd);
+        let data = ConnectData {
+            hostid: [9; 16],
+            cntlid: 7,
+            subnqn: "nqn.2016-06.io.spdk:cnode1".into(),
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:1".into(),
+        };
+        let bytes = data.encode();
+        assert_eq!(ConnectData::parse(&bytes), Ok(data));
+        assert_eq!(
+            ConnectData::parse(&bytes[..512]),
+            Err(ConnectDataError::Short(512))
+        );
+        let mut bad = bytes;
+        bad[256] = 0;
+        assert_eq!(
+            ConnectData::parse(&bad),
+            Err(ConnectDataError::BadNqn { at: 256 })
+        );
+    }
+
+    #[test]
+    fn property_commands() {
+        let get = property_get_sqe(prop::CAP, true);
+        assert_eq!(
+            (get.fctype(), get.cdw10, get.cdw11),
+            (fctype::PROPERTY_GET, 1, 0)
+        );
+        let set = property_set_sqe(prop::CC, 0x46_0001);
+        assert_eq!(
+            (set.fctype(), set.cdw10, set.cdw11, set.cdw12),
+            (fctype::PROPERTY_SET, 0, prop::CC, 0x46_0001)
+        );
+    }
 
     #[test]
     fn connect_dw0() {

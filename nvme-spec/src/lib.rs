@@ -9,8 +9,8 @@
 //! - `identify.rs`: [`IdentifyController`], [`IdentifyNamespace`] and their byte offsets
 //!   ([`id_ctrl`], [`id_ns`]); namespace identification descriptor types ([`nidt`]).
 //! - `dsm.rs`: [`DsmRange`], what a Dataset Management command points to.
-//! - `fabrics.rs`: controller properties ([`prop`]), Connect's dword 0, the discovery log
-//!   ([`disc`]).
+//! - `fabrics.rs`: controller properties ([`prop`], Property Get/Set), Connect's command,
+//!   data ([`ConnectCmd`], [`ConnectData`]) and dword 0, the discovery log ([`disc`]).
 //! - [`pdu`]: NVMe/TCP PDUs (TP 8000) parsed in place and encoded into a stack buffer, for
 //!   both ends of a connection; `pdu/receive.rs` parses and says what to do about a bad PDU,
 //!   `pdu/send.rs` encodes heads and data digests, `pdu/ic.rs` sets a connection up
@@ -48,7 +48,11 @@ mod status;
 
 pub use cqe::{CQE_LEN, Cqe};
 pub use dsm::{DSM_ATTR_DEALLOCATE, DsmRange};
-pub use fabrics::{connect_invalid_param_dw0, connect_success_dw0, disc, prop};
+pub use fabrics::{
+    CNTLID_DYNAMIC, CONNECT_DATA_LEN, ConnectCmd, ConnectData, ConnectDataError, NQN_MAX_LEN,
+    connect_field, connect_invalid_param_dw0, connect_success_dw0, disc, prop, property_get_sqe,
+    property_set_sqe,
+};
 pub use identify::{
     IDENTIFY_LEN, IdentifyController, IdentifyNamespace, LbaFormat, id_ctrl, id_ns, nidt,
 };

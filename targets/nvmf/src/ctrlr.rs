@@ -25,7 +25,8 @@ mod connect;
 mod tests;
 
 pub use connect::{
-    CONNECT_DATA_LEN, ConnectCmd, ConnectData, ConnectReject, admit_admin_connect, connect_field,
+    CONNECT_DATA_LEN, ConnectCheck, ConnectCmd, ConnectData, ConnectReject, admit_admin_connect,
+    connect_field,
 };
 
 /// Keep Alive Timeout of a discovery controller connected with KATO 0: discovery sessions

@@ -13,8 +13,7 @@ use crate::error::NvmfError;
 /// The well-known NQN of the discovery subsystem.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 
-/// The longest NQN the spec allows (223 bytes, the 256-byte field's limit for the text).
-pub const NQN_MAX_LEN: usize = 223;
+pub use crate::spec::NQN_MAX_LEN;
 
 /// Options of the TCP transport (`nvmf_create_transport`), SPDK's defaults.
 #[derive(Clone, Debug, PartialEq)]

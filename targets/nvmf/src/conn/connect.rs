@@ -2,6 +2,7 @@
 //! a new controller) or an I/O queue of an existing controller.
 
 use super::*;
+use crate::ctrlr::ConnectCheck;
 
 impl Conn {
     /// Fabrics Connect: the first command of every queue pair.
@@ -17,7 +18,9 @@ impl Conn {
             return Err(Fatal("a command before Fabrics Connect".into()));
         }
         let cmd = ConnectCmd::parse(&sqe);
-        let answer = ConnectData::parse(&self.rx[data]).and_then(|d| self.admit(sh, &cmd, &d));
+        let answer = ConnectData::parse(&self.rx[data])
+            .map_err(ConnectReject::from)
+            .and_then(|d| self.admit(sh, &cmd, &d));
         match answer {
             Ok(Admitted::Now(cntlid)) => {
                 let dw0 = spec::connect_success_dw0(cntlid);

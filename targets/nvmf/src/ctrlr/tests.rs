@@ -609,12 +609,12 @@ fn connect_data_parsing() {
     assert_eq!(d.subnqn, DISCOVERY_NQN);
 
     // Short data.
-    let r = ConnectData::parse(&[0; 512]).unwrap_err();
+    let r = ConnectReject::from(ConnectData::parse(&[0; 512]).unwrap_err());
     assert_eq!(r.status, Status::DATA_SGL_LENGTH_INVALID);
     // A host NQN without its NUL in the first 224 bytes: IATTR 1, IPO 512.
     let mut raw = connect_data(SUBNQN, HOSTNQN, 0xFFFF);
     raw[512..768].fill(b'a');
-    let r = ConnectData::parse(&raw).unwrap_err();
+    let r = ConnectReject::from(ConnectData::parse(&raw).unwrap_err());
     assert_eq!(r.status, Status::CONNECT_INVALID_PARAMETERS);
     assert_eq!(r.dw0, (1 << 16) | 512);
     // 223 bytes and a NUL is the longest that parses.
@@ -623,9 +623,15 @@ fn connect_data_parsing() {
     // An empty subsystem NQN, and one that is not UTF-8: IPO 256.
     let mut raw = connect_data(SUBNQN, HOSTNQN, 0xFFFF);
     raw[256] = 0;
-    assert_eq!(ConnectData::parse(&raw).unwrap_err().dw0, (1 << 16) | 256);
+    assert_eq!(
+        ConnectReject::from(ConnectData::parse(&raw).unwrap_err()).dw0,
+        (1 << 16) | 256
+    );
     raw[256] = 0xFF;
-    assert_eq!(ConnectData::parse(&raw).unwrap_err().dw0, (1 << 16) | 256);
+    assert_eq!(
+        ConnectReject::from(ConnectData::parse(&raw).unwrap_err()).dw0,
+        (1 << 16) | 256
+    );
 }
 
 #[test]
