@@ -6,9 +6,10 @@ use pmio::bdev::{BdevError, BdevInfo, BlockDevice, DriverQueue, Uuid};
 use pmio::hctx::HctxType;
 use pmio::request::{Op, OpSet};
 
-use crate::ctrlr::{Controller, CtrlrInner, Namespace};
+use crate::ctrlr::{Controller, CtrlrInner, Namespace, Transport};
 use crate::qpair::NvmeQpair;
 use crate::spec::IdentifyController;
+use crate::tcp::TcpQpair;
 
 /// One active namespace as a bdev. Each `open_queue` creates an I/O queue pair on the
 /// controller for the calling reactor; dropping the queue deletes it.
@@ -28,7 +29,11 @@ impl NvmeBdev {
         if oncs & IdentifyController::ONCS_DSM != 0 {
             ops = ops.with(Op::Discard);
         }
-        let max_depth = (ctrlr.cap.max_queue_entries() - 1).min(4096);
+        let max_depth = match ctrlr.transport {
+            Transport::Pcie => (ctrlr.cap.max_queue_entries() - 1).min(4096),
+            // A fabrics queue of n entries takes n commands (Linux's host: sqsize + 1 tags).
+            Transport::Tcp(_) => ctrlr.tcp_io_entries().min(4096),
+        };
         let max_blocks = (ctrlr.max_transfer >> ns.block_shift).min(1 << 16);
         let info = BdevInfo {
             name: format!("{}n{}", ctrlr.name, ns.nsid),
@@ -57,9 +62,37 @@ impl NvmeBdev {
         self.ctrlr.mapper.unregister(addr, len)
     }
 
-    /// Opens a queue pair directly (the typed form of [`BlockDevice::open_queue`]).
+    /// Opens a PCIe queue pair directly (the typed form of [`BlockDevice::open_queue`]).
     pub fn open_qpair(&self, depth: u32) -> Result<NvmeQpair, crate::NvmeError> {
+        if let Transport::Tcp(_) = self.ctrlr.transport {
+            return Err(crate::NvmeError::Unsupported {
+                ctrlr: self.ctrlr.name.clone(),
+                reason: "an NVMe/TCP controller's queue pairs are TcpQpairs (open_tcp_qpair)"
+                    .into(),
+            });
+        }
         NvmeQpair::new(self.ctrlr.clone(), &self.ns, depth)
+    }
+
+    /// Opens an NVMe/TCP queue pair directly (the typed form of [`BlockDevice::open_queue`]
+    /// on a TCP controller).
+    pub fn open_tcp_qpair(&self, depth: u32) -> Result<TcpQpair, crate::NvmeError> {
+        if let Transport::Pcie = self.ctrlr.transport {
+            return Err(crate::NvmeError::Unsupported {
+                ctrlr: self.ctrlr.name.clone(),
+                reason: "a PCIe controller's queue pairs are NvmeQpairs (open_qpair)".into(),
+            });
+        }
+        TcpQpair::new(self.ctrlr.clone(), &self.ns, depth)
+    }
+
+    /// The queue pair of the controller's transport, chosen once here: each is a concrete
+    /// `DriverQueue`, so the I/O path makes no extra indirect call.
+    fn open_any(&self, depth: u32) -> Result<Box<dyn DriverQueue>, crate::NvmeError> {
+        Ok(match self.ctrlr.transport {
+            Transport::Pcie => Box::new(self.open_qpair(depth)?),
+            Transport::Tcp(_) => Box::new(self.open_tcp_qpair(depth)?),
+        })
     }
 }
 
@@ -102,8 +135,8 @@ impl BlockDevice for NvmeBdev {
         index: u16,
         depth: u32,
     ) -> Result<Box<dyn DriverQueue>, BdevError> {
-        match self.open_qpair(depth) {
-            Ok(q) => Ok(Box::new(q)),
+        match self.open_any(depth) {
+            Ok(q) => Ok(q),
             Err(crate::NvmeError::Detached { .. }) => {
                 Err(BdevError::Removed(self.info.name.clone()))
             }

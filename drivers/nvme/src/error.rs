@@ -155,6 +155,10 @@ pub enum NvmeError {
     #[error("{ctrlr}: controller reset in progress")]
     Resetting { ctrlr: String },
 
+    /// An NVMe/TCP controller's connection is down (lost, refused or timed out).
+    #[error("{ctrlr}: disconnected: {reason}")]
+    Disconnected { ctrlr: String, reason: String },
+
     /// An option is out of range.
     #[error("invalid NVMe option: {0}")]
     InvalidOption(String),
@@ -201,6 +205,11 @@ pub enum IoError {
     /// A controller reset failed: the controller is unusable.
     #[error("controller failed and could not be reset")]
     ControllerFailed,
+    /// NVMe/TCP: the controller is disconnected and I/O is not held for it (past
+    /// `fast_io_fail_timeout_sec` while reconnecting, or the controller was lost after
+    /// `ctrlr_loss_timeout_sec`): ENXIO, as SPDK's bdev_nvme fails I/O without a path.
+    #[error("controller disconnected (no path to it)")]
+    Disconnected,
 }
 
 impl IoError {
@@ -218,6 +227,7 @@ impl IoError {
             IoError::Removed => IoStatus::DeviceRemoved,
             IoError::TimedOut { .. } => IoStatus::Timeout,
             IoError::ControllerFailed => IoStatus::Errno(libc::EIO),
+            IoError::Disconnected => IoStatus::Errno(libc::ENXIO),
         }
     }
 }

@@ -11,6 +11,9 @@
 //!   where the IOMMU reaches it, else allocated from its valid ranges).
 //! - [`spec`]: SQE/CQE/Identify layouts, opcodes, status codes: the `pmio-nvme-spec` crate,
 //!   shared with the NVMe/TCP target; [`prp`]: PRP entries and lists.
+//! - [`tcp`]: the NVMe/TCP transport: [`tcp::connect`] attaches a remote controller, with the
+//!   same [`Controller`] and bdevs as PCIe, I/O queue pairs on TCP connections
+//!   ([`tcp::TcpQpair`]), Keep Alive and SPDK's reconnect policy.
 //! - [`error`]: attach and I/O errors.
 //!
 //! A software controller (tests, the emulator of issue 7) implements [`RegisterIo`] and
@@ -40,6 +43,7 @@ pub mod qpair;
 mod recovery;
 pub mod regs;
 mod ring;
+pub mod tcp;
 pub mod vfio;
 
 pub use bdev::NvmeBdev;

@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use crate::admin::{AdminQueue, check_alive};
+use crate::admin::AdminQueue;
 use crate::ctrlr::{
     CtrlrInner, SET_NUM_QUEUES, granted_queues, nvme_configure_admin, nvme_disable, nvme_enable,
     nvme_ready, set_num_queues_sqe, try_lock,
@@ -151,7 +151,7 @@ impl CtrlrInner {
                 status: cqe.status(),
             }),
             None => {
-                check_alive(&*self.regs, &self.name, "waiting for an Abort")?;
+                admin.check_alive(&*self.regs, &self.name, "waiting for an Abort")?;
                 Ok(None)
             }
         }
@@ -404,7 +404,7 @@ impl CtrlrInner {
                 status: cqe.status(),
             }),
             None => {
-                check_alive(regs, &self.name, what)?;
+                admin.check_alive(regs, &self.name, what)?;
                 if now > cmd.deadline {
                     return Err(NvmeError::Timeout {
                         ctrlr: self.name.clone(),

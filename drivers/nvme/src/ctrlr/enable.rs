@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{CtrlrInner, Init, InitState, PAGE_SIZE};
-use crate::admin::{AdminQueue, check_alive};
+use crate::admin::{AdminQueue, PcieAdmin, check_alive};
 use crate::error::NvmeError;
 use crate::regs::{Cap, Cc, Csts, RegisterIo, off};
 
@@ -92,15 +92,16 @@ impl Init {
         Ok(done.then_some(next))
     }
 
-    /// Creates the admin queue (once) and programs AQA / ASQ / ACQ and CC, EN still 0.
+    /// Creates the admin queue (once; a fabrics controller's exists by Connect) and programs
+    /// AQA / ASQ / ACQ (PCIe) and CC, EN still 0.
     pub(super) fn configure_admin(&mut self) -> Result<Option<InitState>, NvmeError> {
         if self.admin.is_none() {
-            self.admin = Some(AdminQueue::new(
+            self.admin = Some(AdminQueue::Pcie(PcieAdmin::new(
                 self.mapper.clone(),
                 self.opts.admin_queue_entries,
                 self.cap.dstrd(),
                 PAGE_SIZE as usize,
-            )?);
+            )?));
         }
         let admin = self.admin.as_mut().expect("just created");
         nvme_configure_admin(&*self.regs, admin, self.cap);
@@ -173,6 +174,9 @@ impl CtrlrInner {
     /// Normal shutdown: CC.SHN = 01b, then wait for CSTS.SHST = complete (bounded by
     /// max(RTD3E, the shutdown timeout)). Idempotent.
     pub fn shutdown(&self) -> Result<(), NvmeError> {
+        if let Some(t) = self.tcp() {
+            return crate::tcp::shutdown(self, t);
+        }
         if self.detached.load(Ordering::Acquire) {
             return Ok(());
         }

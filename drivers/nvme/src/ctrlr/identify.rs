@@ -129,7 +129,7 @@ impl Init {
         admin.fill_data(0);
         let mut sqe = Sqe::new(admin_opc::IDENTIFY, 0);
         sqe.nsid = nsid;
-        sqe.prp1 = admin.data_iova();
+        admin.point_data(&mut sqe);
         sqe.cdw10 = cns;
         sqe
     }

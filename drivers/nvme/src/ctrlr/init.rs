@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Controller, CtrlrInner, Namespace, NvmeOptions, PAGE_SIZE};
-use crate::admin::{AdminQueue, check_alive};
+use super::{Controller, CtrlrInner, Namespace, NvmeOptions, PAGE_SIZE, Transport};
+use crate::admin::AdminQueue;
 use crate::dma::{DmaMapper, Mappings};
 use crate::error::NvmeError;
 use crate::prp;
@@ -97,6 +97,7 @@ pub struct Init {
     pub(super) namespaces: Vec<Namespace>,
     pub(super) io_queues: u16,
     pub(super) reset_at_attach: bool,
+    pub(super) transport: Transport,
 }
 
 impl Init {
@@ -108,6 +109,7 @@ impl Init {
     ) -> Result<Init, NvmeError> {
         opts.validate()?;
         Ok(Init {
+            transport: Transport::Pcie,
             name: opts.name.clone(),
             regs,
             mapper: Arc::new(Mappings::new(mapper)),
@@ -125,6 +127,21 @@ impl Init {
             io_queues: 0,
             reset_at_attach: false,
         })
+    }
+
+    /// A state machine for a controller whose admin queue exists already (a fabrics
+    /// controller's, created by Connect), reached through `transport`.
+    pub(crate) fn with_transport(
+        regs: Arc<dyn RegisterIo>,
+        mapper: Arc<dyn DmaMapper>,
+        opts: NvmeOptions,
+        admin: AdminQueue,
+        transport: Transport,
+    ) -> Result<Init, NvmeError> {
+        let mut init = Init::new(regs, mapper, opts)?;
+        init.admin = Some(admin);
+        init.transport = transport;
+        Ok(init)
     }
 
     /// Current state.
@@ -191,7 +208,7 @@ impl Init {
             }
         };
         let Some(cqe) = admin.poll_for(&*regs, cid) else {
-            check_alive(&*regs, &name, what)?;
+            admin.check_alive(&*regs, &name, what)?;
             return Ok(None);
         };
         self.pending = None;
@@ -277,14 +294,17 @@ impl Init {
             reason: "init finished without Identify data".into(),
         })?;
         let admin = self.admin.expect("admin queue exists when ready");
-        // MDTS is in units of CAP.MPSMIN; one PRP list page per command bounds it too.
-        let list_max = prp::max_transfer(PAGE_SIZE, (PAGE_SIZE / 8) as usize);
+        // MDTS is in units of CAP.MPSMIN; on PCIe one PRP list page per command bounds it
+        // too, on TCP the 32-bit SGL length.
         let mdts = if id.mdts == 0 || id.mdts >= 32 {
             u64::MAX
         } else {
             self.cap.mps_min_bytes() << id.mdts
         };
-        let max_transfer = mdts.min(list_max);
+        let max_transfer = match self.transport {
+            Transport::Pcie => mdts.min(prp::max_transfer(PAGE_SIZE, (PAGE_SIZE / 8) as usize)),
+            Transport::Tcp(_) => mdts.min(u64::from(u32::MAX) & !(PAGE_SIZE - 1)),
+        };
         let ctrlr = CtrlrInner {
             name: self.name,
             regs: self.regs,
@@ -305,6 +325,7 @@ impl Init {
             liveness: AtomicLiveness::new(CtrlrLiveness::Alive),
             epoch: Instant::now(),
             opts: self.opts,
+            transport: self.transport,
         };
         Ok(Controller {
             inner: Arc::new(ctrlr),

@@ -6,6 +6,14 @@
 //! the controller and its active namespaces, and ask for I/O queues. Each state has its own
 //! deadline: CAP.TO × 500 ms for ready transitions, the admin timeout for commands.
 //!
+//! # Transports
+//! The same model drives a PCIe controller (registers in BAR0, queues in host memory) and an
+//! NVMe/TCP one (`crate::tcp`: registers as Fabrics properties, each queue a connection). The
+//! transport is reached through [`RegisterIo`] (register access), `crate::admin::AdminQueue`
+//! (admin commands) and [`Transport`] (I/O queue pairs, reset, detach); the I/O queue pairs
+//! are two concrete `DriverQueue` types chosen when a queue is opened, so the PCIe hot path
+//! makes no indirect call for it.
+//!
 //! # Files
 //! (PCIe) marks what is particular to a controller whose queues live in host memory; the
 //! rest is the controller model any transport shares.
@@ -48,6 +56,16 @@ pub(crate) use queues::{
     set_num_queues_sqe,
 };
 
+/// What is particular to the controller's transport.
+pub(crate) enum Transport {
+    /// Registers in BAR0, queues in host memory (`CtrlrInner::regs`, `mapper`, the admin
+    /// queue's rings): everything PCIe needs is in the shared fields.
+    Pcie,
+    /// NVMe/TCP: where the controller is, its options, the admin connection, the reconnect
+    /// state.
+    Tcp(Box<crate::tcp::TcpCtrlr>),
+}
+
 /// Host memory page size the driver uses (CC.MPS = 0).
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -82,6 +100,7 @@ pub(crate) struct CtrlrInner {
     /// Origin of the driver's clock (`now_ns`): reset deadlines and queue pairs' timestamps.
     pub epoch: Instant,
     pub opts: NvmeOptions,
+    pub(crate) transport: Transport,
 }
 
 impl CtrlrInner {
@@ -111,6 +130,27 @@ impl CtrlrInner {
             });
         }
         admin.exec(&*self.regs, sqe, self.opts.admin_timeout, &self.name, what)
+    }
+}
+
+impl CtrlrInner {
+    /// Fails when the controller is detached, removed or failed.
+    pub(crate) fn check_usable(&self) -> Result<(), NvmeError> {
+        if self.detached.load(Ordering::Acquire) {
+            return Err(NvmeError::Detached {
+                ctrlr: self.name.clone(),
+            });
+        }
+        match self.liveness() {
+            CtrlrLiveness::Alive => Ok(()),
+            CtrlrLiveness::Removed => Err(NvmeError::DeviceRemoved {
+                ctrlr: self.name.clone(),
+            }),
+            CtrlrLiveness::Failed => Err(NvmeError::ControllerFatal {
+                ctrlr: self.name.clone(),
+                state: "after a failed reset",
+            }),
+        }
     }
 }
 
@@ -197,6 +237,11 @@ impl Controller {
     /// is in progress already. Fails when the controller is detached, removed or failed.
     pub fn start_reset(&self) -> Result<(), NvmeError> {
         let inner = &self.inner;
+        if let Some(t) = inner.tcp() {
+            inner.check_usable()?;
+            t.request_reset();
+            return Ok(());
+        }
         loop {
             let seen = inner.reset_gen.load(Ordering::Acquire);
             if seen & 1 == 1 || inner.reset_start(seen, inner.now_ns())? {
@@ -213,8 +258,16 @@ impl Controller {
     /// recreate their own queues at their next submit or poll. Fails, with the reset's
     /// outcome, when the controller is left removed or failed.
     pub fn reset(&self) -> Result<(), NvmeError> {
+        let before = self.inner.reset_gen.load(Ordering::Acquire);
         self.start_reset()?;
-        self.inner.reset_wait();
+        if self.inner.tcp().is_some() {
+            // Done when the controller thread reconnected (two generations on) or gave up.
+            while self.inner.reset_gen.load(Ordering::Acquire) < (before | 1) + 1 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        } else {
+            self.inner.reset_wait();
+        }
         match self.inner.liveness() {
             CtrlrLiveness::Removed => Err(NvmeError::DeviceRemoved {
                 ctrlr: self.inner.name.clone(),
@@ -225,6 +278,35 @@ impl Controller {
             }),
             CtrlrLiveness::Alive => Ok(()),
         }
+    }
+
+    /// The transport: "PCIe" or "TCP" (SPDK's `trtype`).
+    pub fn transport(&self) -> &'static str {
+        match self.inner.transport {
+            Transport::Pcie => "PCIe",
+            Transport::Tcp(_) => "TCP",
+        }
+    }
+
+    /// Where an NVMe/TCP controller is (traddr, trsvcid, subnqn); `None` on PCIe.
+    pub fn tcp_target(&self) -> Option<&crate::tcp::TcpTarget> {
+        self.inner.tcp().map(|t| &t.target)
+    }
+
+    /// The options an NVMe/TCP controller was attached with; `None` on PCIe.
+    pub fn tcp_options(&self) -> Option<&crate::tcp::TcpOptions> {
+        self.inner.tcp().map(|t| &t.opts)
+    }
+
+    /// The host NQN an NVMe/TCP controller connected with; `None` on PCIe.
+    pub fn hostnqn(&self) -> Option<&str> {
+        self.inner.tcp().map(|t| t.hostnqn.as_str())
+    }
+
+    /// Whether the controller is usable now: not detached, not failed, and (NVMe/TCP) not
+    /// reconnecting.
+    pub fn connected(&self) -> bool {
+        self.inner.check_usable().is_ok() && !self.inner.reset_in_progress()
     }
 
     /// Queue pairs currently open.

@@ -38,7 +38,7 @@
 //! - `recreate.rs`: the queues recreated on the same rings after a reset, without waiting;
 //!   closing while that is under way (PCIe).
 
-mod encode;
+pub(crate) mod encode;
 mod held;
 mod io;
 mod recreate;
@@ -93,14 +93,27 @@ pub struct QpairStats {
     pub failed_dead: u64,
 }
 
-/// Namespace facts the hot path needs, copied at creation.
+/// Namespace facts the hot path needs, copied at creation (both transports).
 #[derive(Clone, Copy)]
-struct NsFacts {
-    nsid: u32,
-    block_shift: u8,
-    num_blocks: u64,
-    write_zeroes: bool,
-    dsm: bool,
+pub(crate) struct NsFacts {
+    pub(crate) nsid: u32,
+    pub(crate) block_shift: u8,
+    pub(crate) num_blocks: u64,
+    pub(crate) write_zeroes: bool,
+    pub(crate) dsm: bool,
+}
+
+impl NsFacts {
+    /// The facts of `ns` on a controller supporting the optional commands `oncs`.
+    pub(crate) fn new(ns: &Namespace, oncs: u16) -> NsFacts {
+        NsFacts {
+            nsid: ns.nsid,
+            block_shift: ns.block_shift,
+            num_blocks: ns.num_blocks,
+            write_zeroes: oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
+            dsm: oncs & IdentifyController::ONCS_DSM != 0,
+        }
+    }
 }
 
 /// One I/O queue pair of a namespace.
@@ -197,13 +210,7 @@ impl NvmeQpair {
         Ok(NvmeQpair {
             regs: ctrlr.regs.clone(),
             rings,
-            ns: NsFacts {
-                nsid: ns.nsid,
-                block_shift: ns.block_shift,
-                num_blocks: ns.num_blocks,
-                write_zeroes: oncs & IdentifyController::ONCS_WRITE_ZEROES != 0,
-                dsm: oncs & IdentifyController::ONCS_DSM != 0,
-            },
+            ns: NsFacts::new(ns, oncs),
             max_transfer: ctrlr.max_transfer,
             max_retries: ctrlr.opts.io_retries,
             depth,

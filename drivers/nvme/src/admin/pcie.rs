@@ -1,23 +1,22 @@
-//! The admin queue: commands submitted and polled one at a time, plus a one-page data buffer
-//! for Identify.
+//! The admin queue of a PCIe controller: rings in host memory, doorbells in BAR0, and a
+//! one-page data buffer for Identify.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::dma::{DmaMapper, DmaMem};
 use crate::error::NvmeError;
-use crate::regs::{Csts, RegisterIo, off};
+use crate::regs::{RegisterIo, off};
 use crate::ring::{Rings, ring_bytes};
 use crate::spec::{Cqe, Sqe};
 
-/// Size of the admin data buffer (Identify data is 4 KiB).
-pub(crate) const DATA_BYTES: usize = 4096;
+use super::{DATA_BYTES, check_alive};
 
-/// Completions of other commands kept by [`AdminQueue::poll_for`].
+/// Completions of other commands kept by [`PcieAdmin::poll_for`].
 const STASH_MAX: usize = 64;
 
 /// The admin queue pair and its data buffer.
-pub(crate) struct AdminQueue {
+pub(crate) struct PcieAdmin {
     rings: Rings,
     data_off: usize,
     next_cid: u16,
@@ -28,18 +27,18 @@ pub(crate) struct AdminQueue {
     mem: DmaMem,
 }
 
-impl AdminQueue {
+impl PcieAdmin {
     /// Allocates and maps the admin rings (`entries` each) and data buffer.
     pub fn new(
         mapper: Arc<dyn DmaMapper>,
         entries: u32,
         dstrd: u8,
         page: usize,
-    ) -> Result<AdminQueue, NvmeError> {
+    ) -> Result<PcieAdmin, NvmeError> {
         let (_, rings_len) = ring_bytes(entries, page);
         let mem = DmaMem::new(mapper, rings_len + DATA_BYTES.next_multiple_of(page))?;
         let rings = Rings::new(&mem, 0, 0, entries, dstrd, page);
-        Ok(AdminQueue {
+        Ok(PcieAdmin {
             rings,
             data_off: rings_len,
             next_cid: 0,
@@ -175,25 +174,4 @@ impl AdminQueue {
             }
         }
     }
-}
-
-/// Fails when the controller reports a fatal status or reads as all ones.
-pub(crate) fn check_alive(
-    regs: &dyn RegisterIo,
-    ctrlr: &str,
-    state: &'static str,
-) -> Result<Csts, NvmeError> {
-    let csts = Csts(regs.read32(off::CSTS));
-    if csts.is_all_ones() {
-        return Err(NvmeError::DeviceRemoved {
-            ctrlr: ctrlr.to_string(),
-        });
-    }
-    if csts.cfs() {
-        return Err(NvmeError::ControllerFatal {
-            ctrlr: ctrlr.to_string(),
-            state,
-        });
-    }
-    Ok(csts)
 }

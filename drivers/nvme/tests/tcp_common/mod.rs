@@ -1,0 +1,251 @@
+//! The NVMe/TCP host's test peer: pmio's own target (pmio-nvmf) on reactors in this process,
+//! on 127.0.0.1, serving a malloc bdev that outlives target restarts; and a small driver of
+//! one queue pair for the tests (submit, poll until done, bounded).
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pmio::bdev::{DriverQueue, Registry};
+use pmio::request::{IoBuf, IoStatus, Op, Request};
+use pmio_malloc::{MallocDevice, MallocOptions};
+use pmio_nvme::tcp::{TcpOptions, TcpTarget};
+use pmio_nvmf::{ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
+use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+
+pub const NQN: &str = "nqn.2016-06.io.pmio:tcp-host";
+
+/// 512-byte blocks of the malloc bdev (16 MiB).
+pub const NUM_BLOCKS: u64 = 32768;
+
+/// How long a test waits for I/O before it calls it a hang (loaded 2-core machine).
+pub const IO_LIMIT: Duration = Duration::from_secs(20);
+
+/// pmio's NVMe/TCP target on one reactor, subsystem [`NQN`] with a malloc bdev as namespace 1.
+pub struct Target {
+    reactors: Option<Reactors>,
+    tgt: Option<Arc<NvmfTarget>>,
+    registry: Arc<Registry>,
+    pub port: u16,
+    opts: TransportOpts,
+}
+
+impl Target {
+    pub fn start() -> Target {
+        Target::with(TransportOpts::default())
+    }
+
+    pub fn with(opts: TransportOpts) -> Target {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let registry = Arc::new(Registry::new());
+        let dev = MallocDevice::new(MallocOptions {
+            name: "Malloc0".into(),
+            num_blocks: NUM_BLOCKS,
+            ..MallocOptions::default()
+        })
+        .unwrap();
+        registry.register(dev).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut t = Target {
+            reactors: None,
+            tgt: None,
+            registry,
+            port,
+            opts,
+        };
+        t.up();
+        t
+    }
+
+    /// Starts serving (again) on the same port, with the same bdev and its data.
+    pub fn up(&mut self) {
+        let core = CoreMask::available().unwrap().cores()[0];
+        let reactors = Reactors::start(
+            CoreMask::from_cores([core]).unwrap(),
+            ReactorsOptions {
+                interrupt_idle: Some(Duration::from_millis(1)),
+                pin_threads: false,
+                ..ReactorsOptions::default()
+            },
+        )
+        .unwrap();
+        let tgt = NvmfTarget::new(reactors.handle(), Arc::clone(&self.registry));
+        tgt.create_transport(self.opts.clone()).unwrap();
+        tgt.create_subsystem(&SubsystemParams {
+            nqn: NQN.into(),
+            allow_any_host: true,
+            ..SubsystemParams::default()
+        })
+        .unwrap();
+        tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap();
+        let la = ListenAddr::new("127.0.0.1", &self.port.to_string(), None).unwrap();
+        tgt.add_listener(NQN, la).unwrap();
+        self.tgt = Some(tgt);
+        self.reactors = Some(reactors);
+    }
+
+    /// Stops serving: every connection closed, the port no longer listened on.
+    pub fn down(&mut self) {
+        if let Some(t) = self.tgt.take() {
+            t.shutdown();
+        }
+        if let Some(r) = self.reactors.take() {
+            r.stop().unwrap();
+        }
+    }
+
+    pub fn addr(&self) -> TcpTarget {
+        TcpTarget {
+            traddr: "127.0.0.1".into(),
+            trsvcid: self.port.to_string(),
+            subnqn: NQN.into(),
+        }
+    }
+
+    /// Controllers connected to the subsystem now.
+    pub fn controllers(&self) -> usize {
+        self.tgt
+            .as_ref()
+            .map_or(0, |t| t.controllers(NQN).unwrap().len())
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// Options that reconnect every second for up to `loss` seconds.
+pub fn reconnecting(loss: i32, fast_io_fail: u32) -> TcpOptions {
+    TcpOptions {
+        ctrlr_loss_timeout_sec: loss,
+        reconnect_delay_sec: 1,
+        fast_io_fail_timeout_sec: fast_io_fail,
+        ..TcpOptions::default()
+    }
+}
+
+/// `len` bytes of a pattern that differs per `seed`.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// One queue pair driven by the test thread: requests by tag, completions counted per tag
+/// (a second completion of a tag would be seen).
+pub struct Driver<Q: DriverQueue> {
+    pub q: Q,
+    pub rqs: Vec<Request>,
+    pub completions: Vec<u32>,
+    done: Vec<u16>,
+}
+
+impl<Q: DriverQueue> Driver<Q> {
+    pub fn new(q: Q, depth: usize) -> Driver<Q> {
+        let mut rqs = vec![Request::default(); depth];
+        for (i, r) in rqs.iter_mut().enumerate() {
+            r.tag = i as u16;
+        }
+        Driver {
+            q,
+            rqs,
+            completions: vec![0; depth],
+            done: Vec::with_capacity(depth),
+        }
+    }
+
+    /// Prepares tag `tag` for `op` of `nblocks` at `lba` on `buf` (512-byte blocks).
+    pub fn prep(&mut self, tag: u16, op: Op, lba: u64, nblocks: u32, buf: &mut [u8]) {
+        let r = &mut self.rqs[usize::from(tag)];
+        r.op = op;
+        r.lba = lba;
+        r.nblocks = nblocks;
+        // SAFETY: the test keeps `buf` alive and untouched until the request completes.
+        r.buf = unsafe { IoBuf::from_raw_parts(buf.as_mut_ptr(), buf.len() as u32) };
+        r.status = IoStatus::Pending;
+    }
+
+    pub fn submit(&mut self, tags: &[u16]) {
+        self.q.submit(&mut self.rqs, tags);
+    }
+
+    /// Polls until `n` completions came or `limit` passed; returns the tags completed.
+    pub fn reap(&mut self, n: usize, limit: Duration) -> Vec<u16> {
+        let deadline = Instant::now() + limit;
+        let mut got = Vec::new();
+        while got.len() < n && Instant::now() < deadline {
+            self.done.clear();
+            let cap = self.done.capacity();
+            self.q.poll(&mut self.rqs, &mut self.done, cap);
+            for &t in &self.done {
+                self.completions[usize::from(t)] += 1;
+                got.push(t);
+            }
+            if self.done.is_empty() {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        got
+    }
+
+    /// Submits the prepared `tags` and waits for all of them; returns their statuses.
+    pub fn run(&mut self, tags: &[u16]) -> Vec<IoStatus> {
+        self.submit(tags);
+        let got = self.reap(tags.len(), IO_LIMIT);
+        assert_eq!(
+            got.len(),
+            tags.len(),
+            "I/O did not complete in {IO_LIMIT:?}"
+        );
+        tags.iter()
+            .map(|&t| self.rqs[usize::from(t)].status)
+            .collect()
+    }
+
+    /// One command, waited for.
+    pub fn one(&mut self, op: Op, lba: u64, buf: &mut [u8]) -> IoStatus {
+        let nblocks = (buf.len() / 512).max(1) as u32;
+        self.prep(0, op, lba, nblocks, buf);
+        self.run(&[0])[0]
+    }
+
+    /// Asserts no tag completed more than once.
+    pub fn assert_no_double_completion(&self) {
+        for (tag, &n) in self.completions.iter().enumerate() {
+            assert!(
+                n <= 1 || self.rqs.len() > 1,
+                "tag {tag} completed {n} times"
+            );
+        }
+    }
+}
+
+/// A queue opened through `BlockDevice::open_queue`, as the block layer holds it.
+pub struct Dyn(pub Box<dyn DriverQueue>);
+
+impl DriverQueue for Dyn {
+    fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        self.0.submit(rqs, tags)
+    }
+
+    fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        self.0.poll(rqs, done, max)
+    }
+
+    fn outstanding(&self) -> usize {
+        self.0.outstanding()
+    }
+}
