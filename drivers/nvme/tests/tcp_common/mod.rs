@@ -107,6 +107,17 @@ impl Target {
         }
     }
 
+    /// IDs of the controllers connected to the subsystem now.
+    pub fn cntlids(&self) -> Vec<u16> {
+        self.tgt.as_ref().map_or(Vec::new(), |t| {
+            t.controllers(NQN)
+                .unwrap()
+                .iter()
+                .map(|c| c.cntlid)
+                .collect()
+        })
+    }
+
     /// Controllers connected to the subsystem now.
     pub fn controllers(&self) -> usize {
         self.tgt
