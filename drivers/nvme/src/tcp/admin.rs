@@ -131,14 +131,13 @@ impl TcpAdmin {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Connects the admin queue (a new controller: CNTLID 0xFFFF): returns the controller ID.
+    /// Connects the admin queue as `host` (a new controller: its CNTLID is set to 0xFFFF
+    /// here): returns the controller ID.
     pub(crate) fn connect(
         &self,
         addr: SocketAddr,
         digests: Digests,
-        subnqn: &str,
-        hostnqn: &str,
-        hostid: [u8; 16],
+        host: ConnectData,
         kato_ms: u32,
         timeout: Duration,
     ) -> Result<u16, ConnError> {
@@ -147,10 +146,8 @@ impl TcpAdmin {
             addr,
             digests,
             data: ConnectData {
-                hostid,
                 cntlid: CNTLID_DYNAMIC,
-                subnqn: subnqn.to_string(),
-                hostnqn: hostnqn.to_string(),
+                ..host
             },
             qid: 0,
             sqsize: ADMIN_ENTRIES - 1,

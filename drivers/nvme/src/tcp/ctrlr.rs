@@ -34,7 +34,7 @@ use crate::error::NvmeError;
 use crate::recovery::CtrlrLiveness;
 use crate::regs::{Cc, Csts, RegisterIo, off};
 use crate::spec::pdu::Digests;
-use crate::spec::{Sqe, admin_opc};
+use crate::spec::{ConnectData, Sqe, admin_opc};
 
 use super::admin::TcpAdmin;
 use super::options::{TcpOptions, TcpTarget};
@@ -69,6 +69,17 @@ impl TcpCtrlr {
         Digests {
             header: self.opts.hdgst,
             data: self.opts.ddgst,
+        }
+    }
+
+    /// What this host says in a Connect to the current controller (an admin queue's
+    /// replaces the CNTLID).
+    pub(crate) fn connect_data(&self) -> ConnectData {
+        ConnectData {
+            hostid: self.hostid,
+            cntlid: self.cntlid.load(Ordering::Acquire),
+            subnqn: self.target.subnqn.clone(),
+            hostnqn: self.hostnqn.clone(),
         }
     }
 
@@ -167,9 +178,7 @@ fn connect_admin(name: &str, t: &TcpCtrlr) -> Result<u16, NvmeError> {
         .connect(
             t.addr,
             t.digests(),
-            &t.target.subnqn,
-            &t.hostnqn,
-            t.hostid,
+            t.connect_data(),
             t.opts.keep_alive_timeout_ms,
             CONNECT_TIMEOUT,
         )
@@ -196,8 +205,8 @@ fn spawn_thread(inner: &Arc<CtrlrInner>) -> Result<(), NvmeError> {
 
 /// Where the controller's thread is.
 enum Link {
-    /// Connected; the next Keep Alive is due then.
-    Up { keep_alive: Instant },
+    /// Connected; the next Keep Alive is due then (`None`: keep-alive off).
+    Up { keep_alive: Option<Instant> },
     /// Lost since `since`; the next attempt is due at `next`.
     Lost { since: Instant, next: Instant },
 }
@@ -205,9 +214,8 @@ enum Link {
 /// The controller's thread: holds only a weak reference, so the controller goes when its
 /// users do.
 fn run(weak: Weak<CtrlrInner>) {
-    let start = Instant::now();
     let mut link = Link::Up {
-        keep_alive: start + keep_alive_interval(&weak).unwrap_or(Duration::MAX / 4),
+        keep_alive: next_keep_alive(&weak),
     };
     loop {
         let Some(inner) = weak.upgrade() else { return };
@@ -226,23 +234,26 @@ fn run(weak: Weak<CtrlrInner>) {
     }
 }
 
-fn keep_alive_interval(weak: &Weak<CtrlrInner>) -> Option<Duration> {
-    weak.upgrade()?.tcp()?.opts.keep_alive_interval()
+/// When the next Keep Alive is due, from now (`None`: keep-alive off).
+fn next_keep_alive(weak: &Weak<CtrlrInner>) -> Option<Instant> {
+    let iv = weak.upgrade()?.tcp()?.opts.keep_alive_interval()?;
+    Some(Instant::now() + iv)
 }
 
 /// Connected: notices a lost admin connection or a wanted reset, sends Keep Alive when due.
-fn up_step(inner: &CtrlrInner, t: &TcpCtrlr, keep_alive: Instant, now: Instant) -> Link {
-    let interval = t.opts.keep_alive_interval();
+fn up_step(inner: &CtrlrInner, t: &TcpCtrlr, keep_alive: Option<Instant>, now: Instant) -> Link {
     let mut lost = t.reset_wanted.swap(false, Ordering::AcqRel) || !t.admin.check_stream();
     let mut next_ka = keep_alive;
-    if !lost && now >= keep_alive {
-        let iv = interval.unwrap_or(Duration::MAX / 4);
+    if let (false, Some(due), Some(iv)) = (lost, keep_alive, t.opts.keep_alive_interval())
+        && now >= due
+    {
+        // Answered within the interval, or the connection is taken for lost.
         let sqe = Sqe::new(admin_opc::KEEP_ALIVE, 0);
         if let Err(e) = t.admin.exec(sqe, iv, &inner.name, "Keep Alive") {
             log::warn!("{e}");
             lost = true;
         }
-        next_ka = now + iv;
+        next_ka = Some(now + iv);
     }
     if !lost {
         return Link::Up {
@@ -277,9 +288,8 @@ fn reconnect_step(inner: &CtrlrInner, t: &TcpCtrlr, since: Instant, now: Instant
                 inner.name,
                 t.cntlid.load(Ordering::Acquire)
             );
-            let iv = t.opts.keep_alive_interval().unwrap_or(Duration::MAX / 4);
             Link::Up {
-                keep_alive: Instant::now() + iv,
+                keep_alive: t.opts.keep_alive_interval().map(|iv| Instant::now() + iv),
             }
         }
         Err(e) => {

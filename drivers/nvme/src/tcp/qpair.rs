@@ -28,7 +28,7 @@ use crate::ctrlr::{CtrlrInner, Namespace};
 use crate::error::{IoError, NvmeError};
 use crate::qpair::{NsFacts, QpairStats};
 use crate::recovery::CtrlrLiveness;
-use crate::spec::{ConnectCmd, ConnectData, Cqe, Sqe, nvm_opc};
+use crate::spec::{ConnectCmd, Cqe, Sqe, nvm_opc};
 
 use super::conn::{Conn, ConnError};
 use super::ctrlr::CONNECT_TIMEOUT;
@@ -308,13 +308,7 @@ impl TcpQpair {
                 conn.flush()?;
                 conn.poll(|_, _| {})?;
                 if conn.ready() {
-                    let t = self.tcp();
-                    let data = ConnectData {
-                        hostid: t.hostid,
-                        cntlid: t.cntlid.load(Ordering::Acquire),
-                        subnqn: t.target.subnqn.clone(),
-                        hostnqn: t.hostnqn.clone(),
-                    };
+                    let data = self.tcp().connect_data();
                     let cmd = ConnectCmd {
                         recfmt: 0,
                         qid: self.qid,
