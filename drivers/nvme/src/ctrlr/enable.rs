@@ -198,6 +198,12 @@ impl CtrlrInner {
                 ctrlr: self.name.clone(),
             });
         }
+        self.normal_shutdown()
+    }
+
+    /// CC.SHN = 01b, then waits for CSTS.SHST = complete, bounded by max(RTD3E, the
+    /// shutdown timeout). Fails when the registers read all ones meanwhile.
+    pub(crate) fn normal_shutdown(&self) -> Result<(), NvmeError> {
         let cc = self.regs.read32(off::CC);
         self.regs
             .write32(off::CC, (cc & !Cc::SHN_MASK) | Cc::SHN_NORMAL);

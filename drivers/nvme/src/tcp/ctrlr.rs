@@ -32,7 +32,7 @@ use crate::ctrlr::{
 use crate::dma::DmaMapper;
 use crate::error::NvmeError;
 use crate::recovery::CtrlrLiveness;
-use crate::regs::{Cc, Csts, RegisterIo, off};
+use crate::regs::{Cc, RegisterIo, off};
 use crate::spec::pdu::Digests;
 use crate::spec::{ConnectData, Sqe, admin_opc};
 
@@ -381,40 +381,13 @@ pub(crate) fn shutdown(inner: &CtrlrInner, t: &TcpCtrlr) -> Result<(), NvmeError
     }
     let connected =
         gen_before & 1 == 0 && inner.liveness() == CtrlrLiveness::Alive && t.admin.connected();
-    let result = if connected {
-        normal_shutdown(inner)
-    } else {
-        Ok(())
+    let result = match connected.then(|| inner.normal_shutdown()) {
+        // The connection went meanwhile: nothing left to shut down.
+        Some(Err(NvmeError::DeviceRemoved { .. })) | None => Ok(()),
+        Some(r) => r,
     };
     t.admin.disconnect();
     result
-}
-
-/// CC.SHN = 01b, then CSTS.SHST = complete (bounded by the shutdown timeout).
-fn normal_shutdown(inner: &CtrlrInner) -> Result<(), NvmeError> {
-    let regs = &*inner.regs;
-    let cc = regs.read32(off::CC);
-    regs.write32(off::CC, (cc & !Cc::SHN_MASK) | Cc::SHN_NORMAL);
-    let deadline = Instant::now() + inner.opts.shutdown_timeout;
-    loop {
-        let csts = Csts(regs.read32(off::CSTS));
-        if csts.is_all_ones() {
-            // The connection went meanwhile: nothing left to shut down.
-            return Ok(());
-        }
-        if csts.shst() == 2 {
-            log::debug!("{}: shutdown complete", inner.name);
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(NvmeError::Timeout {
-                ctrlr: inner.name.clone(),
-                state: "waiting for CSTS.SHST=complete after a normal shutdown",
-                ms: inner.opts.shutdown_timeout.as_millis() as u64,
-            });
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 impl CtrlrInner {
