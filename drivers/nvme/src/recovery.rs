@@ -327,9 +327,10 @@ impl CtrlrInner {
         Ok(Some(cur))
     }
 
-    /// Checks the Set Features Number of Queues completion of a reset: the controller must
-    /// grant as many I/O queue pairs as at attach (the queue IDs in use stay valid).
-    fn queues_granted(&self, cqe: &Cqe) -> Result<(), NvmeError> {
+    /// Checks the Set Features Number of Queues completion of a reset (or an NVMe/TCP
+    /// reconnect): the controller must grant as many I/O queue pairs as at attach (the queue
+    /// IDs in use stay valid).
+    pub(crate) fn queues_granted(&self, cqe: &Cqe) -> Result<(), NvmeError> {
         let granted = granted_queues(cqe);
         if granted < self.io_queues {
             return Err(NvmeError::Unsupported {

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use crate::admin::AdminQueue;
 use crate::ctrlr::{
-    Controller, CtrlrInner, Init, NvmeOptions, PAGE_SIZE, SET_NUM_QUEUES, granted_queues,
-    nvme_enable, nvme_ready, set_num_queues_sqe,
+    Controller, CtrlrInner, Init, NvmeOptions, PAGE_SIZE, SET_NUM_QUEUES, nvme_enable, nvme_ready,
+    set_num_queues_sqe,
 };
 use crate::dma::DmaMapper;
 use crate::error::NvmeError;
@@ -350,16 +350,8 @@ fn reconnect(inner: &CtrlrInner, t: &TcpCtrlr) -> Result<(), NvmeError> {
     let cqe = t
         .admin
         .exec(sqe, inner.opts.admin_timeout, &inner.name, SET_NUM_QUEUES)?;
-    let granted = granted_queues(&cqe);
-    if granted < inner.io_queues {
-        return Err(NvmeError::Unsupported {
-            ctrlr: inner.name.clone(),
-            reason: format!(
-                "{granted} I/O queue pairs granted after a reconnect, {} before",
-                inner.io_queues
-            ),
-        });
-    }
+    // A reconnect is this transport's reset: the same grant is needed.
+    inner.queues_granted(&cqe)?;
     t.cntlid.store(cntlid, Ordering::Release);
     Ok(())
 }
