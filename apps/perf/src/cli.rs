@@ -3,6 +3,7 @@
 use clap::{Parser, ValueEnum};
 use pmio::PrioClass;
 use pmio::sched::{SchedKind, TUNABLES};
+use pmio_runtime::job::PrioMix;
 use serde::Serialize;
 
 /// The I/O pattern (`-w`).
@@ -115,76 +116,27 @@ pub struct Opts {
     pub prio_mix: Option<String>,
 }
 
-/// Priority classes of a job's I/Os: cumulative percentages (`cum[c]` = share of classes
-/// `0..=c`, in `PrioClass` order rt, be, idle; `cum[2]` = 100).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PrioMix {
-    pub cum: [u8; 3],
-}
-
-impl PrioMix {
-    /// Every I/O in `class`.
-    pub fn single(class: PrioClass) -> PrioMix {
-        let mut cum = [0u8; 3];
-        for (c, v) in cum.iter_mut().enumerate() {
-            *v = if c >= class as usize { 100 } else { 0 };
+/// Parses `rt=10,be=90` (each class at most once, percentages summing to 100).
+pub fn parse_prio_mix(s: &str) -> Result<PrioMix, String> {
+    let mut pct = [0u8; 3];
+    let mut seen = [false; 3];
+    for part in s.split(',') {
+        let (name, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--prio-mix {s:?}: {part:?} is not CLASS=PCT"))?;
+        let c = parse_class(name.trim()).map_err(|e| format!("--prio-mix {s:?}: {e}"))?;
+        if std::mem::replace(&mut seen[c as usize], true) {
+            return Err(format!("--prio-mix {s:?}: {} given twice", c.name()));
         }
-        PrioMix { cum }
+        pct[c as usize] = v
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|&p| p <= 100)
+            .ok_or_else(|| format!("--prio-mix {s:?}: {v:?} is not a percentage 0..=100"))?;
     }
-
-    /// The class of all I/Os, when there is only one.
-    pub fn only(&self) -> Option<PrioClass> {
-        PrioClass::ALL.into_iter().find(|&c| self.share(c) == 100)
-    }
-
-    /// Percentage of I/Os in `class`.
-    pub fn share(&self, class: PrioClass) -> u8 {
-        let i = class as usize;
-        self.cum[i] - if i == 0 { 0 } else { self.cum[i - 1] }
-    }
-
-    /// The class for a draw `r` in `0..100`.
-    #[inline]
-    pub fn pick(&self, r: u8) -> PrioClass {
-        if r < self.cum[0] {
-            PrioClass::Rt
-        } else if r < self.cum[1] {
-            PrioClass::Be
-        } else {
-            PrioClass::Idle
-        }
-    }
-
-    /// Parses `rt=10,be=90` (each class at most once, percentages summing to 100).
-    pub fn parse(s: &str) -> Result<PrioMix, String> {
-        let mut pct = [0u32; 3];
-        let mut seen = [false; 3];
-        for part in s.split(',') {
-            let (name, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("--prio-mix {s:?}: {part:?} is not CLASS=PCT"))?;
-            let c = parse_class(name.trim()).map_err(|e| format!("--prio-mix {s:?}: {e}"))?;
-            if std::mem::replace(&mut seen[c as usize], true) {
-                return Err(format!("--prio-mix {s:?}: {} given twice", c.name()));
-            }
-            pct[c as usize] = v
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|&p| p <= 100)
-                .ok_or_else(|| format!("--prio-mix {s:?}: {v:?} is not a percentage 0..=100"))?;
-        }
-        if pct.iter().sum::<u32>() != 100 {
-            return Err(format!("--prio-mix {s:?}: percentages must sum to 100"));
-        }
-        let mut cum = [0u8; 3];
-        let mut acc = 0;
-        for (c, v) in cum.iter_mut().enumerate() {
-            acc += pct[c];
-            *v = acc as u8;
-        }
-        Ok(PrioMix { cum })
-    }
+    PrioMix::from_shares(pct)
+        .ok_or_else(|| format!("--prio-mix {s:?}: percentages must sum to 100"))
 }
 
 /// Parses a priority class name (rt, be, idle).
@@ -266,7 +218,7 @@ impl Opts {
             parse_class(p).map_err(|e| format!("--prio: {e}"))?;
         }
         if let Some(m) = &self.prio_mix {
-            PrioMix::parse(m)?;
+            parse_prio_mix(m)?;
         }
         Ok(())
     }
@@ -289,7 +241,7 @@ impl Opts {
     /// after `validate`.
     pub fn prio_of(&self, i: usize) -> Option<PrioMix> {
         if let Some(m) = &self.prio_mix {
-            return PrioMix::parse(m).ok();
+            return parse_prio_mix(m).ok();
         }
         if self.prio.is_empty() {
             return None;

@@ -14,14 +14,12 @@
 //! flags or device specs.
 
 mod cli;
-mod pattern;
+mod hooks;
 mod report;
 mod spec;
-mod worker;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -31,10 +29,13 @@ use pmio::BlockDevice;
 use pmio::bdev::{Registry, SchedMode};
 use pmio::sched::{DeadlineOptions, SchedKind, SharedDeadline};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, now_ns};
+use pmio_runtime::job::{
+    Counts, JobSpec, Phase, Timing, Worker, WorkerOptions, WorkerReport, pattern,
+};
 
 use cli::Opts;
-use report::{CoreCounters, CoreResult, Counts, Report, process_cpu_ns, second_line};
-use worker::{JobSpec, Outcome, Phase, Timing, Worker};
+use hooks::PerfHooks;
+use report::{CoreCounters, CoreResult, Report, process_cpu_ns, second_line};
 
 /// A usage error: one line on stderr, exit status 2.
 struct Usage(String);
@@ -259,22 +260,21 @@ fn run(opts: &Opts, plan: Plan) -> anyhow::Result<Report> {
                 opts.rw.name()
             );
         }
-        let outcomes = phase(opts, &plan, &reactors, &cores, Phase::Fill, &mut tables)?;
-        for o in &outcomes {
-            if o.result.errors > 0 {
+        let results = phase(opts, &plan, &reactors, &cores, Phase::Fill, &mut tables)?;
+        for r in &results {
+            if r.errors > 0 {
                 return Err(anyhow!(
                     "fill phase: {} I/O errors on core {}",
-                    o.result.errors,
-                    o.result.core
+                    r.errors,
+                    r.core
                 ));
             }
         }
     }
     let cpu0 = process_cpu_ns();
-    let outcomes = phase(opts, &plan, &reactors, &cores, Phase::Run, &mut tables)?;
+    let results = phase(opts, &plan, &reactors, &cores, Phase::Run, &mut tables)?;
     let cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     reactors.stop().context("stopping reactors")?;
-    let results: Vec<CoreResult> = outcomes.into_iter().map(|o| o.result).collect();
     let names = plan
         .devs
         .iter()
@@ -283,7 +283,7 @@ fn run(opts: &Opts, plan: Plan) -> anyhow::Result<Report> {
     Ok(Report::build(results, opts, names, cpu_ns))
 }
 
-/// Runs one phase on every core; returns one outcome per core (jobs merged).
+/// Runs one phase on every core; returns one result per core (jobs merged).
 fn phase(
     opts: &Opts,
     plan: &Plan,
@@ -291,9 +291,9 @@ fn phase(
     cores: &[u32],
     ph: Phase,
     tables: &mut [Option<Vec<u32>>],
-) -> anyhow::Result<Vec<Outcome>> {
-    let timing = Arc::new(Timing::default());
-    let (tx, rx) = mpsc::channel::<Outcome>();
+) -> anyhow::Result<Vec<CoreResult>> {
+    let timing = Arc::new(Timing::new());
+    let (tx, rx) = mpsc::channel::<WorkerReport>();
     let mut counters = Vec::new();
     let mut active_cores = Vec::new();
     // pair index order per core, to hand verify tables back.
@@ -311,12 +311,9 @@ fn phase(
             let info = plan.devs[d].dev.info();
             let units = info.size_bytes() / opts.bs / count;
             specs.push(JobSpec {
-                dev: Arc::clone(&plan.devs[d].dev),
-                depth: opts.depth,
                 queue_depth: opts.hw_depth(),
                 submit_batch: opts.submit_batch,
                 complete_batch: opts.complete_batch,
-                bs: opts.bs,
                 random: opts.rw.random(),
                 read_pct: opts.rw.read_pct(opts.rwmixread),
                 region_start: if count > 1 { index * units } else { 0 },
@@ -330,13 +327,21 @@ fn phase(
                     None => SchedMode::None,
                 },
                 prio: opts.prio_of(i),
+                ..JobSpec::new(Arc::clone(&plan.devs[d].dev), opts.depth, opts.bs)
             });
         }
         let c = Arc::new(CoreCounters::default());
         counters.push(Arc::clone(&c));
-        let (t, tx) = (Arc::clone(&timing), tx.clone());
+        let wopts = WorkerOptions {
+            poller_name: "perf",
+            ..WorkerOptions::new(ph, Arc::clone(&timing))
+        };
+        let hooks = PerfHooks {
+            counters: c,
+            tx: tx.clone(),
+        };
         reactors
-            .run_on(core, move |ctx| Worker::start(ctx, ph, specs, t, c, tx))
+            .run_on(core, move |ctx| Worker::start(ctx, wopts, specs, hooks))
             .context("reaching a reactor")?
             .map_err(|e| anyhow!("core {core}: {e}"))?;
         active_cores.push(core);
@@ -351,10 +356,9 @@ fn phase(
     } else {
         u64::MAX
     };
-    timing.measure_start.store(measure_start, Ordering::Release);
-    timing.end.store(end, Ordering::Release);
+    timing.go(measure_start, end);
 
-    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut outcomes: Vec<WorkerReport> = Vec::new();
     let mut last = Counts::default();
     let mut last_t = start;
     let mut next = start + 1_000_000_000;
@@ -387,15 +391,15 @@ fn phase(
     }
     // Hand the verify tables back in pair order.
     for o in &mut outcomes {
-        if let Some((_, ids)) = pair_ids.iter().find(|(c, _)| *c == o.result.core) {
+        if let Some((_, ids)) = pair_ids.iter().find(|(c, _)| *c == o.core) {
             for (k, &i) in ids.iter().enumerate() {
-                tables[i] = o.verify.get_mut(k).and_then(Option::take);
+                tables[i] = o.jobs.get_mut(k).and_then(|j| j.verify.take());
             }
         }
         if let Some(e) = &o.error {
-            return Err(anyhow!("core {}: {e}", o.result.core));
+            return Err(anyhow!("core {}: {e}", o.core));
         }
     }
-    outcomes.sort_by_key(|o| o.result.core);
-    Ok(outcomes)
+    outcomes.sort_by_key(|o| o.core);
+    Ok(outcomes.iter().map(CoreResult::of).collect())
 }

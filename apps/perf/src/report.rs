@@ -3,11 +3,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hdrhistogram::Histogram;
+use pmio_runtime::job::{Counts, WorkerReport, new_hist};
 use serde::Serialize;
 
 use crate::cli::Opts;
 
-/// Counters of one core, written by its worker once per poller turn (single writer: plain
+/// Counters of one core, written by its worker's hooks once per poller turn (single writer: plain
 /// relaxed stores) and read by the main thread once a second.
 #[derive(Debug, Default)]
 #[repr(align(64))]
@@ -17,16 +18,6 @@ pub struct CoreCounters {
     pub submitted: AtomicU64,
     pub reap_calls: AtomicU64,
     pub reaped: AtomicU64,
-}
-
-/// A plain copy of [`CoreCounters`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub ios: u64,
-    pub submit_calls: u64,
-    pub submitted: u64,
-    pub reap_calls: u64,
-    pub reaped: u64,
 }
 
 impl CoreCounters {
@@ -48,28 +39,6 @@ impl CoreCounters {
             submitted: self.submitted.load(Ordering::Relaxed),
             reap_calls: self.reap_calls.load(Ordering::Relaxed),
             reaped: self.reaped.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl Counts {
-    /// Adds another core's totals.
-    pub fn add(&mut self, o: &Counts) {
-        self.ios += o.ios;
-        self.submit_calls += o.submit_calls;
-        self.submitted += o.submitted;
-        self.reap_calls += o.reap_calls;
-        self.reaped += o.reaped;
-    }
-
-    /// `self - earlier`.
-    pub fn since(&self, earlier: &Counts) -> Counts {
-        Counts {
-            ios: self.ios - earlier.ios,
-            submit_calls: self.submit_calls - earlier.submit_calls,
-            submitted: self.submitted - earlier.submitted,
-            reap_calls: self.reap_calls - earlier.reap_calls,
-            reaped: self.reaped - earlier.reaped,
         }
     }
 }
@@ -101,6 +70,50 @@ pub struct CoreResult {
     pub elapsed_ns: u64,
     /// Reactor busy share of the timed phase, percent.
     pub busy_pct: f64,
+}
+
+/// Adds per-class latencies and I/O counts (rt, be, idle) into `acc`.
+fn add_classes<'a>(
+    acc: &mut Option<Vec<(Histogram<u64>, u64)>>,
+    classes: impl Iterator<Item = &'a (Histogram<u64>, u64)>,
+) {
+    let acc = acc.get_or_insert_with(|| (0..3).map(|_| (new_hist(), 0)).collect());
+    for (a, (h, n)) in acc.iter_mut().zip(classes) {
+        // Same bounds everywhere, so add cannot fail.
+        let _ = a.0.add(h);
+        a.1 += n;
+    }
+}
+
+impl CoreResult {
+    /// Folds a worker's jobs into its core's result.
+    pub fn of(w: &WorkerReport) -> CoreResult {
+        let mut hist = new_hist();
+        let (mut ios, mut bytes, mut errors, mut mism) = (0, 0, 0, 0);
+        let mut classes: Option<Vec<(Histogram<u64>, u64)>> = None;
+        for j in &w.jobs {
+            // Every job's histogram has the same bounds, so add cannot fail.
+            let _ = hist.add(&j.hist);
+            if let Some(c) = &j.classes {
+                add_classes(&mut classes, c.iter());
+            }
+            ios += j.ios;
+            bytes += j.bytes;
+            errors += j.errors;
+            mism += j.verify_mismatches;
+        }
+        CoreResult {
+            core: w.core,
+            ios,
+            bytes,
+            errors,
+            verify_mismatches: mism,
+            hist,
+            classes,
+            elapsed_ns: w.elapsed_ns(),
+            busy_pct: w.busy_pct,
+        }
+    }
 }
 
 /// Latency summary (ns).
@@ -165,14 +178,6 @@ pub struct Report {
     pub options: Opts,
 }
 
-/// A histogram for I/O latencies in ns: 1 ns .. 1 hour, 3 significant digits.
-pub fn new_hist() -> Histogram<u64> {
-    match Histogram::new_with_bounds(1, 3_600_000_000_000, 3) {
-        Ok(h) => h,
-        Err(e) => unreachable!("constant histogram bounds are valid: {e}"),
-    }
-}
-
 impl Report {
     /// Folds the cores' results.
     pub fn build(
@@ -188,11 +193,7 @@ impl Report {
         let mut classes: Option<Vec<(Histogram<u64>, u64)>> = None;
         for r in &results {
             if let Some(c) = &r.classes {
-                let acc = classes.get_or_insert_with(|| (0..3).map(|_| (new_hist(), 0)).collect());
-                for (a, (h, n)) in acc.iter_mut().zip(c) {
-                    let _ = a.0.add(h);
-                    a.1 += n;
-                }
+                add_classes(&mut classes, c.iter());
             }
             // Each core's histogram has the same bounds, so add cannot fail.
             let _ = hist.add(&r.hist);

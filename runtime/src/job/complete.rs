@@ -1,0 +1,113 @@
+//! A job's completion side: reap one batch, and per completion its latency (one histogram
+//! record per run of equal latencies), its class, failures, the verify check, and its buffer
+//! slot back. I/O and byte counts are kept per batch, not per I/O.
+
+use pmio::{Op, Request};
+
+use super::hooks::{Hooks, MAX_SHOWN};
+use super::pattern;
+use super::state::{Job, JobState};
+use super::stats::Counts;
+
+impl Job {
+    /// Reaps one completion batch.
+    #[inline]
+    pub(crate) fn reap<H: Hooks>(&mut self, counts: &mut Counts, hooks: &mut H) -> usize {
+        if self.q.outstanding() == 0 {
+            return 0;
+        }
+        let st = &mut self.st;
+        let n = self.q.poll(
+            self.complete_batch,
+            #[inline(always)]
+            |rq| st.complete(rq, hooks),
+        );
+        st.lat.flush();
+        if st.measuring {
+            st.ios += n as u64;
+        }
+        if n > 0 {
+            counts.reap_calls += 1;
+            counts.reaped += n as u64;
+            counts.ios += n as u64;
+        }
+        n
+    }
+}
+
+impl JobState {
+    /// One completion (see the module doc).
+    #[inline(always)]
+    fn complete<H: Hooks>(&mut self, rq: &Request, hooks: &mut H) {
+        if self.measuring {
+            let lat = rq.complete_ns.saturating_sub(rq.submit_ns).max(1);
+            self.lat.record(lat);
+            if let Some(c) = &mut self.classes {
+                let (h, n) = &mut c[rq.prio.class as usize];
+                h.saturating_record(lat);
+                *n += 1;
+            }
+        }
+        if !rq.status.is_success() {
+            self.failed(rq, hooks);
+        }
+        if self.verify.is_some() {
+            self.verify_done(rq, hooks);
+        }
+        self.push_slot(rq.token as u16);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failed<H: Hooks>(&mut self, rq: &Request, hooks: &mut H) {
+        self.errors += 1;
+        if self.shown < MAX_SHOWN {
+            self.shown += 1;
+            hooks.io_failed(&self.name, rq);
+        }
+    }
+
+    /// Verify: the unit is free again; a successful read is checked.
+    #[inline(never)]
+    fn verify_done<H: Hooks>(&mut self, rq: &Request, hooks: &mut H) {
+        let unit = rq.lba / u64::from(self.nblocks) - self.region_start;
+        if let Some(v) = &mut self.verify {
+            v.inflight[unit as usize] = false;
+        }
+        if rq.op == Op::Read && rq.status.is_success() {
+            self.check(rq, unit, hooks);
+        }
+    }
+
+    /// Takes a free buffer slot. The caller asks for at most as many slots as are free
+    /// (`refill` bounds a burst by the free slots).
+    #[inline]
+    pub(crate) fn pop_slot(&mut self) -> u16 {
+        self.nfree -= 1;
+        self.slots[self.nfree]
+    }
+
+    /// Returns a buffer slot.
+    #[inline]
+    pub(crate) fn push_slot(&mut self, slot: u16) {
+        self.slots[self.nfree] = slot;
+        self.nfree += 1;
+    }
+
+    #[cold]
+    fn check<H: Hooks>(&mut self, rq: &Request, unit: u64, hooks: &mut H) {
+        let seq = u64::from(self.verify.as_ref().map_or(0, |v| v.seqs[unit as usize]));
+        // SAFETY: the read completed, so its buffer slot is ours again and holds `bs` bytes
+        // inside the job's buffers.
+        let buf = unsafe { std::slice::from_raw_parts(rq.buf.as_ptr(), rq.buf.len() as usize) };
+        for (b, block) in buf.chunks_exact(self.block_size as usize).enumerate() {
+            if let Err(m) = pattern::check(block, rq.lba + b as u64, seq) {
+                self.mismatches += 1;
+                if self.shown < MAX_SHOWN {
+                    self.shown += 1;
+                    hooks.verify_mismatch(&self.name, &m);
+                }
+            }
+        }
+    }
+}
