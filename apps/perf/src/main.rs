@@ -310,25 +310,23 @@ fn phase(
             let (_, d, index, count) = plan.pairs[i];
             let info = plan.devs[d].dev.info();
             let units = info.size_bytes() / opts.bs / count;
-            specs.push(JobSpec {
-                queue_depth: opts.hw_depth(),
-                submit_batch: opts.submit_batch,
-                complete_batch: opts.complete_batch,
-                random: opts.rw.random(),
-                read_pct: opts.rw.read_pct(opts.rwmixread),
-                region_start: if count > 1 { index * units } else { 0 },
-                region_units: units,
-                verify: tables[i].take(),
-                sched: match &plan.scheds[d] {
-                    Some(dd) => SchedMode::MqDeadline {
-                        dd: Arc::clone(dd),
-                        owner: index as u16,
-                    },
-                    None => SchedMode::None,
-                },
-                prio: opts.prio_of(i),
-                ..JobSpec::new(Arc::clone(&plan.devs[d].dev), opts.depth, opts.bs)
-            });
+            let mut s = JobSpec::new(Arc::clone(&plan.devs[d].dev), opts.depth, opts.bs);
+            s.queue_depth = opts.hw_depth();
+            s.submit_batch = opts.submit_batch;
+            s.complete_batch = opts.complete_batch;
+            s.random = opts.rw.random();
+            s.read_pct = opts.rw.read_pct(opts.rwmixread);
+            s.region_start = if count > 1 { index * units } else { 0 };
+            s.region_units = units;
+            s.verify = tables[i].take();
+            if let Some(dd) = &plan.scheds[d] {
+                s.sched = SchedMode::MqDeadline {
+                    dd: Arc::clone(dd),
+                    owner: index as u16,
+                };
+            }
+            s.prio = opts.prio_of(i);
+            specs.push(s);
         }
         let c = Arc::new(CoreCounters::default());
         counters.push(Arc::clone(&c));

@@ -1,11 +1,13 @@
 //! `perform_tests`: a bdevperf-style workload run inside the daemon, on its reactors.
 //!
 //! Each named bdev gets one job, placed round-robin on the reactors (with `every_core`, as
-//! bdevperf's `-C`, one job on every reactor for each bdev). A job is a poller: it opens
-//! a [`BdevQueue`] on its reactor, keeps `depth` I/Os of `size` bytes in flight for `seconds`,
-//! records every latency in a histogram, then drains, reports on a channel and unregisters
-//! itself. The RPC thread only sends the start messages and waits for the reports; no reactor
-//! ever waits for it.
+//! bdevperf's `-C`, one job on every reactor for each bdev). A job is a one-job worker of the
+//! job engine ([`pmio_runtime::job`]): a poller that opens a [`BdevQueue`] on its reactor,
+//! keeps `depth` I/Os of `size` bytes in flight for `seconds`, records every latency in a
+//! histogram, then drains, reports on a channel and unregisters itself. What is the daemon's
+//! own is in `JobHooks`: the queue's live statistics for `bdev_get_iostat`, stopping early
+//! when the daemon shuts down, the report. The RPC thread only sends the start messages and
+//! waits for the reports; no reactor ever waits for it.
 //!
 //! When the bdev's scheduler is mq-deadline (`bdev_set_scheduler`), the job opens its queue in
 //! the block layer's [`SchedMode::MqDeadline`] mode on the device's shared
@@ -23,19 +25,19 @@
 //! "avg_latency_us", "min_latency_us", "max_latency_us", "latency_percentiles_us": {"p50", "p90",
 //! "p99", "p99.9", "p99.99"}, "scheduler"}], "core_count"}`.
 
-use std::cell::Cell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use pmio::bdev::{BdevQueue, BdevQueueOptions, SchedMode};
+use pmio::bdev::{BdevQueue, SchedMode};
 use pmio::dma::DmaRegion;
-use pmio::plug::Plug;
 use pmio::sched::Scheduler;
-use pmio::{BlockDevice, Io, IoBuf, Op};
-use pmio_reactors::{PollerId, PollerResult, ReactorCtx};
+use pmio::{BlockDevice, Op};
+use pmio_reactors::ReactorCtx;
+use pmio_runtime::job::{
+    Hooks, JobSpec, Phase, Timing, Worker, WorkerOptions, WorkerReport, new_hist,
+};
 use serde_json::{Value, json};
 
 use crate::jsonrpc::RpcError;
@@ -53,9 +55,9 @@ pub fn methods() -> Vec<Method> {
 }
 
 /// I/Os submitted per burst (one plug, one doorbell).
-const BURST: usize = 32;
+const BURST: u32 = 32;
 /// Completions reaped per poll call.
-const REAP: usize = 64;
+const REAP: u32 = 64;
 /// Longest run accepted, in seconds.
 const MAX_SECONDS: f64 = 3600.0;
 /// Largest I/O accepted, in bytes.
@@ -100,18 +102,11 @@ impl Workload {
     }
 }
 
-/// One job as the RPC thread describes it.
-struct JobSpec {
-    dev: Arc<dyn BlockDevice>,
-    depth: u32,
-    size: u64,
-    load: Workload,
-    seconds: f64,
-    sched: Scheduler,
-    /// The reactor (index in the core mask) the job runs on: its mq-deadline owner.
+/// One job as the RPC thread plans it: the engine's description, and the reactor (index in
+/// the core mask) it runs on, which is also its mq-deadline owner.
+struct Planned {
+    spec: JobSpec,
     reactor: usize,
-    /// I/O buffers, at least `depth * size` bytes (allocated off the reactors).
-    bufs: DmaRegion,
 }
 
 /// What a job reports.
@@ -127,11 +122,6 @@ struct JobReport {
     error: Option<String>,
     /// The job's buffers, back for the next job on this bdev.
     bufs: Option<DmaRegion>,
-}
-
-fn new_hist() -> Histogram<u64> {
-    // 1 ns .. 1 h at 3 significant digits; allocated once per job, never per I/O.
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 
 fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
@@ -187,11 +177,11 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     if cores.is_empty() {
         return Err(RpcError::errno_detail(-libc::ESHUTDOWN, "no reactors"));
     }
-    let mut specs = Vec::with_capacity(devs.len());
+    let mut specs: Vec<Planned> = Vec::with_capacity(devs.len());
     for dev in devs {
         let i = dev.info();
         let name = &i.name;
-        if specs.iter().any(|s: &JobSpec| s.dev.info().name == *name) {
+        if specs.iter().any(|p| p.spec.dev.info().name == *name) {
             return Err(inval(format!("bdev {name} is named twice")));
         }
         if t.is_claimed(name) {
@@ -246,21 +236,31 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             let bufs = t
                 .take_buffer(name, (u64::from(depth) * size) as usize)
                 .map_err(|e| RpcError::errno_detail(e.errno(), format_args!("I/O buffers: {e}")))?;
-            specs.push(JobSpec {
-                dev: dev.clone(),
-                depth,
-                size,
-                load,
-                seconds,
-                sched: sched.clone(),
-                reactor,
-                bufs,
-            });
+            let mut spec = JobSpec::new(dev.clone(), depth, size);
+            spec.submit_batch = BURST;
+            spec.complete_batch = REAP;
+            (spec.random, spec.read_pct) = (load.random, load.read_pct);
+            if let Scheduler::MqDeadline(dd) = &sched {
+                let owner = u16::try_from(reactor).map_err(|_| {
+                    inval(format!(
+                        "bdev {name}: reactor {reactor} has no mq-deadline owner"
+                    ))
+                })?;
+                spec.sched = SchedMode::MqDeadline {
+                    dd: Arc::clone(dd),
+                    owner,
+                };
+            }
+            // SAFETY: the region stays allocated, same pages, in this job or in the target's
+            // buffer cache until the bdev is gone (`Target::forget_bdev_state`), after its last
+            // I/O.
+            let spec = unsafe { spec.with_buffers(bufs) };
+            specs.push(Planned { spec, reactor });
         }
     }
     let mut names: Vec<String> = Vec::new();
-    for s in &specs {
-        let n = &s.dev.info().name;
+    for p in &specs {
+        let n = &p.spec.dev.info().name;
         if !names.contains(n) {
             names.push(n.clone());
         }
@@ -273,11 +273,11 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     })?;
     // A scheduler switch between the lookup above and the claim: refuse rather than run on a
     // retired instance (the switch holds the same claim, so none can happen from here on).
-    for s in &specs {
-        let name = &s.dev.info().name;
-        let same = match (&s.sched, crate::sched::scheduler_of(t, name)) {
-            (Scheduler::None, Scheduler::None) => true,
-            (Scheduler::MqDeadline(a), Scheduler::MqDeadline(b)) => Arc::ptr_eq(a, &b),
+    for p in &specs {
+        let name = &p.spec.dev.info().name;
+        let same = match (&p.spec.sched, crate::sched::scheduler_of(t, name)) {
+            (SchedMode::None, Scheduler::None) => true,
+            (SchedMode::MqDeadline { dd, .. }, Scheduler::MqDeadline(b)) => Arc::ptr_eq(dd, &b),
             _ => false,
         };
         if !same {
@@ -290,16 +290,18 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     let jobs = specs.len();
     let (tx, rx) = mpsc::channel::<JobReport>();
     let mut started = 0;
-    for spec in specs {
-        let core = cores[spec.reactor];
-        let tx = tx.clone();
-        let target = rpc.target.clone();
-        let name = spec.dev.info().name.clone();
-        let sent = t.reactors().send(core, move |ctx| {
-            if let Err(e) = Job::start(ctx, spec, target, tx.clone()) {
-                let _ = tx.send(JobReport::failed(name, ctx.core(), e));
-            }
-        });
+    for p in specs {
+        let core = cores[p.reactor];
+        let name = p.spec.dev.info().name.clone();
+        let hooks = JobHooks {
+            target: rpc.target.clone(),
+            name,
+            live_id: None,
+            tx: tx.clone(),
+        };
+        let sent = t
+            .reactors()
+            .send(core, move |ctx| start_job(ctx, p.spec, seconds, hooks));
         if let Err(e) = sent {
             log::warn!("perform_tests: cannot reach reactor {core}: {e}");
             break;
@@ -421,286 +423,65 @@ impl JobReport {
     }
 }
 
-/// One job on its reactor.
-struct Job {
-    name: String,
-    core: u32,
-    q: BdevQueue,
-    /// Id of the queue's statistics in the target (`Target::add_live`).
-    live_id: u64,
-    plug: Plug,
-    /// The I/O buffers (at least `depth * size` bytes), handed back in the report.
-    bufs: Option<DmaRegion>,
-    base: *mut u8,
-    size: u64,
-    nblocks: u32,
-    load: Workload,
-    units: u64,
-    cursor: u64,
-    rng: u64,
-    free: Vec<u16>,
-    target: Arc<Target>,
-    start_ns: u64,
-    end_ns: u64,
-    stopping: bool,
-    aborted: bool,
-    error: Option<String>,
-    ios: u64,
-    bytes: u64,
-    errors: u64,
-    hist: Histogram<u64>,
-    tx: Sender<JobReport>,
-    poller: Rc<Cell<Option<PollerId>>>,
+/// Starts one job on this reactor: it runs for `seconds` from now.
+fn start_job(ctx: &mut ReactorCtx, spec: JobSpec, seconds: f64, hooks: JobHooks) {
+    let (name, tx) = (hooks.name.clone(), hooks.tx.clone());
+    let now = ctx.now_ns();
+    let timing = Arc::new(Timing::started(now, now + (seconds * 1e9) as u64));
+    let opts = WorkerOptions {
+        poller_name: "perform_tests",
+        ..WorkerOptions::new(Phase::Run, timing)
+    };
+    if let Err(e) = Worker::start(ctx, opts, vec![spec], hooks) {
+        let _ = tx.send(JobReport::failed(name, ctx.core(), e.to_string()));
+    }
 }
 
-impl Job {
-    /// Opens the queue and buffers on this reactor and registers the job's poller.
-    fn start(
-        ctx: &mut ReactorCtx,
-        spec: JobSpec,
-        target: Arc<Target>,
-        tx: Sender<JobReport>,
-    ) -> Result<(), String> {
-        let info = spec.dev.info().clone();
-        let mut plug = Plug::default();
-        let sched = match &spec.sched {
-            Scheduler::None => SchedMode::None,
-            Scheduler::MqDeadline(dd) => SchedMode::MqDeadline {
-                dd: Arc::clone(dd),
-                owner: u16::try_from(spec.reactor)
-                    .map_err(|_| format!("reactor {} has no mq-deadline owner", spec.reactor))?,
-            },
-        };
-        let q = BdevQueue::open(
-            spec.dev,
-            BdevQueueOptions {
-                depth: spec.depth,
-                sched,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        q.register_plug(&mut plug);
+/// What a perform_tests job plugs into the job engine: the bdev's live statistics, the
+/// daemon's shutdown, and its report to the RPC thread.
+struct JobHooks {
+    target: Arc<Target>,
+    name: String,
+    /// Id of the queue's statistics in the target (`Target::add_live`).
+    live_id: Option<u64>,
+    tx: Sender<JobReport>,
+}
+
+impl Hooks for JobHooks {
+    fn opened(&mut self, _job: usize, q: &BdevQueue) {
         // bdev_get_iostat reads this queue's statistics while the job runs.
-        let live_id = target.add_live(&info.name, q.stats_cell());
-        let bufs = spec.bufs;
-        // SAFETY: the region stays allocated, same pages, in this job or in the target's buffer
-        // cache until the bdev is gone (`Target::forget_bdev_state`), after its last I/O.
-        unsafe { q.device().register_memory(&[(bufs.as_ptr(), bufs.len())]) };
-        let nblocks = (spec.size / u64::from(info.block_size)) as u32;
-        let poller = Rc::new(Cell::new(None));
-        let now = ctx.now_ns();
-        let duration_ns = (spec.seconds * 1e9) as u64;
-        let mut job = Job {
-            name: info.name.clone(),
-            core: ctx.core(),
-            q,
-            live_id,
-            plug,
-            base: bufs.as_ptr(),
-            bufs: Some(bufs),
-            size: spec.size,
-            nblocks,
-            load: spec.load,
-            units: info.num_blocks / u64::from(nblocks),
-            cursor: 0,
-            rng: (now ^ (u64::from(ctx.core()) << 32)) | 1,
-            free: (0..spec.depth as u16).rev().collect(),
-            target,
-            start_ns: now,
-            end_ns: now + duration_ns,
-            stopping: false,
-            aborted: false,
-            error: None,
-            ios: 0,
-            bytes: 0,
-            errors: 0,
-            hist: new_hist(),
-            tx,
-            poller: poller.clone(),
-        };
-        let id = ctx.register_poller("perform_tests", move |ctx| job.step(ctx));
-        poller.set(Some(id));
-        Ok(())
-    }
-
-    /// One poller turn: reap, stop when due, refill, report when drained.
-    fn step(&mut self, ctx: &mut ReactorCtx) -> PollerResult {
-        let now = ctx.now_ns();
-        if !self.stopping && (now >= self.end_ns || self.target.is_stopping()) {
-            self.stopping = true;
-            self.aborted = now < self.end_ns;
-        }
-        let mut did = self.reap() > 0;
-        if !self.stopping && self.error.is_none() {
-            match self.refill() {
-                Ok(n) => did |= n > 0,
-                Err(e) => {
-                    self.error = Some(e);
-                    self.stopping = true;
-                }
-            }
-        }
-        if self.stopping && self.q.outstanding() == 0 {
-            self.finish(ctx, now);
-            return PollerResult::Idle;
-        }
-        // Waiting for a device is not idleness: keep an interrupt-mode reactor awake.
-        ctx.stay_awake();
-        did.into()
+        self.live_id = Some(self.target.add_live(&self.name, q.stats_cell()));
     }
 
     #[inline]
-    fn next_rng(&mut self) -> u64 {
-        let x = &mut self.rng;
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    fn abort(&self) -> bool {
+        self.target.is_stopping()
     }
 
-    /// Picks op and LBA for one I/O.
-    #[inline]
-    fn plan(&mut self) -> (Op, u64) {
-        let r = self.next_rng();
-        let op = match self.load.read_pct {
-            100 => Op::Read,
-            0 => Op::Write,
-            p => {
-                if (r >> 32) % 100 < u64::from(p) {
-                    Op::Read
-                } else {
-                    Op::Write
-                }
-            }
-        };
-        let unit = if self.load.random {
-            ((u128::from(r) * u128::from(self.units)) >> 64) as u64
-        } else {
-            let u = self.cursor % self.units;
-            self.cursor += 1;
-            u
-        };
-        (op, unit * u64::from(self.nblocks))
-    }
-
-    #[inline]
-    fn slot_buf(&self, slot: u16) -> *mut u8 {
-        // SAFETY: slot < depth, so the slot's `size` bytes lie inside `bufs` (at least
-        // depth * size bytes), which the job holds until it has finished.
-        unsafe { self.base.add(slot as usize * self.size as usize) }
-    }
-
-    /// Submits new I/O while slots are free. Returns how many were submitted or queued.
-    fn refill(&mut self) -> Result<usize, String> {
-        let mut total = 0;
-        // The burst's plan lives on the stack: (op, lba, slot).
-        let mut plan = [(Op::Read, 0u64, 0u16); BURST];
-        while !self.free.is_empty() {
-            let n = self.free.len().min(BURST);
-            let mut reads = 0;
-            for p in plan.iter_mut().take(n) {
-                let slot = self.free.pop().expect("n <= free slots");
-                let (op, lba) = self.plan();
-                reads += u32::from(op == Op::Read);
-                *p = (op, lba, slot);
-            }
-            let mut io = Io {
-                nblocks: self.nblocks,
-                ..Io::default()
-            };
-            // Size the plug per hctx type of this device's I/O (reads may have their own queues).
-            self.plug.begin();
-            if reads > 0 {
-                io.op = Op::Read;
-                self.q.expect_n(&mut self.plug, &io, reads);
-            }
-            if (n as u32) > reads {
-                io.op = Op::Write;
-                self.q.expect_n(&mut self.plug, &io, n as u32 - reads);
-            }
-            let mut submitted = 0;
-            let mut result = Ok(());
-            for &(op, lba, slot) in &plan[..n] {
-                io.op = op;
-                io.lba = lba;
-                // SAFETY: the slot's buffer is valid for `size` bytes and used by this one I/O
-                // until its completion returns the slot to `free`.
-                io.buf = unsafe { IoBuf::from_raw_parts(self.slot_buf(slot), self.size as u32) };
-                io.token = u64::from(slot);
-                match self.q.submit(&mut self.plug, &io) {
-                    Ok(_) => submitted += 1,
-                    Err(e) => {
-                        if !e.is_busy() {
-                            result = Err(format!("submit: {e}"));
-                        }
-                        break;
-                    }
-                }
-            }
-            // Give back the slots planned but not submitted.
-            for &(_, _, slot) in &plan[submitted..n] {
-                self.free.push(slot);
-            }
-            self.plug.finish();
-            self.q.flush();
-            total += submitted;
-            result?;
-            if submitted < n {
-                break;
-            }
-        }
-        Ok(total)
-    }
-
-    /// Reaps completions. Returns how many requests completed.
-    fn reap(&mut self) -> usize {
-        if self.q.outstanding() == 0 {
-            return 0;
-        }
-        let Job {
-            q,
-            free,
-            hist,
-            ios,
-            bytes,
-            errors,
-            size,
-            ..
-        } = self;
-        // With mq-deadline, `submit_ns` is the insertion time: latency counts from there.
-        q.poll(REAP, |rq| {
-            hist.saturating_record(rq.complete_ns.saturating_sub(rq.submit_ns).max(1));
-            *ios += 1;
-            if rq.status.is_success() {
-                *bytes += *size;
-            } else {
-                *errors += 1;
-            }
-            free.push(rq.token as u16);
-        })
-    }
-
-    #[cold]
-    fn finish(&mut self, ctx: &mut ReactorCtx, now: u64) {
-        let Some(id) = self.poller.take() else {
+    fn finished(&mut self, mut r: WorkerReport) {
+        // One spec, so one result.
+        let Some(job) = r.jobs.pop() else {
+            let e = "the job engine reported no job".to_string();
+            let _ = self
+                .tx
+                .send(JobReport::failed(self.name.clone(), r.core, e));
             return;
         };
-        ctx.unregister_poller(id);
-        self.target
-            .finish_live(&self.name, self.live_id, self.q.stats());
-        let hist = std::mem::replace(&mut self.hist, Histogram::new(1).expect("histogram"));
-        let elapsed_ns = now.saturating_sub(self.start_ns);
+        if let Some(id) = self.live_id.take() {
+            self.target.finish_live(&self.name, id, &job.queue_stats);
+        }
         let _ = self.tx.send(JobReport {
-            name: self.name.clone(),
-            core: self.core,
-            ios: self.ios,
-            bytes: self.bytes,
-            errors: self.errors,
-            elapsed_ns: elapsed_ns.max(1),
-            hist,
-            aborted: self.aborted,
-            error: self.error.take(),
-            bufs: self.bufs.take(),
+            name: job.name,
+            core: r.core,
+            ios: job.ios,
+            bytes: job.bytes,
+            errors: job.errors,
+            // Up to the drain: the time of every I/O counted.
+            elapsed_ns: r.elapsed_with_drain_ns(),
+            hist: job.hist,
+            aborted: r.aborted,
+            error: r.error.map(|e| e.to_string()),
+            bufs: job.bufs,
         });
     }
 }

@@ -105,11 +105,10 @@ pub struct JobSpec {
     pub sched: SchedMode,
     /// Priority classes of the I/Os (`None`: the default class, no per-class latency).
     pub prio: Option<PrioMix>,
-    /// I/O buffers of at least `depth * bs` bytes, allocated off the reactor (and reused
-    /// across runs), handed back in the result. `None` (default): the job allocates them on
-    /// its reactor with the device's [`BlockDevice::dma_options`] and frees them after its
-    /// queue.
-    pub bufs: Option<DmaRegion>,
+    /// Buffers given by [`JobSpec::with_buffers`]; `None` (default): the job allocates them
+    /// on its reactor with the device's [`BlockDevice::dma_options`] and frees them after
+    /// its queue.
+    pub(crate) bufs: Option<DmaRegion>,
 }
 
 impl JobSpec {
@@ -132,6 +131,20 @@ impl JobSpec {
             prio: None,
             bufs: None,
         }
+    }
+
+    /// Runs the job's I/O in `region` (at least `depth * bs` bytes: e.g. allocated off the
+    /// reactor and reused across runs), handed back in the result.
+    ///
+    /// # Safety
+    /// The job registers the region with the device ([`BlockDevice::register_memory`]): it
+    /// must stay mapped, with the same pages, until every queue of the device on the job's
+    /// reactor has been dropped, or at least until no I/O of the device uses an address in it
+    /// again. Keep a handed-back region for the device's lifetime (a buffer cache) rather
+    /// than free it.
+    pub unsafe fn with_buffers(mut self, region: DmaRegion) -> JobSpec {
+        self.bufs = Some(region);
+        self
     }
 
     /// Checks everything the engine relies on; the first problem found, naming the device.

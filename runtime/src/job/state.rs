@@ -99,9 +99,8 @@ impl Job {
                     source,
                 })?,
         };
-        // SAFETY: the region stays mapped, same pages, until the queue is dropped (ours: the
-        // field order of `Job`), or is handed back only after the job drained; the giver of a
-        // region keeps it allocated while the device may use it (its own contract).
+        // SAFETY: a region of ours stays mapped, same pages, until the queue is dropped (the
+        // field order of `Job`); a given one as `JobSpec::with_buffers` requires of its giver.
         unsafe { dev.register_memory(&[(bufs.as_ptr(), bufs.len())]) };
         let units = s.region_units as usize;
         let verify = s.verify.map(|seqs| VerifyState {

@@ -155,6 +155,7 @@ fn specs_are_checked_before_anything_opens() {
     bad(
         &|s| {
             (s.depth, s.queue_depth) = (4096, 4096);
+            // Never registered: the spec is refused first.
             s.bufs = Some(DmaRegion::new(4096).unwrap());
         },
         "16777216 needed",
@@ -221,9 +222,11 @@ fn workers_wait_for_go_and_warm_up_is_not_counted() {
 #[test]
 fn abort_stops_early_and_given_buffers_come_back() {
     let (r, core) = reactor();
-    let mut spec = JobSpec::new(null(1 << 16), 8, 4096);
-    spec.bufs = Some(DmaRegion::new(16 * 4096).unwrap());
-    let ptr = spec.bufs.as_ref().unwrap().as_ptr();
+    let region = DmaRegion::new(16 * 4096).unwrap();
+    let ptr = region.as_ptr();
+    // SAFETY: the region comes back in the report and is dropped after the reactor stops
+    // (with the job's queue).
+    let spec = unsafe { JobSpec::new(null(1 << 16), 8, 4096).with_buffers(region) };
     let (rx, seen) = start(&r, core, Phase::Run, run_for(60_000), vec![spec]);
     std::thread::sleep(Duration::from_millis(20));
     seen.abort.store(true, Ordering::Relaxed);
@@ -233,6 +236,7 @@ fn abort_stops_early_and_given_buffers_come_back() {
     let b = rep.jobs[0].bufs.as_ref().expect("handed back");
     assert_eq!(b.as_ptr(), ptr);
     r.stop().unwrap();
+    drop(rep);
 }
 
 #[test]
