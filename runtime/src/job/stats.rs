@@ -131,19 +131,4 @@ mod tests {
         l.flush();
         assert_eq!(l.hist.len(), 0, "a pending run is dropped by reset");
     }
-
-    #[test]
-    fn counts_add_and_diff() {
-        let a = Counts {
-            ios: 5,
-            submit_calls: 1,
-            submitted: 5,
-            reap_calls: 2,
-            reaped: 5,
-        };
-        let mut b = a;
-        b.add(&a);
-        assert_eq!(b.ios, 10);
-        assert_eq!(b.since(&a), a);
-    }
 }
