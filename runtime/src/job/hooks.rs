@@ -1,8 +1,8 @@
 //! What an application plugs into a worker: where its report goes, a live display, early
 //! stop, statistics of the open queues, and how failed I/O and bad data are shown.
 //!
-//! A worker is generic over its hooks, so each call is a direct (usually inlined) call; none
-//! is made per I/O except on the cold paths (a failed I/O, a mismatch).
+//! A worker is generic over its hooks, so each call is a direct (usually inlined) call, and
+//! none is made per I/O: failed I/Os and mismatches are shown after their completion batch.
 
 use pmio::Request;
 use pmio::bdev::BdevQueue;

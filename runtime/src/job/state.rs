@@ -7,7 +7,9 @@ use pmio::bdev::{BdevQueue, BdevQueueOptions};
 use pmio::plug::Plug;
 use pmio::{DmaRegion, PrioClass};
 
+use super::complete::Shown;
 use super::error::JobError;
+use super::hooks::MAX_SHOWN;
 use super::report::JobResult;
 use super::spec::{JobSpec, Phase, PrioMix};
 use super::stats::{ClassLatency, LatencyRuns, new_classes, spent_hist};
@@ -42,8 +44,9 @@ pub(crate) struct JobState {
     /// I/Os that failed (since measuring began); bytes moved = (ios - errors) × bs.
     pub(crate) errors: u64,
     pub(crate) mismatches: u64,
-    /// Failures and mismatches shown through the hooks so far.
+    /// Failures and mismatches queued to be shown through the hooks so far, and the queue.
     pub(crate) shown: u64,
+    pub(crate) to_show: Vec<Shown>,
     pub(crate) name: String,
     /// Buffers that came with the spec (handed back), else ours: dropped after the queue
     /// (`Job` declares `q` before `st`).
@@ -124,6 +127,7 @@ impl Job {
                 errors: 0,
                 mismatches: 0,
                 shown: 0,
+                to_show: Vec::with_capacity(MAX_SHOWN as usize),
                 name,
                 bufs: Some(bufs),
                 bufs_given,
