@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use crate::cli::Opts;
 
-/// Counters of one core, written by its worker's hooks once per poller turn (single writer: plain
-/// relaxed stores) and read by the main thread once a second.
+/// Counters of one core, written by its worker's hooks once per poller turn (single writer:
+/// plain relaxed stores) and read by the main thread once a second.
 #[derive(Debug, Default)]
 #[repr(align(64))]
 pub struct CoreCounters {
