@@ -105,11 +105,7 @@ impl CtrlrInner {
     /// controller reset is in progress (it recovers the command anyway).
     #[cold]
     pub(crate) fn abort_submit(&self, sqid: u16, cid: u16) -> Result<Option<u16>, NvmeError> {
-        if self.detached.load(Ordering::Acquire) {
-            return Err(NvmeError::Detached {
-                ctrlr: self.name.clone(),
-            });
-        }
+        self.check_attached()?;
         let mut sqe = Sqe::new(admin_opc::ABORT, 0);
         sqe.cdw10 = u32::from(cid) << 16 | u32::from(sqid);
         let Some(mut admin) = self.try_admin() else {
@@ -200,11 +196,7 @@ impl CtrlrInner {
             }
             CtrlrLiveness::Alive => {}
         }
-        if self.detached.load(Ordering::Acquire) {
-            return Err(NvmeError::Detached {
-                ctrlr: self.name.clone(),
-            });
-        }
+        self.check_attached()?;
         // Held so that no blocking admin command (`admin_exec`) is running when the admin
         // queue goes away; commands run across polls (Aborts, queue creation) are dropped by
         // their queue pairs when they see the reset.
@@ -357,11 +349,7 @@ impl CtrlrInner {
         what: &'static str,
         now: u64,
     ) -> Result<Option<Cqe>, NvmeError> {
-        if self.detached.load(Ordering::Acquire) {
-            return Err(NvmeError::Detached {
-                ctrlr: self.name.clone(),
-            });
-        }
+        self.check_attached()?;
         let Some(mut admin) = self.try_admin() else {
             return Ok(None);
         };

@@ -5,13 +5,9 @@
 
 mod tcp_common;
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
 use pmio::request::Op;
-use pmio_nvme::tcp::{self, TcpOptions, TcpTarget};
+use pmio_nvme::tcp::{self, TcpOptions};
+use tcp_common::proxy::{Dir, Proxy};
 use tcp_common::*;
 
 /// What the proxy does to the first PDU of its kind on an I/O connection once armed.
@@ -58,83 +54,6 @@ impl Fault {
     }
 }
 
-/// A TCP proxy to the target that forwards whole PDUs and applies an armed fault once.
-struct Proxy {
-    port: u16,
-    fault: Arc<Mutex<Option<Fault>>>,
-}
-
-impl Proxy {
-    fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let fault = Arc::new(Mutex::new(None));
-        let armed = Arc::clone(&fault);
-        let count = Arc::new(AtomicUsize::new(0));
-        std::thread::spawn(move || {
-            for host in listener.incoming() {
-                let Ok(host) = host else { return };
-                let Ok(target) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                // The first connection is the admin queue: faults hit I/O queues only.
-                let io = count.fetch_add(1, Ordering::AcqRel) > 0;
-                let (h2, t2) = (host.try_clone().unwrap(), target.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let (mut h, mut t) = (h2, t2);
-                    let _ = std::io::copy(&mut h, &mut t);
-                    let _ = t.shutdown(Shutdown::Both);
-                });
-                let armed = Arc::clone(&armed);
-                std::thread::spawn(move || forward_pdus(target, host, io, &armed));
-            }
-        });
-        Proxy { port, fault }
-    }
-
-    fn arm(&self, f: Fault) {
-        *self.fault.lock().unwrap() = Some(f);
-    }
-
-    fn armed(&self) -> bool {
-        self.fault.lock().unwrap().is_some()
-    }
-
-    fn addr(&self) -> TcpTarget {
-        TcpTarget {
-            traddr: "127.0.0.1".into(),
-            trsvcid: self.port.to_string(),
-            subnqn: NQN.into(),
-        }
-    }
-}
-
-fn forward_pdus(mut from: TcpStream, mut to: TcpStream, io: bool, fault: &Mutex<Option<Fault>>) {
-    loop {
-        let mut pdu = vec![0u8; 8];
-        if from.read_exact(&mut pdu).is_err() {
-            break;
-        }
-        let plen = u32::from_le_bytes(pdu[4..8].try_into().unwrap()) as usize;
-        pdu.resize(plen.max(8), 0);
-        if from.read_exact(&mut pdu[8..]).is_err() {
-            break;
-        }
-        if io {
-            let mut f = fault.lock().unwrap();
-            if let Some(kind) = *f
-                && kind.apply(&mut pdu)
-            {
-                *f = None;
-            }
-        }
-        if to.write_all(&pdu).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Both);
-}
-
 fn survives(fault: Fault) {
     let t = Target::start();
     let proxy = Proxy::start(t.port);
@@ -151,7 +70,7 @@ fn survives(fault: Fault) {
     let mut data = pattern(8192, fault as u64);
     assert!(d.one(Op::Write, 64, &mut data).is_success());
 
-    proxy.arm(fault);
+    proxy.arm_once(Dir::ToHost, move |pdu| fault.apply(pdu));
     let op = if fault == Fault::UnknownCid {
         Op::Write
     } else {

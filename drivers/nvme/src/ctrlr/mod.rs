@@ -118,11 +118,7 @@ impl CtrlrInner {
     /// Runs one admin command to completion (not while a controller reset is in progress:
     /// the admin queue is being reprogrammed).
     pub fn admin_exec(&self, sqe: Sqe, what: &'static str) -> Result<Cqe, NvmeError> {
-        if self.detached.load(Ordering::Acquire) {
-            return Err(NvmeError::Detached {
-                ctrlr: self.name.clone(),
-            });
-        }
+        self.check_attached()?;
         let mut admin = self.admin();
         if self.reset_in_progress() {
             return Err(NvmeError::Resetting {
@@ -134,13 +130,19 @@ impl CtrlrInner {
 }
 
 impl CtrlrInner {
-    /// Fails when the controller is detached, removed or failed.
-    pub(crate) fn check_usable(&self) -> Result<(), NvmeError> {
+    /// Fails once the controller is detached.
+    pub(crate) fn check_attached(&self) -> Result<(), NvmeError> {
         if self.detached.load(Ordering::Acquire) {
             return Err(NvmeError::Detached {
                 ctrlr: self.name.clone(),
             });
         }
+        Ok(())
+    }
+
+    /// Fails when the controller is detached, removed or failed.
+    pub(crate) fn check_usable(&self) -> Result<(), NvmeError> {
+        self.check_attached()?;
         match self.liveness() {
             CtrlrLiveness::Alive => Ok(()),
             CtrlrLiveness::Removed => Err(NvmeError::DeviceRemoved {

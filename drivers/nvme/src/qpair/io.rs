@@ -10,7 +10,8 @@ use pmio::bdev::DriverQueue;
 use pmio::request::{IoStatus, Request};
 
 use super::NvmeQpair;
-use super::state::{CmdSlot, QpairState};
+use super::state::QpairState;
+use super::tracker::CmdSlot;
 use crate::error::IoError;
 use crate::spec::Cqe;
 
@@ -26,7 +27,7 @@ impl DriverQueue for NvmeQpair {
         }
         match self.state {
             QpairState::Alive => self.submit_batch(rqs, tags),
-            QpairState::Resetting => self.hold(rqs, tags),
+            QpairState::Resetting => self.trk.hold(rqs, tags),
             QpairState::Removed | QpairState::Failed => self.reject_dead(rqs, tags),
         }
     }
@@ -37,46 +38,33 @@ impl DriverQueue for NvmeQpair {
         {
             self.sync_ctrlr(rqs);
         }
-        let mut n = 0;
-        while n < max {
-            let Some(tag) = self.failed.pop() else { break };
-            self.outstanding -= 1;
-            self.stats.completed += 1;
-            if rqs
-                .get(usize::from(tag))
-                .is_none_or(|r| !r.status.is_success())
-            {
-                self.stats.errors += 1;
-            }
-            done.push(tag);
-            n += 1;
-        }
+        let mut n = self.trk.report_failed(rqs, done, max);
         if self.state == QpairState::Resetting {
             // The queues are down until the controller reset is done.
             return n;
         }
-        let sq_before = self.stats.submitted;
+        let sq_before = self.trk.stats.submitted;
         let mut consumed = 0u32;
         while n < max && consumed < self.rings.entries {
             let Some(cqe) = self.rings.pop() else { break };
             consumed += 1;
             if self.complete(rqs, cqe, done) {
                 n += 1;
-                self.stats.completed += 1;
+                self.trk.stats.completed += 1;
             }
         }
         if consumed > 0 {
             self.rings.ring_cq(&*self.regs);
         }
-        if self.stats.submitted != sq_before {
+        if self.trk.stats.submitted != sq_before {
             self.rings.ring_sq(&*self.regs);
         }
         // Timeouts and controller health: one clock read per poll while commands are in the
         // device; the scan itself runs only when something may be due.
-        if self.outstanding > self.failed.len() {
-            let now = self.now_ns();
-            self.last_now = now;
-            if now >= self.next_scan.min(self.next_health) || !self.aborts_pending.is_empty() {
+        if self.trk.outstanding > self.trk.failed.len() {
+            let now = self.trk.now_ns();
+            self.trk.last_now = now;
+            if now >= self.trk.next_scan.min(self.next_health) || !self.aborts_pending.is_empty() {
                 self.check(rqs, now);
             }
         }
@@ -84,7 +72,7 @@ impl DriverQueue for NvmeQpair {
     }
 
     fn outstanding(&self) -> usize {
-        self.outstanding
+        self.trk.outstanding
     }
 }
 
@@ -92,37 +80,28 @@ impl NvmeQpair {
     /// Writes one SQE per request and rings the SQ doorbell once.
     #[inline]
     pub(super) fn submit_batch(&mut self, rqs: &mut [Request], tags: &[u16]) {
-        // One clock read per batch, only when timeouts are on.
-        let now = if self.timeout_ns != 0 {
-            self.last_now = self.now_ns();
-            self.last_now
-        } else {
-            0
-        };
-        if self.timeout_ns != 0 && self.next_scan == u64::MAX {
-            self.next_scan = now + self.timeout_ns;
-        }
+        let now = self.trk.batch_clock();
         let mut pushed = false;
         for &tag in tags {
-            let Some(idx) = self.free_tag(rqs, tag) else {
+            let Some(idx) = self.trk.free_tag(rqs, tag) else {
                 continue;
             };
             match self.build(&rqs[idx]) {
                 Ok(sqe) => {
                     if self.rings.push(&sqe) {
-                        self.slots[idx] = CmdSlot {
+                        self.trk.slots[idx] = CmdSlot {
                             outstanding: true,
                             ts: now,
                             ..CmdSlot::default()
                         };
-                        self.outstanding += 1;
-                        self.stats.submitted += 1;
+                        self.trk.outstanding += 1;
+                        self.trk.stats.submitted += 1;
                         pushed = true;
                     } else {
-                        self.reject(rqs, tag, IoError::Removed);
+                        self.trk.reject(rqs, tag, IoError::Removed);
                     }
                 }
-                Err(e) => self.reject(rqs, tag, e),
+                Err(e) => self.trk.reject(rqs, tag, e),
             }
         }
         if pushed {
@@ -130,38 +109,12 @@ impl NvmeQpair {
         }
     }
 
-    /// The slot index of `tag` when it can be submitted; otherwise the request is rejected
-    /// (a tag beyond the depth) or ignored (already outstanding or held), and `None`.
-    #[inline]
-    pub(super) fn free_tag(&mut self, rqs: &mut [Request], tag: u16) -> Option<usize> {
-        let idx = usize::from(tag);
-        if idx >= self.slots.len() || idx >= rqs.len() {
-            self.reject(
-                rqs,
-                tag,
-                IoError::BadTag {
-                    tag,
-                    depth: self.depth,
-                },
-            );
-            return None;
-        }
-        let slot = self.slots[idx];
-        if slot.outstanding || slot.held {
-            log::error!(
-                "{}: request {tag} submitted while outstanding; ignored",
-                self.ctrlr.name
-            );
-            return None;
-        }
-        Some(idx)
-    }
-
     /// Handles one completion; returns whether a request is done (its tag pushed on `done`).
     #[inline]
     fn complete(&mut self, rqs: &mut [Request], cqe: Cqe, done: &mut Vec<u16>) -> bool {
         let tag = cqe.cid;
         let live = self
+            .trk
             .slots
             .get(usize::from(tag))
             .is_some_and(|s| s.outstanding)
@@ -174,16 +127,16 @@ impl NvmeQpair {
         let idx = usize::from(tag);
         if st.is_success() {
             rqs[idx].status = IoStatus::Success;
-        } else if self.slots[idx].aborted {
+        } else if self.trk.slots[idx].aborted {
             // The completion of a command aborted after a timeout: resubmit within budget.
             if self.requeue(rqs, idx) {
                 return false;
             }
-            self.give_up(rqs, idx);
-        } else if st.is_retryable() && self.slots[idx].retries < self.max_retries {
-            self.slots[idx].retries += 1;
-            self.slots[idx].ts = self.last_now;
-            self.stats.retries += 1;
+            self.trk.give_up(rqs, idx);
+        } else if st.is_retryable() && self.trk.slots[idx].retries < self.max_retries {
+            self.trk.slots[idx].retries += 1;
+            self.trk.slots[idx].ts = self.trk.last_now;
+            self.trk.stats.retries += 1;
             if self.resubmit(&rqs[idx]) {
                 return false;
             }
@@ -192,11 +145,11 @@ impl NvmeQpair {
             self.device_error(tag, st);
             rqs[idx].status = IoStatus::Nvme(st.to_nvme_status());
         }
-        self.slots[idx] = CmdSlot {
+        self.trk.slots[idx] = CmdSlot {
             done_once: true,
             ..CmdSlot::default()
         };
-        self.outstanding -= 1;
+        self.trk.outstanding -= 1;
         done.push(tag);
         true
     }
@@ -207,32 +160,14 @@ impl NvmeQpair {
     }
 
     #[cold]
-    pub(super) fn reject(&mut self, rqs: &mut [Request], tag: u16, err: IoError) {
-        log::debug!("{}: request {tag} rejected: {err}", self.ctrlr.name);
-        self.last_error = Some(err);
-        self.stats.rejected += 1;
-        if let Some(rq) = rqs.get_mut(usize::from(tag)) {
-            rq.status = err.to_io_status();
-        }
-        if self.failed.len() < self.failed.capacity() {
-            self.failed.push(tag);
-            self.outstanding += 1;
-        } else {
-            log::error!(
-                "{}: more failed requests than tags; request {tag} dropped",
-                self.ctrlr.name
-            );
-        }
-    }
-
-    #[cold]
     pub(super) fn unknown(&mut self, cqe: Cqe) {
         if self
+            .trk
             .slots
             .get(usize::from(cqe.cid))
             .is_some_and(|s| s.done_once)
         {
-            self.stats.duplicates += 1;
+            self.trk.stats.duplicates += 1;
             log::warn!(
                 "{}: qpair {}: duplicate completion for command {} ignored",
                 self.ctrlr.name,
@@ -241,7 +176,7 @@ impl NvmeQpair {
             );
             return;
         }
-        self.stats.unknown_completions += 1;
+        self.trk.stats.unknown_completions += 1;
         log::warn!(
             "{}: qpair {}: completion for command {} that is not outstanding ignored (status {})",
             self.ctrlr.name,
@@ -253,8 +188,8 @@ impl NvmeQpair {
 
     #[cold]
     fn device_error(&mut self, tag: u16, st: crate::spec::Status) {
-        self.stats.errors += 1;
-        self.last_error = Some(IoError::Status(st));
+        self.trk.stats.errors += 1;
+        self.trk.last_error = Some(IoError::Status(st));
         log::debug!("{}: request {tag} failed: {st}", self.ctrlr.name);
     }
 
@@ -262,7 +197,7 @@ impl NvmeQpair {
     fn resubmit(&mut self, rq: &Request) -> bool {
         match self.build(rq) {
             Ok(sqe) if self.rings.push(&sqe) => {
-                self.stats.submitted += 1;
+                self.trk.stats.submitted += 1;
                 true
             }
             _ => false,

@@ -22,33 +22,35 @@
 //!
 //! # Files
 //! The hot path first, then recovery; (PCIe) marks what is particular to queues in host
-//! memory with doorbells, the rest is the queue pair's own logic.
+//! memory with doorbells, (both) what the NVMe/TCP queue pair (`crate::tcp`) shares; the rest
+//! is this queue pair's own logic.
 //! - `mod.rs`: the queue pair and its counters; opening it (Create I/O CQ/SQ) and closing it
 //!   (Delete, or leak the rings if the device may still write them) (PCIe).
 //! - `io.rs`: the hot path: `DriverQueue` (submit, poll), the SQ batch and its doorbell, the
-//!   completion walk by phase tag, retries of retryable statuses, rejections.
-//! - `encode.rs`: a request as an NVMe command: range and size checks, the SQE, PRPs in the
-//!   tag's list page (PCIe).
-//! - `state.rs`: `QpairState` (may the queues be used?) and its one setter; `CmdSlot`,
-//!   what the queue pair knows of each tag's command.
-//! - `timeout.rs`: the clock, the deadline scan, the CSTS health check, Aborts in flight.
+//!   completion walk by phase tag, retries of retryable statuses.
+//! - `tracker.rs`: what the queue pair tracks of its requests: a `CmdSlot` per tag, tag
+//!   checks, rejections, held submissions, counters, the I/O deadlines' clock and scan (both).
+//! - `encode.rs`: a request as an NVMe command: range and size checks, the SQE (both); PRPs
+//!   in the tag's list page (PCIe).
+//! - `state.rs`: `QpairState` (may the queues be used?) and its one setter.
+//! - `timeout.rs`: commands past their deadline (Abort), the CSTS health check, Aborts in
+//!   flight.
 //! - `reset.rs`: following a controller reset (start it, advance it, take the queues down);
-//!   resubmission within the recovery budget; failing requests when the device is gone.
-//! - `held.rs`: submissions held in software while the queues are down.
+//!   resubmission within the recovery budget; failing requests when the device is gone;
+//!   submitting what was held once the queues are back.
 //! - `recreate.rs`: the queues recreated on the same rings after a reset, without waiting;
 //!   closing while that is under way (PCIe).
 
 pub(crate) mod encode;
-mod held;
 mod io;
 mod recreate;
 mod reset;
 mod state;
 mod timeout;
+pub(crate) mod tracker;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use crate::ctrlr::{CtrlrInner, Namespace, PAGE_SIZE};
 use crate::dma::{DmaMem, DmaWindow};
@@ -59,8 +61,9 @@ use crate::ring::{Rings, ring_bytes};
 use crate::spec::IdentifyController;
 
 use recreate::Recreating;
-use state::{CmdSlot, QpairState};
+use state::QpairState;
 use timeout::PendingAbort;
+use tracker::Tracker;
 
 /// Counters of one queue pair.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -123,35 +126,22 @@ pub struct NvmeQpair {
     ns: NsFacts,
     max_transfer: u64,
     max_retries: u8,
-    depth: u32,
     prp_base: *mut u64,
     prp_iova: u64,
-    /// Per tag (CID): the state of its command.
-    slots: Vec<CmdSlot>,
-    /// Tags failed at submit, reported at the next poll.
-    failed: Vec<u16>,
-    outstanding: usize,
-    stats: QpairStats,
-    last_error: Option<IoError>,
+    /// Its requests by tag (CID), held submissions, counters, the I/O deadlines' clock.
+    trk: Tracker,
     /// Registered I/O memory and its IOVA offsets, refreshed when the controller's
     /// registration generation moves.
     dma_ranges: Vec<DmaWindow>,
     dma_gen: u64,
-    /// Clock origin of `CmdSlot::ts`.
-    epoch: Instant,
-    /// I/O timeout in ns (0: off) and the CSTS check interval.
-    timeout_ns: u64,
+    /// The CSTS check interval, ns.
     health_ns: u64,
-    /// When the poller next scans for timed-out commands / reads CSTS (ns since `epoch`).
-    next_scan: u64,
+    /// When the poller next reads CSTS (ns since the controller's epoch).
     next_health: u64,
-    /// The latest clock read (ns since `epoch`): the timestamp of retried commands.
-    last_now: u64,
     /// Aborts submitted and not yet answered (at most one per tag).
     aborts_pending: Vec<PendingAbort>,
     /// Abort deadline, ns.
     abort_ns: u64,
-    max_recoveries: u8,
     /// The controller's reset generation this queue pair's queues belong to (always even).
     reset_gen: u64,
     /// Whether the queues may be used (changed only by `set_state`).
@@ -159,8 +149,6 @@ pub struct NvmeQpair {
     /// This queue pair needs a controller reset it could not start yet (the reset or admin
     /// lock was busy): it tries again at its next submit or poll.
     want_reset: bool,
-    /// Tags submitted during a controller reset, in submission order (capacity `depth`).
-    held: Vec<u16>,
     /// The queues being recreated after a reset (`Resetting` until they are).
     recreating: Option<Recreating>,
     ctrlr: Arc<CtrlrInner>,
@@ -175,11 +163,7 @@ impl NvmeQpair {
         ns: &Namespace,
         depth: u32,
     ) -> Result<NvmeQpair, NvmeError> {
-        if ctrlr.detached.load(Ordering::Acquire) {
-            return Err(NvmeError::Detached {
-                ctrlr: ctrlr.name.clone(),
-            });
-        }
+        ctrlr.check_attached()?;
         let max_entries = ctrlr.cap.max_queue_entries().min(65536);
         if depth == 0 || depth + 1 > max_entries {
             return Err(NvmeError::InvalidOption(format!(
@@ -213,30 +197,19 @@ impl NvmeQpair {
             ns: NsFacts::new(ns, oncs),
             max_transfer: ctrlr.max_transfer,
             max_retries: ctrlr.opts.io_retries,
-            depth,
             // SAFETY: the PRP pages follow the rings inside `mem` (sized above).
             prp_base: unsafe { mem.as_ptr().add(rings_len).cast::<u64>() },
             prp_iova: mem.iova() + rings_len as u64,
-            slots: vec![CmdSlot::default(); depth as usize],
-            failed: Vec::with_capacity(depth as usize),
-            outstanding: 0,
-            stats: QpairStats::default(),
-            last_error: None,
+            trk: Tracker::new(&ctrlr, qid, depth),
             dma_ranges: Vec::new(),
             dma_gen: u64::MAX,
-            epoch: ctrlr.epoch,
-            timeout_ns: clamp_ns(ctrlr.opts.io_timeout),
             health_ns: clamp_ns(ctrlr.opts.health_check_interval),
-            next_scan: u64::MAX,
             next_health: 0,
-            last_now: 0,
             aborts_pending: Vec::with_capacity(depth as usize),
             abort_ns: clamp_ns(ctrlr.opts.abort_timeout),
-            max_recoveries: ctrlr.opts.recovery_retries,
             reset_gen,
             state: QpairState::Alive,
             want_reset: false,
-            held: Vec::with_capacity(depth as usize),
             recreating: None,
             ctrlr,
             mem: std::mem::ManuallyDrop::new(mem),
@@ -250,7 +223,7 @@ impl NvmeQpair {
 
     /// Counters.
     pub fn stats(&self) -> QpairStats {
-        self.stats
+        self.trk.stats
     }
 
     /// Whether the queues are down for a controller reset in progress (submissions are held
@@ -261,18 +234,18 @@ impl NvmeQpair {
 
     /// The most recent per-I/O error (rejections and device statuses), for diagnostics.
     pub fn last_error(&self) -> Option<IoError> {
-        self.last_error
+        self.trk.last_error
     }
 }
 
 impl Drop for NvmeQpair {
     fn drop(&mut self) {
         let qid = self.rings.qid;
-        if self.outstanding > 0 {
+        if self.trk.outstanding > 0 {
             log::warn!(
                 "{}: closing qpair {qid} with {} request(s) outstanding",
                 self.ctrlr.name,
-                self.outstanding
+                self.trk.outstanding
             );
         }
         let mut device_may_use_rings = false;

@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use pmio::request::{IoStatus, Request};
 
 use super::NvmeQpair;
-use super::state::{CmdSlot, QpairState};
+use super::state::QpairState;
+use super::tracker::CmdSlot;
 use crate::ctrlr::{CREATE_CQ, CREATE_SQ, PAGE_SIZE, create_cq_sqe, create_sq_sqe};
 use crate::error::{IoError, NvmeError};
 use crate::recovery::PendingAdmin;
@@ -36,7 +37,7 @@ impl NvmeQpair {
         let mut r = match self.recreating {
             Some(r) if r.reset_gen == cur_gen => r,
             _ => {
-                self.stats.resets += 1;
+                self.trk.stats.resets += 1;
                 self.reap_before_reset(rqs);
                 Recreating {
                     reset_gen: cur_gen,
@@ -72,23 +73,23 @@ impl NvmeQpair {
         self.set_state(QpairState::Alive);
         self.aborts_pending.clear();
         let mut pushed = false;
-        for idx in 0..self.slots.len() {
-            if !self.slots[idx].outstanding {
+        for idx in 0..self.trk.slots.len() {
+            if !self.trk.slots[idx].outstanding {
                 continue;
             }
             if self.requeue(rqs, idx) {
                 pushed = true;
             } else {
-                let retries = self.slots[idx].recoveries;
-                self.fail_slot(rqs, idx, IoError::TimedOut { retries });
+                let retries = self.trk.slots[idx].recoveries;
+                self.trk.fail_slot(rqs, idx, IoError::TimedOut { retries });
             }
         }
         if pushed {
             self.rings.ring_sq(&*self.regs);
         }
         self.submit_held(rqs);
-        if self.timeout_ns != 0 {
-            self.next_scan = self.now_ns() + self.timeout_ns;
+        if self.trk.timeout_ns != 0 {
+            self.trk.next_scan = self.trk.now_ns() + self.trk.timeout_ns;
         }
     }
 
@@ -101,16 +102,16 @@ impl NvmeQpair {
             let Some(cqe) = self.rings.pop() else { break };
             reaped += 1;
             let idx = usize::from(cqe.cid);
-            let live = self.slots.get(idx).is_some_and(|s| s.outstanding) && idx < rqs.len();
+            let live = self.trk.slots.get(idx).is_some_and(|s| s.outstanding) && idx < rqs.len();
             if !live {
                 self.unknown(cqe);
-            } else if cqe.status().is_success() && !self.slots[idx].aborted {
-                self.slots[idx] = CmdSlot {
+            } else if cqe.status().is_success() && !self.trk.slots[idx].aborted {
+                self.trk.slots[idx] = CmdSlot {
                     done_once: true,
                     ..CmdSlot::default()
                 };
                 rqs[idx].status = IoStatus::Success;
-                self.failed.push(idx as u16);
+                self.trk.failed.push(idx as u16);
             }
             // Other statuses: resubmitted after the reset like everything still outstanding.
         }
@@ -168,7 +169,10 @@ impl NvmeQpair {
                     // Another reset began: it deletes every I/O queue.
                     return Ok(());
                 }
-                match self.ctrlr.admin_try(&mut r.cmd, sqe, what, self.now_ns()) {
+                match self
+                    .ctrlr
+                    .admin_try(&mut r.cmd, sqe, what, self.trk.now_ns())
+                {
                     Ok(Some(_)) => {
                         (cq, sq) = (true, r.sq);
                         break;

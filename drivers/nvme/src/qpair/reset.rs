@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use pmio::request::Request;
 
 use super::NvmeQpair;
-use super::state::{CmdSlot, QpairState};
+use super::state::QpairState;
 use crate::error::IoError;
 use crate::recovery::CtrlrLiveness;
 
@@ -21,7 +21,7 @@ impl NvmeQpair {
     /// recreated once it is done, every request failed if the controller is removed or failed.
     #[cold]
     pub(super) fn sync_ctrlr(&mut self, rqs: &mut [Request]) {
-        let now = self.now_ns();
+        let now = self.trk.now_ns();
         if self.want_reset && !self.start_reset(rqs, now) {
             return;
         }
@@ -89,61 +89,27 @@ impl NvmeQpair {
     /// budget is spent. Returns whether it was resubmitted.
     #[cold]
     pub(super) fn requeue(&mut self, rqs: &[Request], idx: usize) -> bool {
-        let slot = self.slots[idx];
-        if slot.recoveries >= self.max_recoveries || idx >= rqs.len() {
+        if !self.trk.may_recover(idx) || idx >= rqs.len() {
             return false;
         }
-        let now = self.now_ns();
+        let now = self.trk.now_ns();
         match self.build(&rqs[idx]) {
             Ok(sqe) if self.rings.push(&sqe) => {
-                self.slots[idx] = CmdSlot {
-                    outstanding: true,
-                    retries: slot.retries,
-                    recoveries: slot.recoveries + 1,
-                    aborted: false,
-                    done_once: false,
-                    held: false,
-                    ts: now,
-                };
-                self.stats.submitted += 1;
-                self.stats.recovered += 1;
-                if self.timeout_ns != 0 {
-                    self.next_scan = self.next_scan.min(now + self.timeout_ns);
-                }
+                self.trk.recovered(idx, now);
                 true
             }
             _ => false,
         }
     }
 
-    /// An aborted or reset command exhausted its resubmissions.
+    /// After a controller reset: submits what was held, in order.
     #[cold]
-    pub(super) fn give_up(&mut self, rqs: &mut [Request], idx: usize) {
-        let retries = self.slots[idx].recoveries;
-        log::error!(
-            "{}: qpair {}: command {idx} timed out; failed after {retries} resubmissions",
-            self.ctrlr.name,
-            self.rings.qid
-        );
-        let err = IoError::TimedOut { retries };
-        self.last_error = Some(err);
-        self.stats.errors += 1;
-        rqs[idx].status = err.to_io_status();
-    }
-
-    /// Fails the request of outstanding slot `idx` with `err` (reported at the next poll).
-    #[cold]
-    pub(super) fn fail_slot(&mut self, rqs: &mut [Request], idx: usize, err: IoError) {
-        self.slots[idx] = CmdSlot {
-            done_once: true,
-            ..CmdSlot::default()
-        };
-        if let Some(rq) = rqs.get_mut(idx) {
-            rq.status = err.to_io_status();
+    pub(super) fn submit_held(&mut self, rqs: &mut [Request]) {
+        let held = self.trk.take_held();
+        if !held.is_empty() {
+            self.submit_batch(rqs, &held);
         }
-        self.last_error = Some(err);
-        // Still counted in `outstanding` until the poll reports it.
-        self.failed.push(idx as u16);
+        self.trk.restore_held(held);
     }
 
     /// The queue pair gives up on its queues (`state` is `Removed` or `Failed`): Aborts in
@@ -167,35 +133,19 @@ impl NvmeQpair {
     /// Fails every command in the device, and every held submission, with `err`.
     #[cold]
     fn fail_all(&mut self, rqs: &mut [Request], err: IoError) {
-        for idx in 0..self.slots.len() {
-            if self.slots[idx].outstanding {
-                self.stats.failed_dead += 1;
-                self.fail_slot(rqs, idx, err);
+        for idx in 0..self.trk.slots.len() {
+            if self.trk.slots[idx].outstanding {
+                self.trk.stats.failed_dead += 1;
+                self.trk.fail_slot(rqs, idx, err);
             }
         }
-        let held = self.take_held();
-        for &tag in &held {
-            self.stats.failed_dead += 1;
-            self.reject(rqs, tag, err);
-        }
-        self.restore_held(held);
-        self.next_scan = u64::MAX;
+        self.trk.fail_held(rqs, err);
+        self.trk.next_scan = u64::MAX;
     }
 
     /// Rejects a batch: the controller is removed or failed.
     #[cold]
     pub(super) fn reject_dead(&mut self, rqs: &mut [Request], tags: &[u16]) {
-        let err = self.dead_error();
-        for &tag in tags {
-            if self
-                .slots
-                .get(usize::from(tag))
-                .is_some_and(|s| s.outstanding)
-            {
-                continue;
-            }
-            self.stats.failed_dead += 1;
-            self.reject(rqs, tag, err);
-        }
+        self.trk.reject_all(rqs, tags, self.dead_error());
     }
 }

@@ -1,5 +1,5 @@
-//! What a queue pair knows of itself and of each of its commands: its [`QpairState`] (may it
-//! touch its hardware queues?) and one [`CmdSlot`] per tag. Nothing here depends on PCIe.
+//! What a queue pair knows of itself: its [`QpairState`] (may it touch its hardware queues?),
+//! changed by one setter that logs each change.
 
 use super::NvmeQpair;
 
@@ -48,21 +48,4 @@ impl NvmeQpair {
             self.state = new;
         }
     }
-}
-
-/// What the queue pair knows of the command of one tag (its CID).
-#[derive(Clone, Copy, Default)]
-pub(super) struct CmdSlot {
-    pub(super) outstanding: bool,
-    pub(super) retries: u8,
-    /// Resubmissions after timeouts and resets.
-    pub(super) recoveries: u8,
-    /// An Abort was sent for it (a second timeout resets the controller).
-    pub(super) aborted: bool,
-    /// Completed since its last submission (a later completion is a duplicate).
-    pub(super) done_once: bool,
-    /// Submitted during a controller reset and held in software (not in the device).
-    pub(super) held: bool,
-    /// Submission time (ns since `epoch`), one clock read per submit batch.
-    pub(super) ts: u64,
 }

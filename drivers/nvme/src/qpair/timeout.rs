@@ -1,6 +1,6 @@
-//! Timeouts and controller health, off the hot path: the driver's clock, the scan for
-//! commands past `NvmeOptions::io_timeout` (each is aborted; a second timeout resets the
-//! controller), the CSTS check every `health_check_interval` (fatal status → reset; all ones
+//! Timeouts and controller health, off the hot path: commands past
+//! `NvmeOptions::io_timeout` (found by the tracker's scan; each is aborted, a second timeout
+//! resets the controller), the CSTS check every `health_check_interval` (fatal status → reset; all ones
 //! → removed), and the Aborts in flight, looked for at each poll and never waited for.
 
 use pmio::request::Request;
@@ -21,11 +21,6 @@ pub(super) struct PendingAbort {
 }
 
 impl NvmeQpair {
-    #[inline]
-    pub(super) fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
     /// Reads CSTS when due (fatal status → reset; all ones → removed) and looks for
     /// timed-out commands when due (abort; a second timeout or a failed abort → reset).
     #[cold]
@@ -51,22 +46,16 @@ impl NvmeQpair {
                 return;
             }
         }
-        if self.timeout_ns == 0 || now < self.next_scan {
+        if self.trk.timeout_ns == 0 || now < self.trk.next_scan {
             return;
         }
         let mut next = u64::MAX;
         let mut reset = false;
-        for idx in 0..self.slots.len() {
-            let slot = self.slots[idx];
-            if !slot.outstanding {
-                continue;
-            }
-            if now.saturating_sub(slot.ts) < self.timeout_ns {
-                next = next.min(slot.ts + self.timeout_ns);
-                continue;
-            }
-            self.stats.timeouts += 1;
-            if slot.aborted {
+        let mut from = 0;
+        while let Some(idx) = self.trk.overdue(from, now, &mut next) {
+            from = idx + 1;
+            self.trk.stats.timeouts += 1;
+            if self.trk.slots[idx].aborted {
                 log::error!(
                     "{}: qpair {}: command {idx} still not complete after an abort",
                     self.ctrlr.name,
@@ -88,15 +77,12 @@ impl NvmeQpair {
                     break;
                 }
                 Ok(Some(abort_cid)) => {
-                    self.stats.aborts += 1;
                     self.aborts_pending.push(PendingAbort {
                         abort_cid,
                         tag: idx as u16,
                         deadline: now.saturating_add(self.abort_ns),
                     });
-                    self.slots[idx].aborted = true;
-                    self.slots[idx].ts = now;
-                    next = next.min(now + self.timeout_ns);
+                    self.trk.aborting(idx, now, &mut next);
                 }
                 Err(NvmeError::DeviceRemoved { .. }) => {
                     self.ctrlr.mark_removed();
@@ -109,13 +95,13 @@ impl NvmeQpair {
                         self.ctrlr.name,
                         self.rings.qid
                     );
-                    self.stats.aborts_failed += 1;
+                    self.trk.stats.aborts_failed += 1;
                     reset = true;
                     break;
                 }
             }
         }
-        self.next_scan = next;
+        self.trk.next_scan = next;
         if reset {
             self.reset_controller(rqs);
         }
@@ -163,7 +149,7 @@ impl NvmeQpair {
                 self.rings.qid,
                 p.tag
             );
-            self.stats.aborts_failed += 1;
+            self.trk.stats.aborts_failed += 1;
             self.reset_controller(rqs);
             return false;
         }

@@ -225,9 +225,19 @@ impl TcpAdmin {
     /// Submits `sqe` (with the data buffer when armed) and sends it; `None` when the
     /// connection is down or every CID is in flight.
     pub(crate) fn submit(&self, sqe: Sqe) -> Option<u16> {
+        self.submit_with(sqe, true)
+    }
+
+    /// Submits `sqe`, a command without data (the controller thread's Aborts), and sends it;
+    /// a data buffer armed meanwhile stays armed for the command it was armed for.
+    pub(crate) fn send(&self, sqe: Sqe) -> Option<u16> {
+        self.submit_with(sqe, false)
+    }
+
+    fn submit_with(&self, sqe: Sqe, may_read_data: bool) -> Option<u16> {
         let mut st = self.lock();
         let st = &mut *st;
-        let armed = std::mem::take(&mut st.data_armed);
+        let armed = may_read_data && std::mem::take(&mut st.data_armed);
         let conn = st.conn.as_mut()?;
         let cid = (0..ADMIN_ENTRIES)
             .map(|i| (st.next_cid + i) % ADMIN_ENTRIES)

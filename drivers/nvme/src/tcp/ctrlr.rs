@@ -1,12 +1,14 @@
 //! An NVMe/TCP controller's own part of the controller model: attaching (connect the admin
 //! queue, then the bring-up every controller goes through, registers read by Property Get),
 //! and the controller's thread, which owns the admin queue after attach: Keep Alive every
-//! KATO/2, and the reconnect policy (SPDK's bdev_nvme reset / reconnect / ctrlr loss).
+//! KATO/2, the Aborts of commands past their deadline (`abort.rs`), and the reconnect policy
+//! (SPDK's bdev_nvme reset / reconnect / ctrlr loss).
 //!
 //! # Reconnect
-//! A queue pair that loses its connection asks for a reset ([`TcpCtrlr::request_reset`]); the
-//! controller's thread notices it, or its own admin connection failing (end of stream, a bad
-//! PDU, a Keep Alive unanswered), and then:
+//! A queue pair that loses its connection (or fails it: a command still not complete after
+//! an Abort) asks for a reset ([`TcpCtrlr::request_reset`]); the controller's thread notices
+//! it, or its own admin connection failing (end of stream, a bad PDU, a Keep Alive or an Abort
+//! unanswered or failed), and then:
 //! 1. makes `CtrlrInner::reset_gen` odd: queue pairs drop their connections at their next
 //!    submit or poll and hold their I/O, outstanding and new (counted by `outstanding()`);
 //! 2. reconnects the admin queue (a new controller: Connect with CNTLID 0xFFFF, CC.EN = 1 by
@@ -36,6 +38,7 @@ use crate::regs::{Cc, RegisterIo, off};
 use crate::spec::pdu::Digests;
 use crate::spec::{ConnectData, Sqe, admin_opc};
 
+use super::abort::{AbortAsks, SentAborts};
 use super::admin::TcpAdmin;
 use super::options::{TcpOptions, TcpTarget};
 
@@ -60,6 +63,8 @@ pub(crate) struct TcpCtrlr {
     reset_wanted: AtomicBool,
     /// Reconnecting for longer than `fast_io_fail_timeout_sec`: I/O is failed, not held.
     pub fast_io_fail: AtomicBool,
+    /// Aborts the queue pairs asked for, sent by the controller's thread (`abort.rs`).
+    pub(super) abort_asks: AbortAsks,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     waker: OnceLock<std::thread::Thread>,
 }
@@ -89,7 +94,7 @@ impl TcpCtrlr {
         self.wake();
     }
 
-    fn wake(&self) {
+    pub(super) fn wake(&self) {
         if let Some(t) = self.waker.get() {
             t.unpark();
         }
@@ -125,16 +130,36 @@ impl DmaMapper for NoDma {
 /// as `name` (bdevs `<name>n<nsid>`): connects the admin queue, brings the controller up
 /// (properties, Identify, namespaces, I/O queues granted) and starts its thread (Keep Alive,
 /// reconnects). Blocks until done (at most a few timeouts): call it off the reactors, as an
-/// RPC does.
+/// RPC does. The controller model's options are the defaults ([`connect_with`] sets them).
 pub fn connect(name: &str, target: &TcpTarget, opts: TcpOptions) -> Result<Controller, NvmeError> {
-    opts.validate()?;
-    let nvme_opts = NvmeOptions {
+    let nvme = NvmeOptions {
         name: name.to_string(),
-        max_io_queues: opts.io_queues,
-        io_queue_entries: opts.queue_size,
         ..NvmeOptions::default()
     };
+    connect_with(target, opts, nvme)
+}
+
+/// [`connect`] with the options of the controller model both transports share: `nvme.name`
+/// names the controller, and `io_timeout`, `abort_timeout`, `admin_timeout`, `io_retries`
+/// and `recovery_retries` mean what they mean on PCIe (SPDK's `bdev_nvme_set_options` apply
+/// to TCP controllers too). The queues are `opts`' (`io_queues`, `queue_size`; the admin
+/// queue has 32 entries, as Linux's host), `shutdown_timeout` bounds the shutdown at detach,
+/// and the PCIe-only `admin_queue_entries`, `max_io_queues`, `io_queue_entries` and
+/// `health_check_interval` are not used (the connection and Keep Alive tell a lost
+/// controller).
+pub fn connect_with(
+    target: &TcpTarget,
+    opts: TcpOptions,
+    nvme: NvmeOptions,
+) -> Result<Controller, NvmeError> {
+    opts.validate()?;
+    let nvme_opts = NvmeOptions {
+        max_io_queues: opts.io_queues,
+        io_queue_entries: opts.queue_size,
+        ..nvme
+    };
     nvme_opts.validate()?;
+    let name = nvme_opts.name.as_str();
     let addr = target.resolve()?;
     let hostid = pmio::Uuid::new_v4();
     let hostnqn = opts.hostnqn_or_generated(&hostid);
@@ -148,6 +173,7 @@ pub fn connect(name: &str, target: &TcpTarget, opts: TcpOptions) -> Result<Contr
         cntlid: AtomicU16::new(0),
         reset_wanted: AtomicBool::new(false),
         fast_io_fail: AtomicBool::new(false),
+        abort_asks: AbortAsks::default(),
         thread: Mutex::new(None),
         waker: OnceLock::new(),
         opts,
@@ -217,6 +243,7 @@ fn run(weak: Weak<CtrlrInner>) {
     let mut link = Link::Up {
         keep_alive: next_keep_alive(&weak),
     };
+    let mut aborts = SentAborts::default();
     loop {
         let Some(inner) = weak.upgrade() else { return };
         if inner.detached.load(Ordering::Acquire) || inner.liveness() != CtrlrLiveness::Alive {
@@ -225,7 +252,7 @@ fn run(weak: Weak<CtrlrInner>) {
         let t = inner.tcp().expect("a TCP controller");
         let now = Instant::now();
         link = match link {
-            Link::Up { keep_alive } => up_step(&inner, t, keep_alive, now),
+            Link::Up { keep_alive } => up_step(&inner, t, keep_alive, &mut aborts, now),
             Link::Lost { since, next } if now >= next => reconnect_step(&inner, t, since, now),
             lost @ Link::Lost { .. } => lost,
         };
@@ -240,8 +267,15 @@ fn next_keep_alive(weak: &Weak<CtrlrInner>) -> Option<Instant> {
     Some(Instant::now() + iv)
 }
 
-/// Connected: notices a lost admin connection or a wanted reset, sends Keep Alive when due.
-fn up_step(inner: &CtrlrInner, t: &TcpCtrlr, keep_alive: Option<Instant>, now: Instant) -> Link {
+/// Connected: notices a lost admin connection or a wanted reset, sends Keep Alive when due,
+/// sends the Aborts asked for and looks for their answers.
+fn up_step(
+    inner: &CtrlrInner,
+    t: &TcpCtrlr,
+    keep_alive: Option<Instant>,
+    aborts: &mut SentAborts,
+    now: Instant,
+) -> Link {
     let mut lost = t.reset_wanted.swap(false, Ordering::AcqRel) || !t.admin.check_stream();
     let mut next_ka = keep_alive;
     if let (false, Some(due), Some(iv)) = (lost, keep_alive, t.opts.keep_alive_interval())
@@ -255,6 +289,10 @@ fn up_step(inner: &CtrlrInner, t: &TcpCtrlr, keep_alive: Option<Instant>, now: I
         }
         next_ka = Some(now + iv);
     }
+    if !lost && let Err(e) = aborts.step(inner, t, now) {
+        log::error!("{e}");
+        lost = true;
+    }
     if !lost {
         return Link::Up {
             keep_alive: next_ka,
@@ -266,6 +304,7 @@ fn up_step(inner: &CtrlrInner, t: &TcpCtrlr, keep_alive: Option<Instant>, now: I
         t.opts.reconnect_delay_sec,
         t.opts.ctrlr_loss_timeout_sec
     );
+    aborts.clear(t);
     // Odd: queue pairs drop their connections and hold their I/O.
     inner.reset_gen.fetch_add(1, Ordering::AcqRel);
     t.admin.disconnect();

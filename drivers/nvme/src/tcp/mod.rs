@@ -10,11 +10,13 @@
 //!   target fails the connection, never the process.
 //! - `admin.rs`: the admin queue over its connection (blocking callers only), and the
 //!   controller's registers as Fabrics Property Get/Set.
-//! - `qpair.rs`: [`TcpQpair`], an I/O queue pair on one connection, owned by one reactor;
-//!   reconnects without blocking it.
-//! - `ctrlr.rs`: [`connect`], and the controller's thread: Keep Alive every KATO/2 and the
-//!   reconnect policy (`reconnect_delay_sec`, `fast_io_fail_timeout_sec`,
-//!   `ctrlr_loss_timeout_sec`).
+//! - `qpair/`: [`TcpQpair`], an I/O queue pair on one connection, owned by one reactor;
+//!   reconnects without blocking it; commands past `NvmeOptions::io_timeout` are aborted,
+//!   then their connection is failed and reconnected.
+//! - `ctrlr.rs`: [`connect`] and [`connect_with`], and the controller's thread: Keep Alive
+//!   every KATO/2 and the reconnect policy (`reconnect_delay_sec`,
+//!   `fast_io_fail_timeout_sec`, `ctrlr_loss_timeout_sec`).
+//! - `abort.rs`: Aborts asked for by the queue pairs, sent by the controller's thread.
 //!
 //! ```no_run
 //! use pmio::BlockDevice;
@@ -34,6 +36,7 @@
 //! # Ok::<(), pmio_nvme::NvmeError>(())
 //! ```
 
+mod abort;
 pub(crate) mod admin;
 mod conn;
 mod ctrlr;
@@ -43,7 +46,7 @@ mod sock;
 
 pub use conn::ConnError;
 pub(crate) use ctrlr::TcpCtrlr;
-pub use ctrlr::connect;
 pub(crate) use ctrlr::shutdown;
+pub use ctrlr::{connect, connect_with};
 pub use options::{TcpOptions, TcpTarget};
 pub use qpair::TcpQpair;

@@ -1,8 +1,11 @@
 //! The NVMe/TCP host's test peer: pmio's own target (pmio-nvmf) on reactors in this process,
-//! on 127.0.0.1, serving a malloc bdev that outlives target restarts; and a small driver of
-//! one queue pair for the tests (submit, poll until done, bounded).
+//! on 127.0.0.1, serving a malloc bdev that outlives target restarts; a proxy in front of it
+//! that rewrites or drops chosen PDUs (`proxy.rs`); and a small driver of one queue pair for
+//! the tests (submit, poll until done, bounded).
 
 #![allow(dead_code)]
+
+pub mod proxy;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
