@@ -83,25 +83,13 @@ impl NvmeQpair {
         let now = self.trk.batch_clock();
         let mut pushed = false;
         for &tag in tags {
-            let Some(idx) = self.trk.free_tag(rqs, tag) else {
+            let Some(idx) = self.trk.claim(rqs, tag, now) else {
                 continue;
             };
             match self.build(&rqs[idx]) {
-                Ok(sqe) => {
-                    if self.rings.push(&sqe) {
-                        self.trk.slots[idx] = CmdSlot {
-                            outstanding: true,
-                            ts: now,
-                            ..CmdSlot::default()
-                        };
-                        self.trk.outstanding += 1;
-                        self.trk.stats.submitted += 1;
-                        pushed = true;
-                    } else {
-                        self.trk.reject(rqs, tag, IoError::Removed);
-                    }
-                }
-                Err(e) => self.trk.reject(rqs, tag, e),
+                Ok(sqe) if self.rings.push(&sqe) => pushed = true,
+                Ok(_) => self.trk.unclaim(rqs, idx, IoError::Removed),
+                Err(e) => self.trk.unclaim(rqs, idx, e),
             }
         }
         if pushed {

@@ -126,6 +126,36 @@ impl Tracker {
         Some(idx)
     }
 
+    /// Takes `tag` for a command sent at `now` (outstanding, counted as submitted), when
+    /// [`Tracker::free_tag`] allows; its retry and recovery counts carry over (a free slot
+    /// has none, a resubmitted one keeps its own). Give it back with [`Tracker::unclaim`] if
+    /// the command cannot be sent after all. Marking the slot before the command is built
+    /// spares the hot path a second bounds check on it.
+    #[inline]
+    pub(crate) fn claim(&mut self, rqs: &mut [Request], tag: u16, now: u64) -> Option<usize> {
+        let idx = self.free_tag(rqs, tag)?;
+        let slot = &mut self.slots[idx];
+        *slot = CmdSlot {
+            outstanding: true,
+            retries: slot.retries,
+            recoveries: slot.recoveries,
+            ts: now,
+            ..CmdSlot::default()
+        };
+        self.outstanding += 1;
+        self.stats.submitted += 1;
+        Some(idx)
+    }
+
+    /// The command of a claimed slot could not be sent: its request is rejected with `err`.
+    #[cold]
+    pub(crate) fn unclaim(&mut self, rqs: &mut [Request], idx: usize, err: IoError) {
+        self.slots[idx] = CmdSlot::default();
+        self.outstanding -= 1;
+        self.stats.submitted -= 1;
+        self.reject(rqs, idx as u16, err);
+    }
+
     /// Completes `tag` with `err` at the next poll (counted as outstanding until then).
     #[cold]
     pub(crate) fn reject(&mut self, rqs: &mut [Request], tag: u16, err: IoError) {
@@ -169,6 +199,14 @@ impl Tracker {
         done: &mut Vec<u16>,
         max: usize,
     ) -> usize {
+        if self.failed.is_empty() {
+            return 0;
+        }
+        self.report_failed_cold(rqs, done, max)
+    }
+
+    #[cold]
+    fn report_failed_cold(&mut self, rqs: &[Request], done: &mut Vec<u16>, max: usize) -> usize {
         let mut n = 0;
         while n < max {
             let Some(tag) = self.failed.pop() else { break };

@@ -16,28 +16,20 @@ impl TcpQpair {
     /// the latest clock read.
     #[inline]
     pub(super) fn start(&mut self, rqs: &mut [Request], tag: u16) {
-        let Some(idx) = self.trk.free_tag(rqs, tag) else {
+        let Some(idx) = self.trk.claim(rqs, tag, self.trk.last_now) else {
             return;
         };
-        let rq = &rqs[idx];
-        let built = self.build(rq);
-        let Link::Up(conn) = &mut self.link else {
-            unreachable!("commands start only on a connection");
-        };
-        match built {
+        match self.build(&rqs[idx]) {
             Ok((sqe, buf, len, read)) => {
+                let Link::Up(conn) = &mut self.link else {
+                    unreachable!("commands start only on a connection");
+                };
                 // SAFETY: the request's buffer (checked to hold `len` bytes) belongs to it
                 // until it completes (`IoBuf`'s contract); a discard's range lives in
                 // `self.dsm[idx]`, untouched while the tag is in flight.
                 unsafe { conn.submit(tag, sqe, buf, len, read, true, self.in_capsule) };
-                let slot = &mut self.trk.slots[idx];
-                slot.outstanding = true;
-                slot.aborted = false;
-                slot.ts = self.trk.last_now;
-                self.trk.outstanding += 1;
-                self.trk.stats.submitted += 1;
             }
-            Err(e) => self.trk.reject(rqs, tag, e),
+            Err(e) => self.trk.unclaim(rqs, idx, e),
         }
     }
 
