@@ -546,14 +546,16 @@ impl Host {
         cntlid: u16,
         kato_ms: u32,
     ) -> Reply {
-        let mut sqe = Sqe {
-            cdw10: u32::from(qid) << 16,
-            cdw11: u32::from(sqsize),
-            cdw12: kato_ms,
-            ..Sqe::new(spec::admin_opc::FABRICS, self.cid())
-        };
-        sqe.set_fctype(spec::fctype::CONNECT);
-        let cid = sqe.cid();
+        let mut sqe = spec::ConnectCmd {
+            recfmt: 0,
+            qid,
+            sqsize,
+            cattr: 0,
+            kato_ms,
+        }
+        .sqe();
+        let cid = self.cid();
+        sqe.set_cid(cid);
         self.send_cmd(&mut sqe, &connect_data(subnqn, hostnqn, cntlid));
         self.qid = qid;
         self.wait(cid, &[])
@@ -681,14 +683,16 @@ pub fn icreq_header(digests: Digests) -> Header {
     Header::IcReq(IcReq::new(digests))
 }
 
-/// The 1024 bytes of a Connect's data.
-pub fn connect_data(subnqn: &str, hostnqn: &str, cntlid: u16) -> Vec<u8> {
-    let mut data = vec![0u8; 1024];
-    data[..16].copy_from_slice(&[7u8; 16]);
-    data[16..18].copy_from_slice(&cntlid.to_le_bytes());
-    data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
-    data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
-    data
+/// The 1024 bytes of a Connect's data, as a host encodes them (the codec the target parses
+/// them with, from `pmio-nvme-spec`).
+pub fn connect_data(subnqn: &str, hostnqn: &str, cntlid: u16) -> [u8; spec::CONNECT_DATA_LEN] {
+    spec::ConnectData {
+        hostid: [7u8; 16],
+        cntlid,
+        subnqn: subnqn.into(),
+        hostnqn: hostnqn.into(),
+    }
+    .encode()
 }
 
 /// `len` bytes of a pattern that differs per `seed`.
