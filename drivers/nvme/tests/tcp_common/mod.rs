@@ -5,7 +5,10 @@
 
 #![allow(dead_code)]
 
+mod pattern;
 pub mod proxy;
+
+pub use pattern::pattern;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,19 +146,6 @@ pub fn reconnecting(loss: i32, fast_io_fail: u32) -> TcpOptions {
         fast_io_fail_timeout_sec: fast_io_fail,
         ..TcpOptions::default()
     }
-}
-
-/// `len` bytes of a pattern that differs per `seed`.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// One queue pair driven by the test thread: requests by tag, completions counted per tag

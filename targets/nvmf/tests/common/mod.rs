@@ -19,6 +19,12 @@ use pmio_nvmf::spec::{self, Cqe, SglDesc, Sqe, Status};
 use pmio_nvmf::{GroupStats, ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 
+// The test data pattern, one copy for both ends of the wire: pmio-nvme's NVMe/TCP host tests
+// keep it (no crate depends on the other for a test helper).
+#[path = "../../../../drivers/nvme/tests/tcp_common/pattern.rs"]
+mod pattern;
+pub use pattern::pattern;
+
 pub const NQN: &str = "nqn.2016-06.io.pmio:test1";
 pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 
@@ -693,19 +699,6 @@ pub fn connect_data(subnqn: &str, hostnqn: &str, cntlid: u16) -> [u8; spec::CONN
         hostnqn: hostnqn.into(),
     }
     .encode()
-}
-
-/// `len` bytes of a pattern that differs per `seed`.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A new controller's admin queue and its I/O queue 1 (128 entries).
