@@ -1,8 +1,9 @@
 //! An NVMe/TCP controller's own part of the controller model: attaching (connect the admin
 //! queue, then the bring-up every controller goes through, registers read by Property Get),
 //! and the controller's thread, which owns the admin queue after attach: Keep Alive every
-//! KATO/2, the Aborts of commands past their deadline (`abort.rs`), and the reconnect policy
-//! (SPDK's bdev_nvme reset / reconnect / ctrlr loss).
+//! KATO/2, the Aborts of commands past their deadline (`abort.rs`), an Asynchronous Event
+//! Request kept posted (`aer.rs`), and the reconnect policy (SPDK's bdev_nvme reset /
+//! reconnect / ctrlr loss).
 //!
 //! # Reconnect
 //! A queue pair that loses its connection (or fails it: a command still not complete after
@@ -40,6 +41,7 @@ use crate::spec::{ConnectData, Sqe, admin_opc};
 
 use super::abort::{AbortAsks, SentAborts};
 use super::admin::TcpAdmin;
+use super::aer::Aer;
 use super::options::{TcpOptions, TcpTarget};
 
 /// How long one connection set-up (TCP, ICReq/ICResp, Connect) may take. Linux's host gives
@@ -244,6 +246,7 @@ fn run(weak: Weak<CtrlrInner>) {
         keep_alive: next_keep_alive(&weak),
     };
     let mut aborts = SentAborts::default();
+    let mut aer = Aer::default();
     loop {
         let Some(inner) = weak.upgrade() else { return };
         if inner.detached.load(Ordering::Acquire) || inner.liveness() != CtrlrLiveness::Alive {
@@ -252,7 +255,7 @@ fn run(weak: Weak<CtrlrInner>) {
         let t = inner.tcp().expect("a TCP controller");
         let now = Instant::now();
         link = match link {
-            Link::Up { keep_alive } => up_step(&inner, t, keep_alive, &mut aborts, now),
+            Link::Up { keep_alive } => up_step(&inner, t, keep_alive, (&mut aborts, &mut aer), now),
             Link::Lost { since, next } if now >= next => reconnect_step(&inner, t, since, now),
             lost @ Link::Lost { .. } => lost,
         };
@@ -268,12 +271,12 @@ fn next_keep_alive(weak: &Weak<CtrlrInner>) -> Option<Instant> {
 }
 
 /// Connected: notices a lost admin connection or a wanted reset, sends Keep Alive when due,
-/// sends the Aborts asked for and looks for their answers.
+/// sends the Aborts asked for and looks for their answers, keeps an AER posted.
 fn up_step(
     inner: &CtrlrInner,
     t: &TcpCtrlr,
     keep_alive: Option<Instant>,
-    aborts: &mut SentAborts,
+    (aborts, aer): (&mut SentAborts, &mut Aer),
     now: Instant,
 ) -> Link {
     let mut lost = t.reset_wanted.swap(false, Ordering::AcqRel) || !t.admin.check_stream();
@@ -293,6 +296,10 @@ fn up_step(
         log::error!("{e}");
         lost = true;
     }
+    if !lost && let Err(e) = aer.step(inner, t) {
+        log::warn!("{e}");
+        lost = true;
+    }
     if !lost {
         return Link::Up {
             keep_alive: next_ka,
@@ -305,6 +312,7 @@ fn up_step(
         t.opts.ctrlr_loss_timeout_sec
     );
     aborts.clear(t);
+    aer.clear();
     // Odd: queue pairs drop their connections and hold their I/O.
     inner.reset_gen.fetch_add(1, Ordering::AcqRel);
     t.admin.disconnect();

@@ -17,6 +17,8 @@
 //!   every KATO/2 and the reconnect policy (`reconnect_delay_sec`,
 //!   `fast_io_fail_timeout_sec`, `ctrlr_loss_timeout_sec`).
 //! - `abort.rs`: Aborts asked for by the queue pairs, sent by the controller's thread.
+//! - `aer.rs`: the Asynchronous Event Request the controller's thread keeps posted;
+//!   namespace changes are read and logged.
 //!
 //! ```no_run
 //! use pmio::BlockDevice;
@@ -38,6 +40,7 @@
 
 mod abort;
 pub(crate) mod admin;
+mod aer;
 mod conn;
 mod ctrlr;
 mod options;

@@ -113,6 +113,26 @@ impl Target {
         }
     }
 
+    /// Adds a malloc bdev `name` of `num_blocks` blocks as the subsystem's next namespace;
+    /// returns its NSID (connected hosts are sent a namespace attribute notice).
+    pub fn add_namespace(&self, name: &str, num_blocks: u64) -> u32 {
+        let dev = MallocDevice::new(MallocOptions {
+            name: name.into(),
+            num_blocks,
+            ..MallocOptions::default()
+        })
+        .unwrap();
+        self.registry.register(dev).unwrap();
+        let tgt = self.tgt.as_ref().expect("the target is up");
+        tgt.add_ns(NQN, name, 0, None, None, None).unwrap()
+    }
+
+    /// Removes namespace `nsid` from the subsystem.
+    pub fn remove_namespace(&self, nsid: u32) {
+        let tgt = self.tgt.as_ref().expect("the target is up");
+        tgt.remove_ns(NQN, nsid).unwrap();
+    }
+
     /// IDs of the controllers connected to the subsystem now.
     pub fn cntlids(&self) -> Vec<u16> {
         self.tgt.as_ref().map_or(Vec::new(), |t| {
