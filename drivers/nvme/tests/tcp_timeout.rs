@@ -144,3 +144,52 @@ fn a_read_swallowed_every_time_fails_with_timeout_after_its_recovery_budget() {
     drop(d);
     ctrlr.detach().unwrap();
 }
+
+#[test]
+fn a_request_failed_while_held_leaves_no_recovery_spent_behind() {
+    let io_timeout = Duration::from_millis(1000);
+    // Fast I/O fail after 1 s; reconnecting never gives up.
+    let Setup {
+        mut t,
+        proxy,
+        ctrlr,
+        mut d,
+    } = setup(reconnecting(-1, 1), io_timeout, 1);
+    let mut data = pattern(4096, 23);
+    assert!(d.one(Op::Write, 16, &mut data).is_success());
+
+    // A read in flight when the target goes: held for a resubmission (one of its one
+    // recovery), then failed by fast I/O fail.
+    proxy.arm_once(Dir::ToTarget, swallow_read);
+    let mut back = vec![0u8; 4096];
+    d.prep(0, Op::Read, 16, 8, &mut back);
+    d.submit(&[0]);
+    while proxy.armed() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t.down();
+    assert_eq!(d.reap(1, IO_LIMIT).len(), 1);
+    assert_eq!(d.rqs[0].status, IoStatus::Errno(libc::ENXIO));
+
+    // The same tag, fresh: its whole budget again. Swallowed once, it is aborted, its
+    // connection failed and it is resubmitted (a spent budget would fail it instead). Tag 1
+    // looks for the controller's return, so tag 0's next command is that read.
+    t.up();
+    let deadline = Instant::now() + IO_LIMIT;
+    let mut probe = vec![0u8; 512];
+    loop {
+        d.prep(1, Op::Read, 0, 1, &mut probe);
+        if d.run(&[1])[0].is_success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the controller came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    proxy.arm_once(Dir::ToTarget, swallow_read);
+    back.fill(0);
+    assert_eq!(d.one(Op::Read, 16, &mut back), IoStatus::Success);
+    assert_eq!(proxy.hits(), 2);
+    assert!(back == data);
+    drop(d);
+    ctrlr.detach().unwrap();
+}

@@ -271,11 +271,13 @@ impl Tracker {
         self.held = held;
     }
 
-    /// Fails every held submission with `err`.
+    /// Fails every held submission with `err` (a resubmission's retry and recovery counts
+    /// go with it).
     #[cold]
     pub(crate) fn fail_held(&mut self, rqs: &mut [Request], err: IoError) {
         let held = self.take_held();
         for &tag in &held {
+            self.slots[usize::from(tag)] = CmdSlot::default();
             self.stats.failed_dead += 1;
             self.reject(rqs, tag, err);
         }
