@@ -29,12 +29,14 @@ pub struct NvmeOptions {
     pub io_retries: u8,
     /// Deadline of each I/O command, checked by the poller: a command past it is aborted
     /// (Abort), and the controller is reset when the abort fails or the aborted command still
-    /// does not complete. `Duration::ZERO` disables I/O timeouts. Default 30 s.
+    /// does not complete (NVMe/TCP: the command's connection is failed and the controller
+    /// reconnected, `crate::tcp`). `Duration::ZERO` disables I/O timeouts. Default 30 s.
     pub io_timeout: Duration,
-    /// Deadline of one Abort command (the poller waits for it). Default 1 s.
+    /// Deadline of one Abort command (the poller, or an NVMe/TCP controller's thread, looks
+    /// for its answer until then). Default 1 s.
     pub abort_timeout: Duration,
-    /// Times one I/O is resubmitted after a timeout or a controller reset before it fails
-    /// with `IoStatus::Timeout`. Default 3.
+    /// Times one I/O is resubmitted after a timeout or a controller reset (NVMe/TCP: a lost
+    /// connection) before it fails with `IoStatus::Timeout`. Default 3.
     pub recovery_retries: u8,
     /// How often a poller with commands outstanding reads CSTS for a fatal status (then resets
     /// the controller) or a vanished device (then fails every I/O). Default 10 ms.

@@ -84,9 +84,11 @@ pub struct QpairStats {
     pub duplicates: u64,
     /// Commands found past their deadline (`NvmeOptions::io_timeout`).
     pub timeouts: u64,
-    /// Abort commands sent for timed-out commands (asynchronously: the poller never waits).
+    /// Abort commands sent for timed-out commands (asynchronously: the poller never waits;
+    /// NVMe/TCP: asked of the controller's thread, which sends them).
     pub aborts: u64,
-    /// Of those, Aborts that failed or timed out (each leads to a controller reset).
+    /// Of those, Aborts that failed or timed out (each leads to a controller reset). PCIe
+    /// only: an NVMe/TCP controller's thread reconnects the controller itself then.
     pub aborts_failed: u64,
     /// Controller resets this queue pair went through (its queues recreated each time).
     pub resets: u64,
