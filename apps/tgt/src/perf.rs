@@ -109,6 +109,25 @@ struct Planned {
     reactor: usize,
 }
 
+/// Jobs planned and not yet handed to a reactor. On an error path they give their buffers back
+/// to the bdevs' caches instead of freeing them: a cached buffer may still be registered with
+/// its device (`JobSpec::with_buffers`).
+struct Plan<'t> {
+    target: &'t Target,
+    jobs: Vec<Planned>,
+}
+
+impl Drop for Plan<'_> {
+    fn drop(&mut self) {
+        for p in self.jobs.drain(..) {
+            let name = p.spec.dev.info().name.clone();
+            if let Some(bufs) = p.spec.into_buffers() {
+                self.target.give_back_buffer(&name, bufs);
+            }
+        }
+    }
+}
+
 /// What a job reports.
 struct JobReport {
     name: String,
@@ -177,7 +196,11 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     if cores.is_empty() {
         return Err(RpcError::errno_detail(-libc::ESHUTDOWN, "no reactors"));
     }
-    let mut specs: Vec<Planned> = Vec::with_capacity(devs.len());
+    let mut plan = Plan {
+        target: t,
+        jobs: Vec::with_capacity(devs.len()),
+    };
+    let specs = &mut plan.jobs;
     for dev in devs {
         let i = dev.info();
         let name = &i.name;
@@ -259,7 +282,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
         }
     }
     let mut names: Vec<String> = Vec::new();
-    for p in &specs {
+    for p in &plan.jobs {
         let n = &p.spec.dev.info().name;
         if !names.contains(n) {
             names.push(n.clone());
@@ -273,7 +296,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     })?;
     // A scheduler switch between the lookup above and the claim: refuse rather than run on a
     // retired instance (the switch holds the same claim, so none can happen from here on).
-    for p in &specs {
+    for p in &plan.jobs {
         let name = &p.spec.dev.info().name;
         let same = match (&p.spec.sched, crate::sched::scheduler_of(t, name)) {
             (SchedMode::None, Scheduler::None) => true,
@@ -287,10 +310,11 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             ));
         }
     }
-    let jobs = specs.len();
+    let jobs = plan.jobs.len();
     let (tx, rx) = mpsc::channel::<JobReport>();
     let mut started = 0;
-    for p in specs {
+    let mut unstarted = std::mem::take(&mut plan.jobs).into_iter();
+    for p in unstarted.by_ref() {
         let core = cores[p.reactor];
         let name = p.spec.dev.info().name.clone();
         let hooks = JobHooks {
@@ -308,6 +332,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
         }
         started += 1;
     }
+    plan.jobs.extend(unstarted);
     drop(tx);
     let wait = Duration::from_secs_f64(seconds) + Duration::from_secs(30);
     let mut reports = Vec::with_capacity(started);

@@ -147,6 +147,12 @@ impl JobSpec {
         self
     }
 
+    /// The region given by [`JobSpec::with_buffers`], of a job that will not run: for the
+    /// caller to keep (it may still be registered with the device), not to free.
+    pub fn into_buffers(self) -> Option<DmaRegion> {
+        self.bufs
+    }
+
     /// Checks everything the engine relies on; the first problem found, naming the device.
     pub fn validate(&self) -> Result<(), JobError> {
         let info = self.dev.info();
