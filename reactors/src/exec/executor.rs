@@ -141,6 +141,11 @@ impl Executor {
         !self.run_queue.borrow().is_empty()
     }
 
+    /// The group this executor's reactor belongs to.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Tasks alive on this reactor.
     pub(crate) fn task_count(&self) -> usize {
         self.tasks.borrow().len()

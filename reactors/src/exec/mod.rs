@@ -107,6 +107,34 @@ impl ReactorCtx {
 }
 
 impl ReactorsHandle {
+    /// The group of the reactor running the caller, or `None` off reactor threads. Code inside
+    /// a task, which cannot hold [`ReactorCtx`] across an await, reaches its reactor's context
+    /// with a message through it (e.g. to register a poller).
+    ///
+    /// ```
+    /// use pmio_reactors::{CoreMask, Reactors, ReactorsHandle, ReactorsOptions, current_core};
+    ///
+    /// let mask = CoreMask::from_cores([CoreMask::available()?.first()])?;
+    /// let reactors = Reactors::start(mask, ReactorsOptions::default())?;
+    /// let core = reactors.cores()[0];
+    /// assert!(ReactorsHandle::current().is_none()); // not a reactor thread
+    /// let task = reactors.spawn_on(core, || async {
+    ///     let group = ReactorsHandle::current().expect("a task runs on a reactor");
+    ///     let here = current_core().unwrap();
+    ///     group.send(here, |ctx| {
+    ///         ctx.register_poller("registered_by_a_task", |_| false);
+    ///     })
+    /// })?;
+    /// task.join()??;
+    /// let names = reactors.run_on(core, |ctx| ctx.pollers().into_iter().map(|p| p.name).collect::<Vec<_>>())?;
+    /// assert_eq!(names, ["registered_by_a_task"]);
+    /// reactors.stop()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn current() -> Option<ReactorsHandle> {
+        executor::with_current(|exec| ReactorsHandle::from_shared(Arc::clone(exec.shared())))
+    }
+
     /// Spawns a task on the reactor of `core`: `make` is sent there as a message and builds the
     /// future on that core, so the future itself may be `!Send` (only `make` and the output
     /// cross cores). Returns at once with a [`JoinHandle`] that is `Send`: await it from a task
