@@ -7,9 +7,11 @@
 //! - [`sched`]: I/O schedulers (`none`, `mq-deadline`).
 //! - [`bdev`]: the block-device interface drivers implement.
 //! - [`dma`]: memory a device can DMA into.
+//! - [`aio`]: async I/O on a bdev, futures that own their buffers (runtime-agnostic).
 //!
 //! This crate starts no threads and opens no devices.
 
+pub mod aio;
 pub mod bdev;
 pub mod dma;
 pub mod hctx;
