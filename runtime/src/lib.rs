@@ -1,9 +1,49 @@
 //! pmio-runtime: embedding pmio in an application, on the reactors of `pmio-reactors` and
 //! the public block layer of `pmio`.
 //!
+//! - [`Bdev`]: async bdev I/O from tasks on a reactor. [`Bdev::open`] opens the device on the
+//!   calling reactor and registers the poller that drives it; its futures own their buffers
+//!   and hand them back (`let (res, buf) = bdev.read(buf, lba).await`). The contract (buffer
+//!   ownership, one doorbell per turn, a full queue waits, no allocation per I/O) is
+//!   [`pmio::aio`]'s.
+//! - [`registry`]: the process's named devices, where [`Bdev::open`] looks.
 //! - [`job`]: the job engine. Per-core workers keep I/O in flight on bdev queues (random or
 //!   sequential, read/write mixes, priority classes, verify patterns, latency histograms);
 //!   pmio-perf and pmio-tgt's `perform_tests` are two front ends of it.
+//!
+//! The examples (`cargo run -p pmio-runtime --example NAME`): `hello_bdev` (SPDK's hello_bdev),
+//! `bdev_copy` (many I/Os in flight between two devices), `callback_style` (a poller over
+//! [`pmio::bdev::BdevQueue`], the SPDK way), `aio_cost` (CPU per I/O, async against poller).
+//!
+//! Write and read back a block from a task:
+//!
+//! ```
+//! use pmio::aio::BufPool;
+//! use pmio::dma::DmaPoolOptions;
+//! use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+//!
+//! let dev = pmio_malloc::MallocDevice::new(pmio_malloc::MallocOptions {
+//!     name: "LibMalloc0".into(),
+//!     ..Default::default()
+//! })?;
+//! pmio_runtime::registry().register(dev)?;
+//! let core = CoreMask::available()?.first();
+//! let reactors = Reactors::start(CoreMask::from_cores([core])?, ReactorsOptions::default())?;
+//! let task = reactors.spawn_on(core, || async {
+//!     let bdev = pmio_runtime::Bdev::open("LibMalloc0")?;
+//!     let pool = BufPool::new(DmaPoolOptions { count: 2, buf_size: 512, ..Default::default() })?;
+//!     let mut buf = pool.get().unwrap();
+//!     buf.fill(7);
+//!     let (res, _buf) = bdev.write(buf, 0).await;
+//!     res?;
+//!     let (res, back) = bdev.read(pool.get().unwrap(), 0).await;
+//!     res?;
+//!     Ok::<bool, Box<dyn std::error::Error + Send + Sync>>(back.iter().all(|&b| b == 7))
+//! })?;
+//! assert!(task.join()?.expect("I/O"));
+//! reactors.stop()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! Run 50 ms of random 4 KiB reads on a null device from one reactor:
 //!
@@ -38,4 +78,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bdev;
 pub mod job;
+
+pub use bdev::{Bdev, OpenError, registry};
