@@ -2,17 +2,18 @@
 //! (flush, write zeroes, deallocate). Both are one [`InFlight`] — an I/O and its slot — and
 //! differ only in the buffer they carry and hand back.
 //!
-//! The first poll submits the I/O into the handle's plug; later polls look at the slot. A
-//! future dropped in flight leaves its buffer in the slot (see `slots.rs`).
+//! The first poll stages the I/O in the handle; later polls look at the slot. A future dropped
+//! in flight leaves its buffer in the slot (see `slots.rs`); one dropped while its I/O is
+//! still staged withdraws it.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use super::AioBdev;
 use super::buf::IoBufMut;
 use super::error::AioError;
-use super::{AioBdev, Start};
-use crate::request::{Io, IoBuf, IoStatus, Op};
+use crate::request::{IoBuf, IoStatus, Op};
 
 /// The slot of an I/O not submitted yet.
 const NEW: u32 = u32::MAX;
@@ -23,46 +24,50 @@ const DONE: u32 = u32::MAX - 1;
 #[derive(Debug)]
 struct InFlight<'a> {
     bdev: &'a AioBdev,
-    io: Io,
+    op: Op,
+    lba: u64,
+    nblocks: u32,
     /// Its slot in the handle's table, or `NEW` / `DONE`.
     slot: u32,
 }
 
 impl<'a> InFlight<'a> {
-    fn new(bdev: &'a AioBdev, op: Op, lba: u64, nblocks: u32, buf: IoBuf) -> InFlight<'a> {
+    fn new(bdev: &'a AioBdev, op: Op, lba: u64, nblocks: u32) -> InFlight<'a> {
         InFlight {
             bdev,
-            io: Io {
-                op,
-                lba,
-                nblocks,
-                buf,
-                ..Io::default()
-            },
+            op,
+            lba,
+            nblocks,
             slot: NEW,
         }
     }
 
+    /// Polls the I/O; `buf` gives its buffer at the first poll (when it is staged).
     #[inline]
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), AioError>> {
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: impl FnOnce(&mut Self) -> IoBuf,
+    ) -> Poll<Result<(), AioError>> {
         match self.slot {
-            NEW => match self.bdev.start(&mut self.io, cx.waker()) {
-                Start::Queued(slot) => {
-                    self.slot = slot;
-                    Poll::Pending
-                }
-                Start::Busy => Poll::Pending,
-                Start::Refused(e) => {
-                    self.slot = DONE;
-                    Poll::Ready(Err(AioError::Rejected(e)))
-                }
-            },
+            NEW => {
+                let buf = buf(self);
+                let staged = self
+                    .bdev
+                    .stage(self.op, self.lba, self.nblocks, buf, cx.waker());
+                self.slot = staged;
+                Poll::Pending
+            }
             DONE => panic!("an I/O future polled after it completed"),
             slot => match self.bdev.poll_slot(slot, cx.waker()) {
                 None => Poll::Pending,
-                Some(status) => {
+                Some(Ok(status)) => {
                     self.slot = DONE;
                     Poll::Ready(self.result(status))
+                }
+                Some(Err(refused)) => {
+                    self.slot = DONE;
+                    Poll::Ready(Err(AioError::Rejected(*refused)))
                 }
             },
         }
@@ -74,15 +79,16 @@ impl<'a> InFlight<'a> {
         }
         Err(AioError::Failed {
             bdev: self.bdev.name_arc().clone(),
-            op: self.io.op,
-            lba: self.io.lba,
-            nblocks: self.io.nblocks,
+            op: self.op,
+            lba: self.lba,
+            nblocks: self.nblocks,
             status,
         })
     }
 
     /// Gives the slot up (the future is dropped); the handle keeps `buf` while the device may
     /// still use it.
+    #[inline]
     fn abandon(&mut self, buf: super::Orphan) {
         if self.slot < DONE {
             self.bdev.abandon(self.slot, buf);
@@ -110,11 +116,9 @@ pub struct DataIo<'a, B: IoBufMut> {
 }
 
 impl<'a, B: IoBufMut> DataIo<'a, B> {
-    pub(super) fn new(bdev: &'a AioBdev, op: Op, mut buf: B, lba: u64) -> DataIo<'a, B> {
-        let iobuf = AioBdev::io_buf(buf.stable_mut_ptr(), buf.bytes_total());
-        let nblocks = iobuf.len() / bdev.block_size();
+    pub(super) fn new(bdev: &'a AioBdev, op: Op, buf: B, lba: u64) -> DataIo<'a, B> {
         DataIo {
-            io: InFlight::new(bdev, op, lba, nblocks, iobuf),
+            io: InFlight::new(bdev, op, lba, 0),
             buf: Some(buf),
         }
     }
@@ -126,10 +130,18 @@ impl<B: IoBufMut> Future for DataIo<'_, B> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        this.io.poll(cx).map(|res| {
-            let buf = this.buf.take().expect("the buffer is handed back once");
-            (res, buf)
-        })
+        let buf = &mut this.buf;
+        this.io
+            .poll(cx, |io| {
+                let b = buf.as_mut().expect("the buffer is here until handed back");
+                let iobuf = AioBdev::io_buf(b.stable_mut_ptr(), b.bytes_total());
+                io.nblocks = io.bdev.blocks_in(iobuf.len());
+                iobuf
+            })
+            .map(|res| {
+                let buf = this.buf.take().expect("the buffer is handed back once");
+                (res, buf)
+            })
     }
 }
 
@@ -155,7 +167,7 @@ pub struct Cmd<'a> {
 impl<'a> Cmd<'a> {
     pub(super) fn new(bdev: &'a AioBdev, op: Op, lba: u64, nblocks: u32) -> Cmd<'a> {
         Cmd {
-            io: InFlight::new(bdev, op, lba, nblocks, IoBuf::EMPTY),
+            io: InFlight::new(bdev, op, lba, nblocks),
         }
     }
 }
@@ -165,6 +177,6 @@ impl Future for Cmd<'_> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut().io.poll(cx)
+        self.get_mut().io.poll(cx, |_| IoBuf::EMPTY)
     }
 }

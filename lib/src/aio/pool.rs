@@ -28,47 +28,84 @@ use crate::dma::{DmaError, DmaPool, DmaPoolOptions};
 /// assert_eq!(pool.available(), 2);
 /// # Ok::<(), pmio::DmaError>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct BufPool {
-    pool: Rc<RefCell<DmaPool>>,
+    shared: Rc<Shared>,
+}
+
+/// What a pool and its buffers share.
+struct Shared {
+    pool: RefCell<DmaPool>,
+    /// One entry per buffer, at a fixed address: a [`PoolBuf`] is a pointer to its entry.
+    bufs: Box<[Entry]>,
+}
+
+/// Where buffer `index` is, and the pool it goes back to.
+struct Entry {
+    ptr: NonNull<u8>,
+    len: usize,
+    index: u32,
+    /// The `Shared` this entry lies in (`Rc::as_ptr` of the pool's `Rc`).
+    shared: *const Shared,
+}
+
+impl std::fmt::Debug for BufPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufPool")
+            .field("buffers", &self.shared.bufs.len())
+            .field("available", &self.available())
+            .finish()
+    }
 }
 
 impl BufPool {
     /// Allocates `opts.count` buffers of `opts.buf_size` bytes (see [`DmaPool::new`]).
     pub fn new(opts: DmaPoolOptions) -> Result<BufPool, DmaError> {
-        Ok(BufPool {
-            pool: Rc::new(RefCell::new(DmaPool::new(opts)?)),
-        })
+        let pool = DmaPool::new(opts)?;
+        let bufs = (0..pool.count())
+            .map(|index| Entry {
+                ptr: NonNull::new(pool.ptr(index)).expect("a pool buffer is never at 0"),
+                len: pool.buf_size(),
+                index,
+                shared: std::ptr::null(),
+            })
+            .collect();
+        let mut shared = Rc::new(Shared {
+            pool: RefCell::new(pool),
+            bufs,
+        });
+        let me = Rc::as_ptr(&shared);
+        for e in &mut Rc::get_mut(&mut shared).expect("not shared yet").bufs {
+            e.shared = me;
+        }
+        Ok(BufPool { shared })
     }
 
     /// A free buffer, or `None` when all are in use.
     #[inline]
     pub fn get(&self) -> Option<PoolBuf> {
-        let mut pool = self.pool.borrow_mut();
-        let index = pool.get()?;
-        let ptr = NonNull::new(pool.ptr(index)).expect("a pool buffer is never at address 0");
-        Some(PoolBuf {
-            pool: Rc::clone(&self.pool),
-            index,
-            ptr,
-            len: pool.buf_size(),
-        })
+        let index = self.shared.pool.borrow_mut().get()?;
+        let entry = NonNull::from(&self.shared.bufs[index as usize]);
+        // The buffer holds a count on the pool (released in its drop), so its entry, its
+        // memory and the pool stay while it lives. (`into_raw` gives `as_ptr`: `Entry::shared`.)
+        let _ = Rc::into_raw(Rc::clone(&self.shared));
+        Some(PoolBuf { entry })
     }
 
     /// Bytes per buffer.
     pub fn buf_size(&self) -> usize {
-        self.pool.borrow().buf_size()
+        self.shared.pool.borrow().buf_size()
     }
 
     /// Buffers currently free.
     pub fn available(&self) -> u32 {
-        self.pool.borrow().available()
+        self.shared.pool.borrow().available()
     }
 
     /// The memory regions behind the pool, as `(address, length)`: for
     /// [`crate::BlockDevice::register_memory`].
     pub fn regions(&self) -> Vec<(*mut u8, usize)> {
-        let pool = self.pool.borrow();
+        let pool = self.shared.pool.borrow();
         pool.regions()
             .iter()
             .map(|r| (r.as_ptr(), r.len()))
@@ -77,18 +114,34 @@ impl BufPool {
 }
 
 /// One buffer of a [`BufPool`], returned to it on drop. Reads and writes as a byte slice.
-#[derive(Debug)]
+///
+/// One pointer wide, so moving it in and out of I/O futures is one store and one load (a
+/// wider buffer written field by field and read back whole stalls store forwarding).
 pub struct PoolBuf {
-    pool: Rc<RefCell<DmaPool>>,
-    index: u32,
-    ptr: NonNull<u8>,
-    len: usize,
+    entry: NonNull<Entry>,
 }
 
 impl PoolBuf {
+    fn entry(&self) -> &Entry {
+        // SAFETY: the entry lies in the pool's `Shared`, which this buffer keeps alive (it
+        // holds a count on the pool's `Rc` from `get` until its drop).
+        unsafe { self.entry.as_ref() }
+    }
+
     /// The buffer's index in its pool.
     pub fn index(&self) -> u32 {
-        self.index
+        self.entry().index
+    }
+}
+
+impl std::fmt::Debug for PoolBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let e = self.entry();
+        f.debug_struct("PoolBuf")
+            .field("index", &e.index)
+            .field("ptr", &e.ptr)
+            .field("len", &e.len)
+            .finish()
     }
 }
 
@@ -96,37 +149,45 @@ impl Deref for PoolBuf {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
+        let e = self.entry();
         // SAFETY: `ptr..ptr+len` is this buffer's part of a region the pool (kept alive by
-        // `self.pool`) owns; the pool handed the index to this value alone, and no device
+        // this buffer) owns; the pool handed the index to this value alone, and no device
         // holds it while a safe reference can be made (an I/O future owns the value then).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(e.ptr.as_ptr(), e.len) }
     }
 }
 
 impl DerefMut for PoolBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
+        let e = self.entry();
         // SAFETY: as `deref`; `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(e.ptr.as_ptr(), e.len) }
     }
 }
 
 impl Drop for PoolBuf {
     fn drop(&mut self) {
-        if let Err(e) = self.pool.borrow_mut().put(self.index) {
-            log::error!("pool buffer {}: {e}", self.index);
+        let (index, shared) = (self.entry().index, self.entry().shared);
+        // SAFETY: `shared` is the pointer `get` leaked a count of with `Rc::into_raw` (the
+        // entry records `Rc::as_ptr` of that same `Rc`); this takes that count back, once.
+        let shared = unsafe { Rc::from_raw(shared) };
+        if let Err(e) = shared.pool.borrow_mut().put(index) {
+            log::error!("pool buffer {index}: {e}");
         }
     }
 }
 
-// SAFETY: the buffer's bytes lie in a region of the pool, which `self.pool` keeps mapped; the
-// index is handed to one `PoolBuf` at a time and reused only after this value's drop put it
-// back; the address is computed once and never changes.
+// SAFETY: the buffer's bytes lie in a region of the pool, which this value keeps mapped (a
+// count on the pool); the index is handed to one `PoolBuf` at a time and reused only after
+// this value's drop put it back; the address is fixed in the entry.
 unsafe impl IoBufMut for PoolBuf {
+    #[inline]
     fn stable_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.entry().ptr.as_ptr()
     }
 
+    #[inline]
     fn bytes_total(&self) -> usize {
-        self.len
+        self.entry().len
     }
 }

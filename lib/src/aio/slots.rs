@@ -1,10 +1,10 @@
 //! The in-flight table of an [`super::AioBdev`]: one slot per I/O between submission and the
 //! moment its future took the result, indexed by the request's token.
 //!
-//! A slot is free, in flight (with the waker of the future waiting for it), done (the status,
-//! until the future takes it), or orphaned: its future was dropped while the device still had
-//! the I/O, and the slot holds the future's buffer until the completion, so the memory is freed
-//! only once the device is done with it.
+//! A slot is free, in flight (staged or submitted; its future waits), done (the status, until
+//! the future takes it), rejected (the block layer's refusal, likewise), or orphaned: its
+//! future was dropped while the device still had the I/O, and the slot holds the future's
+//! buffer until the completion, so the memory is freed only once the device is done with it.
 //!
 //! The table is allocated at open for as many I/Os as the queue can hold; it grows (rare,
 //! cold) only if more are ever in flight, so the steady state allocates nothing.
@@ -12,18 +12,31 @@
 use std::any::Any;
 use std::task::Waker;
 
+use crate::bdev::SubmitError;
 use crate::request::IoStatus;
 
 /// A buffer kept for a dropped future until its I/O completes (`None`: the I/O had none).
 pub(super) type Orphan = Option<Box<dyn Any>>;
 
-enum Slot {
+/// One I/O's place in the table.
+struct Slot {
+    /// The waker of the last future that used the slot. Kept when the slot is freed: the
+    /// task that frees a slot usually takes it again for its next I/O (the free list is a
+    /// stack), and then finds its own waker here (`will_wake`), so an I/O neither clones nor
+    /// drops a waker (no reference-count traffic).
+    waker: Option<Waker>,
+    state: State,
+}
+
+enum State {
     /// Not in use; the next free slot (`NONE` ends the list).
     Free(u32),
-    /// Submitted; the waker of its future (`None` until a future waits on it).
-    InFlight(Option<Waker>),
+    /// Staged or submitted; its future waits.
+    InFlight,
     /// Completed; the future has not taken the status yet.
     Done(IoStatus),
+    /// Refused by the block layer at submission (boxed: the error path only).
+    Rejected(Box<SubmitError>),
     /// Submitted, and its future is gone: the buffer waits for the completion here.
     Orphaned(Orphan),
 }
@@ -31,7 +44,7 @@ enum Slot {
 const NONE: u32 = u32::MAX;
 
 /// The slots and their free list (a stack: the slot freed last is reused first, warm in
-/// cache).
+/// cache and holding the waker of the task that freed it).
 pub(super) struct Slots {
     slots: Vec<Slot>,
     free: u32,
@@ -50,7 +63,7 @@ impl Slots {
         slots
     }
 
-    /// Takes a free slot and marks it in flight with `waker`.
+    /// Takes a free slot and marks it in flight, woken through `waker`.
     #[inline]
     pub(super) fn alloc(&mut self, waker: &Waker) -> u32 {
         if self.free == NONE {
@@ -58,72 +71,118 @@ impl Slots {
         }
         let i = self.free;
         let slot = &mut self.slots[i as usize];
-        let Slot::Free(next) = *slot else {
+        let State::Free(next) = slot.state else {
             unreachable!("the free list holds free slots only")
         };
         self.free = next;
-        *slot = Slot::InFlight(Some(waker.clone()));
+        slot.state = State::InFlight;
+        set_waker(&mut slot.waker, waker);
         i
     }
 
-    /// Frees slot `i` (a refused submission, or a result taken).
+    /// Frees slot `i` (a refused submission, or a result taken); its waker stays.
     #[inline]
     pub(super) fn release(&mut self, i: u32) {
-        self.slots[i as usize] = Slot::Free(self.free);
+        self.slots[i as usize].state = State::Free(self.free);
         self.free = i;
     }
 
-    /// The completion of slot `i`: a waiting future's slot becomes done and its waker is
-    /// returned (to wake once the handle is no longer borrowed); an orphan's slot is freed and
-    /// its buffer returned (to drop likewise).
+    /// The completion of slot `i`: a waiting future's slot becomes done and its task is woken
+    /// (the waker only queues the task: it must not poll it from inside the wake, which no
+    /// executor does); an orphan's slot is freed and its buffer returned, to drop once the
+    /// handle is released.
     #[inline]
-    pub(super) fn complete(&mut self, i: u32, status: IoStatus) -> Completed {
+    pub(super) fn complete(&mut self, i: u32, status: IoStatus) -> Option<Box<dyn Any>> {
         let slot = &mut self.slots[i as usize];
-        match std::mem::replace(slot, Slot::Done(status)) {
-            Slot::InFlight(waker) => Completed::Wake(waker),
-            Slot::Orphaned(buf) => {
-                self.release(i);
-                Completed::Orphan(buf)
+        // The waited-for case first and alone (a test, not a jump over every state).
+        if let State::InFlight = slot.state {
+            slot.state = State::Done(status);
+            if let Some(w) = &slot.waker {
+                w.wake_by_ref();
             }
-            Slot::Free(_) | Slot::Done(_) => unreachable!("slot {i} completed twice"),
+            return None;
+        }
+        self.complete_orphan(i)
+    }
+
+    /// The completion of an orphaned slot: freed, its buffer returned.
+    #[cold]
+    fn complete_orphan(&mut self, i: u32) -> Option<Box<dyn Any>> {
+        let free = State::Free(self.free);
+        let State::Orphaned(buf) = std::mem::replace(&mut self.slots[i as usize].state, free)
+        else {
+            unreachable!("slot {i} completed but not in flight")
+        };
+        self.free = i;
+        buf
+    }
+
+    /// The block layer refused the I/O of slot `i` (still waited for: a dropped future's
+    /// staged I/O is taken out of the list first); its task is woken.
+    #[cold]
+    pub(super) fn reject(&mut self, i: u32, e: SubmitError) {
+        let slot = &mut self.slots[i as usize];
+        debug_assert!(
+            matches!(slot.state, State::InFlight),
+            "slot {i} rejected twice"
+        );
+        slot.state = State::Rejected(Box::new(e));
+        if let Some(w) = &slot.waker {
+            w.wake_by_ref();
         }
     }
 
-    /// The future of slot `i` is polled again: its status once done (the slot is freed), else
-    /// `None` with `waker` stored (replacing the old one unless it wakes the same task).
+    /// The future of slot `i` is polled again: its status once done or its refusal (the slot
+    /// is freed), else `None` with `waker` stored (unless it wakes the same task as the one
+    /// stored).
     #[inline]
-    pub(super) fn poll(&mut self, i: u32, waker: &Waker) -> Option<IoStatus> {
-        match &mut self.slots[i as usize] {
-            Slot::Done(status) => {
-                let status = *status;
-                self.release(i);
-                Some(status)
-            }
-            Slot::InFlight(w) => {
-                match w {
-                    Some(w) if w.will_wake(waker) => {}
-                    _ => *w = Some(waker.clone()),
-                }
-                None
-            }
-            Slot::Free(_) | Slot::Orphaned(_) => unreachable!("slot {i} polled by no future"),
+    pub(super) fn poll(
+        &mut self,
+        i: u32,
+        waker: &Waker,
+    ) -> Option<Result<IoStatus, Box<SubmitError>>> {
+        let slot = &mut self.slots[i as usize];
+        // The done case first and alone: a test and a branch, not a jump over every state.
+        if let State::Done(status) = slot.state {
+            self.release(i);
+            return Some(Ok(status));
         }
+        if let State::Rejected(_) = slot.state {
+            return Some(Err(self.take_rejection(i)));
+        }
+        debug_assert!(
+            matches!(slot.state, State::InFlight),
+            "slot {i} polled by no future"
+        );
+        set_waker(&mut slot.waker, waker);
+        None
+    }
+
+    /// Frees rejected slot `i`, returning its error.
+    #[cold]
+    fn take_rejection(&mut self, i: u32) -> Box<SubmitError> {
+        let free = State::Free(self.free);
+        let State::Rejected(e) = std::mem::replace(&mut self.slots[i as usize].state, free) else {
+            unreachable!("slot {i} is rejected")
+        };
+        self.free = i;
+        e
     }
 
     /// The future of slot `i` is dropped: a done slot is freed (`buf` may go at once, returned
     /// as `Some`), an in-flight one keeps `buf` until its completion (`None` returned).
     pub(super) fn abandon(&mut self, i: u32, buf: Orphan) -> Option<Orphan> {
         let slot = &mut self.slots[i as usize];
-        match slot {
-            Slot::Done(_) => {
+        match slot.state {
+            State::Done(_) | State::Rejected(_) => {
                 self.release(i);
                 Some(buf)
             }
-            Slot::InFlight(_) => {
-                *slot = Slot::Orphaned(buf);
+            State::InFlight => {
+                slot.state = State::Orphaned(buf);
                 None
             }
-            Slot::Free(_) | Slot::Orphaned(_) => unreachable!("slot {i} abandoned twice"),
+            State::Free(_) | State::Orphaned(_) => unreachable!("slot {i} abandoned twice"),
         }
     }
 
@@ -131,8 +190,8 @@ impl Slots {
     pub(super) fn take_orphans(&mut self) -> Vec<Box<dyn Any>> {
         self.slots
             .iter_mut()
-            .filter_map(|s| match s {
-                Slot::Orphaned(buf) => buf.take(),
+            .filter_map(|s| match &mut s.state {
+                State::Orphaned(buf) => buf.take(),
                 _ => None,
             })
             .collect()
@@ -147,17 +206,21 @@ impl Slots {
     #[cold]
     fn grow(&mut self) {
         let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 I/Os in flight");
-        self.slots.push(Slot::Free(self.free));
+        self.slots.push(Slot {
+            waker: None,
+            state: State::Free(self.free),
+        });
         self.free = i;
     }
 }
 
-/// What a completion leaves to do once the handle is released.
-pub(super) enum Completed {
-    /// Wake the future's task.
-    Wake(Option<Waker>),
-    /// Drop the buffer of a future that is gone.
-    Orphan(Orphan),
+/// Stores `waker` in `slot` unless the one there wakes the same task.
+#[inline]
+fn set_waker(slot: &mut Option<Waker>, waker: &Waker) {
+    match slot {
+        Some(w) if w.will_wake(waker) => {}
+        _ => *slot = Some(waker.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -171,18 +234,17 @@ mod tests {
         let (a, b) = (s.alloc(w), s.alloc(w));
         assert_ne!(a, b);
         assert_eq!(s.poll(a, w), None, "in flight");
-        assert!(matches!(
-            s.complete(a, IoStatus::Success),
-            Completed::Wake(Some(_))
-        ));
-        assert_eq!(s.poll(a, w), Some(IoStatus::Success));
+        assert!(s.complete(a, IoStatus::Success).is_none());
+        assert_eq!(s.poll(a, w), Some(Ok(IoStatus::Success)));
         assert_eq!(s.alloc(w), a, "the slot freed last is reused first");
         // An abandoned in-flight slot keeps the buffer until its completion hands it back.
         assert!(s.abandon(b, Some(Box::new(7u32))).is_none());
-        match s.complete(b, IoStatus::Errno(5)) {
-            Completed::Orphan(Some(buf)) => assert_eq!(buf.downcast_ref::<u32>(), Some(&7)),
-            _ => panic!("the orphan's buffer is handed back at completion"),
-        }
+        let buf = s.complete(b, IoStatus::Errno(5));
+        assert_eq!(
+            buf.and_then(|b| b.downcast::<u32>().ok()).as_deref(),
+            Some(&7),
+            "the orphan's buffer is handed back at completion"
+        );
         // A third I/O while two are in flight grows the table.
         let c = s.alloc(w);
         let d = s.alloc(w);
@@ -191,5 +253,10 @@ mod tests {
         assert!(s.abandon(c, None).is_some(), "a done slot is freed at once");
         assert!(s.abandon(d, Some(Box::new(1u8))).is_none());
         assert_eq!(s.take_orphans().len(), 1);
+        // A refusal is handed to the future once, and frees the slot.
+        let e = s.alloc(w);
+        s.reject(e, SubmitError::Busy);
+        assert_eq!(s.poll(e, w), Some(Err(Box::new(SubmitError::Busy))));
+        assert_eq!(s.alloc(w), e);
     }
 }

@@ -296,9 +296,9 @@ fn dropping_futures_in_flight_frees_their_buffers_only_after_completion() {
     for f in &mut futs {
         assert!(poll_once(f, Waker::noop()).is_pending());
     }
-    // Two submitted and started, two only queued in the plug; none completes yet.
+    // Submitted and started; none completes yet.
     ctl.lock().allow = 0;
-    bdev.progress();
+    assert_eq!(bdev.progress().started, 4);
     drop(futs);
     assert_eq!(drops.get(), 0, "buffers freed while the device holds them");
     assert_eq!(bdev.outstanding(), 4);
@@ -316,6 +316,24 @@ fn dropping_futures_in_flight_frees_their_buffers_only_after_completion() {
 }
 
 #[test]
+fn a_future_dropped_before_its_io_was_submitted_withdraws_it() {
+    let (bdev, ctl) = open(8);
+    let drops = Rc::new(Cell::new(0));
+    let mut keep = bdev.write(TrackBuf::new(BS, 1, &drops), 1);
+    let mut gone = bdev.write(TrackBuf::new(BS, 2, &drops), 2);
+    assert!(poll_once(&mut keep, Waker::noop()).is_pending());
+    assert!(poll_once(&mut gone, Waker::noop()).is_pending());
+    assert_eq!(bdev.outstanding(), 2, "both staged");
+    drop(gone);
+    assert_eq!(drops.get(), 1, "never seen by the device: freed at once");
+    assert_eq!(bdev.outstanding(), 1);
+    let out = run_all(&bdev, vec![keep]);
+    assert!(out[0].0.is_ok());
+    let c = ctl.lock();
+    assert_eq!((c.started, c.data[BS], c.data[2 * BS]), (1, 1, 0));
+}
+
+#[test]
 fn a_completed_future_dropped_before_its_last_poll_frees_its_buffer_at_once() {
     let (bdev, _ctl) = open(8);
     let drops = Rc::new(Cell::new(0));
@@ -327,31 +345,32 @@ fn a_completed_future_dropped_before_its_last_poll_frees_its_buffer_at_once() {
     assert_eq!(bdev.outstanding(), 0);
 }
 
-#[test]
-fn closing_the_handle_waits_for_the_io_of_dropped_futures() {
+/// A handle with one read of a dropped future in the device's hands (`allow` completions
+/// allowed from then on), and the drop counter of its buffer.
+fn orphaned_read(allow: usize) -> (AioBdev, Arc<Mutex<Ctl>>, Rc<Cell<usize>>) {
     let (bdev, ctl) = open(8);
     let drops = Rc::new(Cell::new(0));
     let mut f = bdev.read(TrackBuf::new(BS, 0, &drops), 0);
     assert!(poll_once(&mut f, Waker::noop()).is_pending());
+    ctl.lock().allow = 0;
+    assert_eq!(bdev.progress().started, 1);
     drop(f);
+    assert_eq!(drops.get(), 0);
+    ctl.lock().allow = allow;
+    (bdev, ctl, drops)
+}
+
+#[test]
+fn closing_the_handle_waits_for_the_io_of_dropped_futures() {
+    let (bdev, _ctl, drops) = orphaned_read(usize::MAX);
     drop(bdev);
-    assert_eq!(drops.get(), 1);
-    assert_eq!(
-        ctl.lock().started,
-        1,
-        "the plugged I/O was started, then reaped"
-    );
+    assert_eq!(drops.get(), 1, "dropped once the device completed it");
 }
 
 #[test]
 #[cfg_attr(miri, ignore = "the leak is the point")]
 fn a_device_that_never_completes_gets_its_buffers_leaked_not_freed() {
-    let (bdev, ctl) = open(8);
-    ctl.lock().allow = 0;
-    let drops = Rc::new(Cell::new(0));
-    let mut f = bdev.read(TrackBuf::new(BS, 0, &drops), 0);
-    assert!(poll_once(&mut f, Waker::noop()).is_pending());
-    drop(f);
+    let (bdev, _ctl, drops) = orphaned_read(0);
     drop(bdev);
     assert_eq!(drops.get(), 0, "leaked, never freed");
 }
@@ -371,9 +390,27 @@ fn a_full_queue_makes_futures_wait_not_fail() {
             "busy is pending, not an error"
         );
     }
-    assert_eq!(bdev.outstanding(), 2);
-    bdev.progress();
-    assert_eq!(wakes.count(), 5, "2 completions + 3 waiting for a request");
+    ctl.lock().allow = 0;
+    let p = bdev.progress();
+    assert_eq!(
+        (p.started, bdev.outstanding()),
+        (2, 5),
+        "2 in the queue, 3 still staged"
+    );
+    ctl.lock().allow = usize::MAX;
+    let p = bdev.progress();
+    assert_eq!(
+        (p.started, p.completed),
+        (0, 2),
+        "the queue was full until this reap"
+    );
+    assert_eq!(wakes.count(), 2);
+    let p = bdev.progress();
+    assert_eq!(
+        (p.started, p.completed),
+        (2, 2),
+        "the staged I/O went next, in order"
+    );
     let out = run_all(&bdev, futs);
     assert!(out.iter().all(|(r, _)| r.is_ok()));
     let data = &ctl.lock().data;
