@@ -349,7 +349,7 @@ impl Sbitmap {
     }
 
     /// Bits word `index` may use under a shallow limit of `shallow` tags (`None`: no limit).
-    /// Equals [`ShallowSplit`]'s share; a test checks the shares add up to `shallow`.
+    /// Equals `ShallowSplit`'s share; a test checks the shares add up to `shallow`.
     pub fn shallow_word_depth(&self, index: u32, shallow: u32) -> u32 {
         let depth = self.depth();
         if index >= self.words_for(depth) {

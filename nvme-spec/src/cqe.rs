@@ -24,7 +24,7 @@ pub struct Cqe {
     pub sqid: u16,
     /// The command's CID, echoed exactly.
     pub cid: u16,
-    /// Phase tag [0] (always 0 on fabrics), then the [`Status`] in bits 15:1.
+    /// Phase tag \[0\] (always 0 on fabrics), then the [`Status`] in bits 15:1.
     pub status: u16,
 }
 

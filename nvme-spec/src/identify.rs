@@ -284,7 +284,7 @@ pub mod id_ctrl {
     pub const OFCS: usize = offset_of!(IdentifyController, ofcs);
 }
 
-/// An LBA format descriptor of Identify Namespace: MS [15:0], LBADS [23:16], RP [25:24].
+/// An LBA format descriptor of Identify Namespace: MS \[15:0\], LBADS \[23:16\], RP \[25:24\].
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LbaFormat(pub u32);
@@ -313,7 +313,7 @@ pub struct IdentifyNamespace {
     pub nsfeat: u8,
     /// Number of LBA formats, 0-based.
     pub nlbaf: u8,
-    /// Formatted LBA size: index bits [3:0] and (NVMe 2.0, more than 16 formats) [6:5].
+    /// Formatted LBA size: index bits \[3:0\] and (NVMe 2.0, more than 16 formats) \[6:5\].
     pub flbas: u8,
     pub mc: u8,
     pub dpc: u8,

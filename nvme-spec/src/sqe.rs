@@ -14,7 +14,7 @@ pub const SQE_LEN: usize = 64;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sqe {
-    /// OPC [7:0], FUSE [9:8], PSDT [15:14], CID [31:16].
+    /// OPC \[7:0\], FUSE \[9:8\], PSDT \[15:14\], CID \[31:16\].
     pub cdw0: u32,
     /// Namespace ID (for fabrics commands its low byte is the command type, [`Sqe::fctype`]).
     pub nsid: u32,

@@ -62,8 +62,8 @@ pub mod sc {
     pub const CONNECT_INVALID_HOST: u8 = 0x84;
 }
 
-/// A completion status: the CQE status field without the phase tag, 15 bits: SC [7:0],
-/// SCT [10:8], CRD [12:11], More [13], DNR [14].
+/// A completion status: the CQE status field without the phase tag, 15 bits: SC \[7:0\],
+/// SCT \[10:8\], CRD \[12:11\], More \[13\], DNR \[14\].
 ///
 /// In CQE dword 3 it sits one bit up, above the phase tag ([`crate::Cqe::status`]); fabrics
 /// transports leave the phase tag 0.

@@ -76,7 +76,7 @@ pub struct Opts {
     /// Run time in seconds (after warm-up).
     #[arg(short = 't', long = "time", default_value_t = 10.0, value_parser = parse_secs)]
     pub time: f64,
-    /// Cores: a mask (0x3), a list ([0,1]) or ranges (0-3,6). Default: the last core.
+    /// Cores: a mask (0x3), a list (`[0,1]`) or ranges (0-3,6). Default: the last core.
     #[arg(short = 'm', long = "cores")]
     pub cores: Option<String>,
     /// Device spec; repeat for several devices.

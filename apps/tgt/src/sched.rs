@@ -1,7 +1,7 @@
 //! pmio's own scheduler methods: `bdev_set_scheduler` and `bdev_get_scheduler`.
 //!
 //! A bdev's scheduler is `none` (requests go straight to the driver) or `mq-deadline` (one
-//! [`SharedDeadline`](pmio::sched::SharedDeadline) per bdev, shared by every reactor that runs
+//! [`SharedDeadline`] per bdev, shared by every reactor that runs
 //! I/O on it, with Linux's tunables under their sysfs names and per-priority counters). The
 //! daemon's I/O source, `perform_tests`, opens its queues in the block layer's mq-deadline mode
 //! ([`SchedMode::MqDeadline`](pmio::bdev::SchedMode)): reactor `i` (its index in the core mask)

@@ -2,7 +2,7 @@
 //! may address any LBA, because the memory is shared by every queue of the device.
 //!
 //! Memory model: the disk is an array of `AtomicU64` words, shared by every queue, and only
-//! ever accessed atomically or by the copy routines of [`copy`] (relaxed atomics, or on
+//! ever accessed atomically or by the copy routines of `copy` (relaxed atomics, or on
 //! x86-64 `rep movsb` in assembly, whose accesses are the hardware's). That keeps two
 //! reactors writing the same block at the same time *defined* behaviour in Rust (no data
 //! race on non-atomic memory): the block ends up with some mix of the two writes, exactly the

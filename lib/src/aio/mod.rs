@@ -30,7 +30,7 @@
 //! - **A full queue waits.** Staged I/O that finds no free request stays staged, first in line
 //!   for the next `progress`; its future just waits. It never fails for it.
 //! - **Errors are typed**: [`AioError::Rejected`] (the block layer refused the I/O) or
-//!   [`AioError::Failed`] (the device's [`IoStatus`], with its errno).
+//!   [`AioError::Failed`] (the device's [`IoStatus`](crate::IoStatus), with its errno).
 //! - **No allocation per I/O**: the in-flight table and the plug are sized at open. A slot
 //!   keeps the waker of the task that used it last, and the task that frees a slot usually
 //!   takes it again: an I/O clones no waker in the steady state.
@@ -349,7 +349,7 @@ impl AioBdev {
 
 impl Drop for AioBdev {
     /// Futures borrow the handle, so none is left; I/O of dropped futures may be. Waits (up to
-    /// [`CLOSE_DRAIN`]) for it, then leaks what is still in the device's hands.
+    /// `CLOSE_DRAIN`, 10 s) for it, then leaks what is still in the device's hands.
     fn drop(&mut self) {
         let st = self.state.get_mut();
         if st.q.outstanding() == 0 {

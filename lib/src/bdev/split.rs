@@ -8,9 +8,9 @@
 //! the previous one ended ([`child_blocks`]), its buffer the matching part of the parent's.
 //! Together the children cover the parent's blocks and buffer exactly once, in order.
 //!
-//! [`Splits`] keeps the parents in progress for one [`BdevQueue`](super::BdevQueue), in a
+//! `Splits` keeps the parents in progress for one [`BdevQueue`](super::BdevQueue), in a
 //! table sized at open (no allocation per I/O). A child is an ordinary request that takes a
-//! tag like any other; its `flags` carry [`ReqFlags::CHILD`] and its `token` names the
+//! tag like any other; its `flags` carry `ReqFlags::CHILD` and its `token` names the
 //! parent's slot. When a child completes, the parent notes the first error; the last child
 //! completes the parent, reported once with its own extent, buffer, token and submit time.
 //!

@@ -1,5 +1,5 @@
 //! What the target serves: the transport's options, the subsystems with their namespaces,
-//! admitted hosts and listen addresses. Changed by RPC under one lock ([`Config`] inside
+//! admitted hosts and listen addresses. Changed by RPC under one lock (`Config` inside
 //! [`crate::NvmfTarget`]); read by a connection at Connect and by the admin path (Identify, log
 //! pages), never per I/O: an I/O queue keeps what it needs of a namespace (its bdev queue,
 //! block size, block count) on its own reactor.

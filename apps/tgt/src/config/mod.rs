@@ -8,7 +8,7 @@
 //! - [`settings`]: SPDK's settings planned key by key, and the daemon's mapped settings.
 //! - [`check`]: the whole document checked without side effects (`--check-config`, and the
 //!   first pass of every load).
-//! - [`load`]: applying it, all or nothing ([`rollback`]'s list of what to remove again).
+//! - [`load`](mod@load): applying it, all or nothing ([`rollback`]'s list of what to remove again).
 //! - [`session`]: rpc.py's call-by-call replay made all-or-nothing.
 //! - [`report`]: what was (or would be) created, mapped, ignored and refused.
 //!

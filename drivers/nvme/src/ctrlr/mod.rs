@@ -10,7 +10,7 @@
 //! The same model drives a PCIe controller (registers in BAR0, queues in host memory) and an
 //! NVMe/TCP one (`crate::tcp`: registers as Fabrics properties, each queue a connection). The
 //! transport is reached through [`RegisterIo`] (register access), `crate::admin::AdminQueue`
-//! (admin commands) and [`Transport`] (I/O queue pairs, reset, detach); the I/O queue pairs
+//! (admin commands) and `Transport` (I/O queue pairs, reset, detach); the I/O queue pairs
 //! are two concrete `DriverQueue` types chosen when a queue is opened, so the PCIe hot path
 //! makes no indirect call for it.
 //!
@@ -217,7 +217,7 @@ impl Controller {
         self.inner.io_queues
     }
 
-    /// VS register (MJR [31:16], MNR [15:8], TER [7:0]).
+    /// VS register (MJR \[31:16\], MNR \[15:8\], TER \[7:0\]).
     pub fn version(&self) -> u32 {
         self.inner.vs
     }

@@ -1,7 +1,7 @@
 //! Checking a configuration without applying it: `pmio-tgt --check-config FILE`, and the first
 //! pass of every load.
 //!
-//! Each call is classified by the [table](super::table); settings are planned; object-creating
+//! Each call is classified by the [table]; settings are planned; object-creating
 //! calls are checked against a [`World`]: the names the file (and, for a load at run time, the
 //! running daemon) creates, so a namespace on a bdev nobody creates, a listener before any
 //! transport or a duplicate name is found before anything exists. Nothing here touches a
