@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit fault-alone lint fmt-check clippy loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost bench-nvmf bench-vhost clean
+.PHONY: all build test unit examples aio-cost fault-alone lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost bench-nvmf bench-vhost clean
 
 all: build
 
@@ -11,17 +11,25 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit fault-alone loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost
+test: lint unit examples fault-alone loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
+
+# The embedding examples of pmio-runtime, each run to completion (they exit non-zero on an I/O
+# error or a data mismatch); bdev_copy once more with a corrupted block, which must fail.
+EXAMPLES := hello_bdev bdev_copy callback_style
+examples:
+	$(CARGO) build -p pmio-runtime --examples
+	for e in $(EXAMPLES); do $(CARGO) run -q -p pmio-runtime --example $$e || exit 1; done
+	! $(CARGO) run -q -p pmio-runtime --example bdev_copy -- --corrupt-lba 1000 2>/dev/null
 
 # The NVMe fault tests each in a process of its own, debug and release, several seeds: the
 # full run's timing hides what a test does alone (issue 15).
 fault-alone:
 	CARGO=$(CARGO) test/ci/fault-tests-alone.sh
 
-lint: fmt-check clippy
+lint: fmt-check clippy doc
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -30,18 +38,23 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p pmio-nvme --all-targets --features emulator -- -D warnings
 
+# The API docs, warnings (broken or private intra-doc links) denied.
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
+
 # Loom model checks of the lockless code, in their own target directory (a full rebuild).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio --release --lib loom_
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio-reactors --release --lib loom_
 
 # Miri (undefined behaviour, data races) on the code it can run: sbitmap, the scheduler path
-# (merged buffers addressed through one member's pointer), the malloc copy's portable path.
+# (merged buffers addressed through one member's pointer), async I/O (a device writing into the
+# buffers of dropped futures), the malloc copy's portable path.
 # DMA memory, io_uring and VFIO are system calls Miri cannot make. A pinned nightly, installed
 # by miri-setup when missing; Miri builds in target/miri.
 MIRI_TOOLCHAIN ?= nightly-2026-05-20
 miri: miri-setup
-	$(CARGO) +$(MIRI_TOOLCHAIN) miri test -p pmio --lib -- sbitmap sched_path::tests --skip prop_
+	$(CARGO) +$(MIRI_TOOLCHAIN) miri test -p pmio --lib -- sbitmap sched_path::tests aio:: --skip prop_
 	$(CARGO) +$(MIRI_TOOLCHAIN) miri test -p pmio-malloc --lib copy
 
 miri-setup:
@@ -55,6 +68,11 @@ bench:
 emu-bench:
 	$(CARGO) run --release -p pmio-nvme --features emulator --example emu_bench -- --op flush
 	$(CARGO) run --release -p pmio-nvme --features emulator --example emu_bench -- --op read
+
+# CPU per I/O of async bdev I/O against a poller over BdevQueue, null bdev, QD 128, one core,
+# alternating rounds (BENCHMARKS.md, issue 17).
+aio-cost:
+	$(CARGO) run --release -p pmio-runtime --example aio_cost -- --rounds 5 --secs 2
 
 # The main job on a built-in default device: pmio-perf on a null device for 10 s.
 perf:
