@@ -28,15 +28,20 @@ use crate::reactor::Message;
 thread_local! {
     /// The executor of the reactor running on this thread.
     static CURRENT: RefCell<Option<Rc<Executor>>> = const { RefCell::new(None) };
+    /// `CURRENT`'s executor as a plain pointer (null when none), for the local wake path: a
+    /// thread-local without a destructor is one load, with no registration check or borrow.
+    static CURRENT_PTR: Cell<*const Executor> = const { Cell::new(std::ptr::null()) };
 }
 
 /// Makes `exec` the executor of this (reactor) thread.
 pub(crate) fn install(exec: Rc<Executor>) {
+    CURRENT_PTR.set(Rc::as_ptr(&exec));
     CURRENT.with(|c| *c.borrow_mut() = Some(exec));
 }
 
 /// Forgets this thread's executor (after [`Executor::shutdown`]).
 pub(crate) fn uninstall() {
+    CURRENT_PTR.set(std::ptr::null());
     let exec = CURRENT.try_with(|c| c.borrow_mut().take()).ok().flatten();
     drop(exec);
 }
@@ -57,14 +62,19 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Executor) -> R) -> Option<R> {
 /// The local wake path: queues `task` if this thread runs its executor; false otherwise.
 #[inline]
 pub(crate) fn schedule_if_owner(task: &Header) -> bool {
-    with_current(|exec| {
-        let mine = exec.id == task.owner();
-        if mine {
-            exec.schedule(task);
-        }
-        mine
-    })
-    .unwrap_or(false)
+    let exec = CURRENT_PTR.get();
+    if exec.is_null() {
+        return false;
+    }
+    // SAFETY: a non-null `CURRENT_PTR` is the executor `CURRENT` holds an `Rc` of: `install`
+    // sets both, `uninstall` clears the pointer before it drops the `Rc`; both thread-locals
+    // belong to this thread, and the executor is only ever used through shared references.
+    let exec = unsafe { &*exec };
+    let mine = exec.id == task.owner();
+    if mine {
+        exec.schedule(task);
+    }
+    mine
 }
 
 /// One reactor's executor.
