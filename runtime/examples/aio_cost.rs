@@ -25,6 +25,8 @@ use pmio_reactors::{
 };
 use pmio_runtime::{Bdev, registry};
 
+mod common;
+
 const QD: u32 = 128;
 const BS: usize = 4096;
 const DEV: &str = "CostNull0";
@@ -47,21 +49,11 @@ enum Path {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| -> u64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map_or(default, |v| v.parse().expect("a number"))
-    };
-    let rounds = arg("--rounds", 5);
-    let secs = arg("--secs", 2);
+    let rounds = common::number("--rounds", 5);
+    let secs = common::number("--secs", 2);
     // `--only async|poller|pollerbatch|wakes`: one path (for a profiler).
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1).cloned());
-    let core = arg("--core", u64::from(CoreMask::available()?.first())) as u32;
+    let only = common::value("--only");
+    let core = common::number("--core", u64::from(CoreMask::available()?.first())) as u32;
 
     registry().register(pmio_null::NullDevice::new(pmio_null::NullOptions {
         name: DEV.into(),

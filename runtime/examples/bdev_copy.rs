@@ -20,6 +20,8 @@ use pmio_malloc::{MallocDevice, MallocOptions};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, spawn_local};
 use pmio_runtime::Bdev;
 
+mod common;
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Clone, Copy, Debug)]
@@ -43,22 +45,15 @@ struct Share {
 }
 
 fn main() -> Result<(), Error> {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| -> u64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map_or(default, |v| v.parse().expect("a number"))
-    };
-    let size = arg("--size-mib", 32) << 20;
-    let chunk = (arg("--chunk-kib", 64) << 10) as usize;
-    let inflight = arg("--inflight", 32) as u32;
-    let corrupt = args.iter().any(|a| a == "--corrupt-lba");
+    let size = common::number("--size-mib", 32) << 20;
+    let chunk = (common::number("--chunk-kib", 64) << 10) as usize;
+    let inflight = common::number("--inflight", 32) as u32;
+    let corrupt = common::value("--corrupt-lba").map(|_| common::number("--corrupt-lba", 0));
     for name in ["Src0", "Dst0"] {
         pmio_runtime::registry().register(MallocDevice::new(MallocOptions {
             name: name.into(),
             num_blocks: size / 512,
-            corrupt_lba: (corrupt && name == "Dst0").then(|| arg("--corrupt-lba", 0)),
+            corrupt_lba: corrupt.filter(|_| name == "Dst0"),
             ..Default::default()
         })?)?;
     }

@@ -2,7 +2,7 @@
 //!
 //! | file | one job |
 //! |---|---|
-//! | `mod.rs` | [`AioBdev`]: open, submission into the plug, [`AioBdev::progress`], close |
+//! | `mod.rs` | [`AioBdev`]: open, staging a future's I/O, [`AioBdev::progress`], close |
 //! | `future.rs` | the I/O futures ([`DataIo`], [`Cmd`]) and what dropping one in flight does |
 //! | `slots.rs` | the in-flight table: a slot per I/O, its waker, status or orphaned buffer |
 //! | `staged.rs` | the I/Os submitted since the last progress, handed to the queue in runs |
@@ -31,7 +31,8 @@
 //!   for the next `progress`; its future just waits. It never fails for it.
 //! - **Errors are typed**: [`AioError::Rejected`] (the block layer refused the I/O) or
 //!   [`AioError::Failed`] (the device's [`IoStatus`](crate::IoStatus), with its errno).
-//! - **No allocation per I/O**: the in-flight table and the plug are sized at open. A slot
+//! - **No allocation per I/O**: the in-flight table, the staging list and the plug are sized
+//!   at open (they grow only to the most futures ever waiting at once). A slot
 //!   keeps the waker of the task that used it last, and the task that frees a slot usually
 //!   takes it again: an I/O clones no waker in the steady state.
 //! - **Wakes from inside `progress`.** A completed future's waker is called while the handle
@@ -102,7 +103,7 @@ pub struct AioOptions {
 pub struct Progress {
     /// I/Os handed to the driver.
     pub started: usize,
-    /// I/Os completed (their futures woken).
+    /// I/Os completed, or refused by the block layer (their futures woken).
     pub completed: usize,
 }
 
