@@ -191,3 +191,34 @@ unsafe impl IoBufMut for PoolBuf {
         self.entry().len
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(count: u32) -> BufPool {
+        BufPool::new(DmaPoolOptions {
+            count,
+            buf_size: 4096,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn buffers_come_and_go_and_keep_their_pool_alive() {
+        let p = pool(2);
+        let (mut a, b) = (p.get().unwrap(), p.get().unwrap());
+        assert!(p.get().is_none(), "two buffers, both out");
+        assert_ne!(a.index(), b.index());
+        assert_ne!(a.stable_mut_ptr(), b.as_ptr().cast_mut());
+        drop(b);
+        assert_eq!(p.available(), 1);
+        // The last handle on the pool goes; the buffer still out keeps the memory.
+        drop(p);
+        a.fill(0xee);
+        assert!(a.iter().all(|&x| x == 0xee));
+        assert_eq!(a.bytes_total(), 4096);
+        drop(a);
+    }
+}
