@@ -41,13 +41,9 @@ use self::sync::{AtomicBool, AtomicUsize, Event, Ordering, Queue, fence, spin};
 /// otherwise.
 pub(crate) mod sync {
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
-    };
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, fence};
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{
-        AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
-    };
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering, fence};
 
     #[cfg(loom)]
     pub(super) use self::model::{Event, Queue};

@@ -1,8 +1,10 @@
 //! A reactor's executor: its tasks, run queue and timers, all on the reactor's thread.
 //!
-//! Tasks sit in a [`Slab`] of boxed futures; the run queue holds their keys. A task is taken out
-//! of its slot while it is polled, so its future may spawn, wake, abort and drop other tasks: no
-//! `RefCell` borrow is held across a poll, a wake or a drop. Each turn ([`Executor::run`]) the
+//! The executor owns its tasks through a [`Slab`] of their headers (which hold their futures);
+//! the run queue holds header pointers, so a wake and the poll after it touch the task alone. A
+//! header on the run queue is always in the slab: a task that finishes while queued keeps its
+//! entry until the queue hands it out. A task's future is polled in place with no `RefCell`
+//! borrow held, so it may spawn, wake, abort and drop other tasks. Each turn ([`Executor::run`]) the
 //! reactor fires the due timers, moves the tasks woken from other threads onto the run queue, and
 //! polls at most `task_budget` queued tasks, each at most once: a task woken during the turn
 //! (`yield_now`, an I/O completion reaped by a poller) runs on the next turn, after the pollers.
@@ -13,13 +15,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
+use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Waker};
+use std::task::Waker;
 
 use super::join::{self, JoinHandle};
 use super::slab::{Key, Slab};
-use super::task::{ExecId, Header, Task, TaskFuture};
+use super::task::{ExecId, Header, TaskFuture};
 use super::timer::Timers;
 use crate::group::Shared;
 use crate::inbox::Inbox;
@@ -83,10 +86,12 @@ pub(crate) struct Executor {
     shared: Arc<Shared>,
     index: usize,
     core: u32,
-    /// Boxed, so a poll's take and put back move a pointer, not the 40-byte task (moved
-    /// through the slab's entry enum, those copies stalled on store forwarding: 6 ns a poll).
-    tasks: RefCell<Slab<Box<Task>>>,
-    run_queue: RefCell<VecDeque<Key>>,
+    /// One reference to each task inserted here, until it finished and left the run queue.
+    tasks: RefCell<Slab<Arc<Header>>>,
+    /// Tasks to poll, each at most once (`Header::claim_local`), each alive (in `tasks`).
+    run_queue: RefCell<VecDeque<*const Header>>,
+    /// Tasks not finished (`tasks` may still hold finished ones waiting on the run queue).
+    live: Cell<usize>,
     timers: RefCell<Timers>,
     /// The reactor's clock at the start of the current turn.
     now: Cell<u64>,
@@ -103,6 +108,7 @@ impl Executor {
             index,
             tasks: RefCell::new(Slab::default()),
             run_queue: RefCell::new(VecDeque::new()),
+            live: Cell::new(0),
             timers: RefCell::new(Timers::default()),
             now: Cell::new(now),
             next_timer: Cell::new(u64::MAX),
@@ -124,20 +130,28 @@ impl Executor {
     /// Adds a task whose header was made for this executor (here or by `spawn_on`) and queues
     /// its first poll (which drops it unpolled if it was aborted meanwhile).
     pub(crate) fn insert(&self, header: Arc<Header>, future: TaskFuture) {
-        debug_assert_eq!(header.owner(), self.id);
-        let task = Box::new(Task::new(Arc::clone(&header), future));
-        let key = self.tasks.borrow_mut().insert(task);
-        header.set_key(key);
+        assert_eq!(
+            header.owner(),
+            self.id,
+            "a task inserted on another executor"
+        );
+        let waker = Waker::from(Arc::clone(&header));
+        // SAFETY: `&self` is on this executor's thread (it is `!Sync`), the header's owner
+        // (asserted), and the header is not inserted yet (`spawn` and `spawn_on` insert a new
+        // header once).
+        unsafe { header.insert_body(future, waker) };
+        let key = self.tasks.borrow_mut().insert(Arc::clone(&header));
+        header.set_inserted(key);
+        self.live.set(self.live.get() + 1);
         self.schedule(&header);
     }
 
-    /// The local wake path: queues `task`'s key unless it is queued already or not inserted
-    /// yet (its first poll is queued at insert).
+    /// The local wake path: queues `task` unless it is queued already, not inserted yet (its
+    /// first poll is queued at insert) or finished. `task` must be one of this executor's.
     #[inline]
     pub(crate) fn schedule(&self, task: &Header) {
-        let key = task.key();
-        if key != Key::NONE && task.claim_local() {
-            self.run_queue.borrow_mut().push_back(key);
+        if task.claim_local() {
+            self.run_queue.borrow_mut().push_back(ptr::from_ref(task));
         }
     }
 
@@ -160,7 +174,7 @@ impl Executor {
 
     /// Tasks alive on this reactor.
     pub(crate) fn task_count(&self) -> usize {
-        self.tasks.borrow().len()
+        self.live.get()
     }
 
     /// The earliest timer deadline, ns (`u64::MAX`: none): an interrupt-mode sleep ends there.
@@ -184,38 +198,55 @@ impl Executor {
         let queued = self.run_queue.borrow().len().min(budget);
         let mut polls = 0;
         for _ in 0..queued {
-            let Some(key) = self.run_queue.borrow_mut().pop_front() else {
+            let Some(task) = self.run_queue.borrow_mut().pop_front() else {
                 break;
             };
-            polls += u64::from(self.poll(key));
+            // SAFETY: a header on the run queue is in `tasks`, which holds a reference to it
+            // until the queue hands it out (see `finish`), so it is alive.
+            polls += u64::from(self.poll(unsafe { &*task }));
         }
         polls
     }
 
-    /// Polls the task under `key` (nothing if the key is stale); returns whether it was polled.
-    fn poll(&self, key: Key) -> bool {
-        let task = self.tasks.borrow_mut().take(key);
-        let Some(mut task) = task else {
-            return false;
-        };
-        task.header.release_local();
-        if task.header.is_aborted() {
-            self.finish(key, task);
+    /// Polls `task`, just taken off the run queue; returns whether it was polled.
+    #[inline]
+    fn poll(&self, task: &Header) -> bool {
+        if !task.release_local() {
+            // Finished while queued: the queue's hold on it ends here.
+            self.free(task.key());
             return false;
         }
-        let mut cx = Context::from_waker(&task.waker);
-        if task.future.as_mut().poll(&mut cx).is_ready() {
-            self.finish(key, task);
-        } else {
-            self.tasks.borrow_mut().put_back(key, task);
+        if task.is_aborted() {
+            self.finish(task);
+            return false;
+        }
+        // SAFETY: this is the task's owner thread (only this executor's tasks are queued here),
+        // and no poll of the task is running: polls happen only in `run`, which no poll can
+        // reach (it is the reactor's, not a task's).
+        if unsafe { task.poll() }.is_ready() {
+            self.finish(task);
         }
         true
     }
 
-    /// Frees the task's slot, then drops it (its destructors may use the executor).
-    fn finish(&self, key: Key, task: Box<Task>) {
-        self.tasks.borrow_mut().remove(key);
-        drop(task);
+    /// Drops the task's future (its destructors may use the executor) and, unless the task is
+    /// on the run queue, frees its slab entry.
+    fn finish(&self, task: &Header) {
+        let key = task.key();
+        // SAFETY: as in `poll`: the owner thread, outside any poll of this task.
+        let body = unsafe { task.take_body() };
+        let free = task.set_done();
+        self.live.set(self.live.get() - 1);
+        drop(body);
+        if free {
+            self.free(key);
+        }
+    }
+
+    /// Drops the executor's reference to a finished task (outside the slab's borrow).
+    fn free(&self, key: Key) {
+        let header = self.tasks.borrow_mut().remove(key);
+        drop(header);
     }
 
     /// Drops every task on this thread (destructors may spawn: those are dropped too, unpolled),
@@ -227,7 +258,19 @@ impl Executor {
             if tasks.is_empty() {
                 break;
             }
-            dropped += tasks.len();
+            for task in &tasks {
+                // SAFETY: the owner thread (`tasks` are this executor's), and no poll is
+                // running: the reactor shuts down between turns, or while unwinding from a
+                // panicking poll whose frame is gone.
+                let body = unsafe { task.take_body() };
+                task.set_done();
+                if body.is_some() {
+                    dropped += 1;
+                    self.live.set(self.live.get() - 1);
+                }
+                drop(body);
+            }
+            // The run queue may point at these: it is cleared below and never read again.
             drop(tasks);
         }
         self.run_queue.borrow_mut().clear();
@@ -279,5 +322,13 @@ impl Executor {
             }
         }
         self.next_timer.set(self.timers.borrow().next_due());
+    }
+}
+
+impl Drop for Executor {
+    /// Futures are `!Send`: they must be dropped here, on the executor's thread, not by
+    /// whichever thread drops a task's header last.
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }

@@ -38,8 +38,6 @@ enum Entry<T> {
         next: u32,
     },
     Full(T),
-    /// Its value is out with the caller ([`Slab::take`]); the key stays valid.
-    Taken,
 }
 
 struct Slot<T> {
@@ -65,7 +63,7 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
-    /// Values stored or taken out.
+    /// Values stored.
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -102,7 +100,7 @@ impl<T> Slab<T> {
             .filter(|s| s.generation == key.generation)
     }
 
-    /// The value under `key`, unless it was removed or is taken out.
+    /// The value under `key`, unless it was removed.
     pub(crate) fn get_mut(&mut self, key: Key) -> Option<&mut T> {
         match &mut self.slot(key)?.entry {
             Entry::Full(value) => Some(value),
@@ -117,29 +115,7 @@ impl<T> Slab<T> {
             .is_some_and(|s| s.generation == key.generation && matches!(s.entry, Entry::Full(_)))
     }
 
-    /// Moves the value out, keeping its slot and key for [`Slab::put_back`] or
-    /// [`Slab::remove`]. `None` if `key` is stale or the value is already out.
-    pub(crate) fn take(&mut self, key: Key) -> Option<T> {
-        let slot = self.slot(key)?;
-        match std::mem::replace(&mut slot.entry, Entry::Taken) {
-            Entry::Full(value) => Some(value),
-            other => {
-                slot.entry = other;
-                None
-            }
-        }
-    }
-
-    /// Returns a value taken out with `key`.
-    pub(crate) fn put_back(&mut self, key: Key, value: T) {
-        if let Some(slot) = self.slot(key)
-            && matches!(slot.entry, Entry::Taken)
-        {
-            slot.entry = Entry::Full(value);
-        }
-    }
-
-    /// Frees `key`'s slot (stored or taken out); returns the value if it was stored.
+    /// Frees `key`'s slot; returns its value.
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let free = self.free;
         let slot = self.slot(key)?;
@@ -152,11 +128,11 @@ impl<T> Slab<T> {
         self.len -= 1;
         match old {
             Entry::Full(value) => Some(value),
-            _ => None,
+            Entry::Free { .. } => None,
         }
     }
 
-    /// Removes every stored value (taken-out ones stay), in slot order.
+    /// Removes every stored value, in slot order.
     pub(crate) fn drain(&mut self) -> Vec<T> {
         let mut out = Vec::new();
         for index in 0..self.slots.len() {
@@ -188,7 +164,6 @@ mod tests {
         assert_eq!(c.index, a.index);
         assert_ne!(c, a);
         assert_eq!(s.get_mut(a), None);
-        assert_eq!(s.take(a), None);
         assert_eq!(s.remove(a), None);
         assert_eq!(s.get_mut(c), Some(&mut "c"));
         assert_eq!(s.len(), 2);
@@ -197,33 +172,15 @@ mod tests {
     }
 
     #[test]
-    fn taken_values_keep_their_key() {
-        let mut s = Slab::default();
-        let a = s.insert(1);
-        assert_eq!(s.take(a), Some(1));
-        assert_eq!(s.take(a), None);
-        assert!(!s.contains(a));
-        assert_eq!(s.len(), 1);
-        s.put_back(a, 2);
-        assert_eq!(s.get_mut(a), Some(&mut 2));
-        assert_eq!(s.take(a), Some(2));
-        // Removing a taken-out value frees its slot.
-        assert_eq!(s.remove(a), None);
-        assert_eq!(s.len(), 0);
-        s.put_back(a, 3);
-        assert_eq!(s.get_mut(a), None);
-    }
-
-    #[test]
     fn drain_empties_stored_values_only() {
         let mut s = Slab::default();
         let keys: Vec<Key> = (0..5).map(|i| s.insert(i)).collect();
         s.remove(keys[1]);
-        let out = s.take(keys[3]);
-        assert_eq!(s.drain(), vec![0, 2, 4]);
-        assert_eq!(s.len(), 1);
-        s.put_back(keys[3], out.unwrap());
-        assert_eq!(s.drain(), vec![3]);
+        assert_eq!(s.drain(), vec![0, 2, 3, 4]);
         assert_eq!(s.len(), 0);
+        assert_eq!(s.get_mut(keys[0]), None);
+        // Freed slots are reused.
+        s.insert(9);
+        assert_eq!(s.slots.len(), 5);
     }
 }

@@ -1,24 +1,44 @@
-//! A task and its header. The header is the part wakers share (behind an `Arc`, on any thread):
-//! which reactor owns the task, the task's key there, and the flags that keep the task queued at
-//! most once. The future itself stays in its reactor's slab and never leaves that thread.
+//! A task: its header, which wakers share (behind an `Arc`, on any thread) — which reactor owns
+//! the task, the task's key there, the flags that keep it queued at most once — and its body
+//! (the future and the waker lent to its polls), which only the owning reactor's thread touches.
+//! Header and body share one allocation, so a wake and the poll after it touch one task, not a
+//! slab slot, a task box and a header.
 //!
-//! A wake on the owning reactor's thread pushes the key on the local run queue (plain loads and
-//! stores on `queued_local`, which only that thread touches); a wake from any other thread claims
+//! A wake on the owning reactor's thread pushes the header on the local run queue (plain loads
+//! and stores on `local`, which only that thread touches); a wake from any other thread claims
 //! `queued_remote` and goes through the reactor's inbox ([`crate::inbox::Inbox::push_wake`]),
 //! which wakes the reactor if it sleeps.
 
+use std::cell::UnsafeCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::sync::atomic::{AtomicU8, AtomicU64 as LocalU64};
+use std::task::{Context, Poll, Wake, Waker};
 
 use super::executor;
 use super::slab::Key;
 use crate::error::ReactorError;
 use crate::group::Shared;
 use crate::inbox::Inbox;
-use crate::inbox::sync::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use crate::inbox::sync::{AtomicBool, AtomicPtr, Ordering};
 use crate::reactor::Message;
+
+/// Where a task stands on its own reactor (`Header::local`).
+mod local {
+    /// Built (by `spawn_on`, on another thread) but not inserted yet: wakes are ignored, the
+    /// insert queues the first poll.
+    pub(super) const NEW: u8 = 0;
+    /// Inserted, not on the run queue.
+    pub(super) const IDLE: u8 = 1;
+    /// On the run queue.
+    pub(super) const QUEUED: u8 = 2;
+    /// Finished (body dropped), not on the run queue: wakes are ignored.
+    pub(super) const DONE: u8 = 3;
+    /// Finished while on the run queue (it woke itself in its last poll): its slab entry stays
+    /// until the queue hands it out, so a queued header is always alive.
+    pub(super) const DONE_QUEUED: u8 = 4;
+}
 
 /// Identifies an executor: its group and its reactor's index there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,17 +61,36 @@ pub(crate) struct Header {
     shared: Arc<Shared>,
     owner: ExecId,
     /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
-    key: AtomicU64,
-    /// On the owner's run queue. Owner thread only: relaxed loads and stores, no
-    /// read-modify-write.
-    queued_local: AtomicBool,
+    key: LocalU64,
+    /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
+    /// (plain `mov`s), and not part of the cross-thread protocol (std atomics, also under loom).
+    local: AtomicU8,
     /// On the owner's inbox wake list; claimed by remote wakers, released by the owner.
     queued_remote: AtomicBool,
     /// [`crate::JoinHandle::abort`] was called.
     aborted: AtomicBool,
     /// The wake list's link ([`super::wakelist`]).
     pub(super) next: AtomicPtr<Header>,
+    /// The task's body: `None` until inserted and once finished. Owner thread only (see the
+    /// `Send`/`Sync` impls).
+    body: UnsafeCell<Option<Body>>,
 }
+
+/// What only the owner thread touches: the future, and a waker for this task made at insert and
+/// lent to every poll (it holds the header: the cycle is broken when the task finishes).
+pub(crate) struct Body {
+    future: TaskFuture,
+    waker: Waker,
+}
+
+// SAFETY: everything but `body` is `Send + Sync` (atomics, `Arc<Shared>`). `body`, which holds
+// the `!Send` future, is only reached through `insert_body`, `poll` and `take_body`, whose
+// callers must be on the owner reactor's thread; the executor takes the body out when the task
+// finishes and, at the latest, when it shuts down or drops (on its thread), so the header may
+// then end its life on any thread without touching the future.
+unsafe impl Send for Header {}
+// SAFETY: as for `Send`: shared references on other threads touch only the atomic fields.
+unsafe impl Sync for Header {}
 
 impl Header {
     /// The header of a task that will live on the reactor at `index` of `shared`.
@@ -59,11 +98,12 @@ impl Header {
         Header {
             owner: ExecId::new(&shared, index),
             shared,
-            key: AtomicU64::new(Key::NONE.to_bits()),
-            queued_local: AtomicBool::new(false),
+            key: LocalU64::new(Key::NONE.to_bits()),
+            local: AtomicU8::new(local::NEW),
             queued_remote: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             next: AtomicPtr::new(std::ptr::null_mut()),
+            body: UnsafeCell::new(None),
         }
     }
 
@@ -81,28 +121,92 @@ impl Header {
         self.shared.check_not_own_reactor()
     }
 
+    /// The task's slab key (owner thread).
     pub(crate) fn key(&self) -> Key {
-        Key::from_bits(self.key.load(Ordering::Relaxed))
+        Key::from_bits(self.key.load(LOCAL))
     }
 
-    pub(crate) fn set_key(&self, key: Key) {
-        self.key.store(key.to_bits(), Ordering::Relaxed);
+    /// Owner thread: the task is in the slab under `key` with its body; wakes queue it from
+    /// now on (the caller queues its first poll).
+    pub(crate) fn set_inserted(&self, key: Key) {
+        self.key.store(key.to_bits(), LOCAL);
+        self.local.store(local::IDLE, LOCAL);
     }
 
-    /// Owner thread: marks the task queued locally; false if it already was.
+    /// Owner thread: marks the task queued locally; false if it already was, or is not
+    /// inserted, or finished.
     #[inline]
     pub(crate) fn claim_local(&self) -> bool {
-        if self.queued_local.load(Ordering::Relaxed) {
+        if self.local.load(LOCAL) != local::IDLE {
             return false;
         }
-        self.queued_local.store(true, Ordering::Relaxed);
+        self.local.store(local::QUEUED, LOCAL);
         true
     }
 
-    /// Owner thread, just before a poll: wakes from here on queue the task again.
+    /// Owner thread, on taking the task off the run queue: wakes from here on queue it again.
+    /// False if it finished while queued (the caller then frees its slab entry).
     #[inline]
-    pub(crate) fn release_local(&self) {
-        self.queued_local.store(false, Ordering::Relaxed);
+    pub(crate) fn release_local(&self) -> bool {
+        let live = self.local.load(LOCAL) == local::QUEUED;
+        self.local
+            .store(if live { local::IDLE } else { local::DONE }, LOCAL);
+        live
+    }
+
+    /// Owner thread, once the body is taken: later wakes are ignored. True if the task is not
+    /// on the run queue (the caller frees its slab entry now; else the queue's consumer does).
+    #[inline]
+    pub(crate) fn set_done(&self) -> bool {
+        let queued = self.local.load(LOCAL) == local::QUEUED;
+        let state = if queued {
+            local::DONE_QUEUED
+        } else {
+            local::DONE
+        };
+        self.local.store(state, LOCAL);
+        !queued
+    }
+
+    /// Gives the task its body; wakes through `waker` (built from this header) reach it.
+    ///
+    /// # Safety
+    ///
+    /// On the owner reactor's thread (the body is `!Send`), before the task is inserted.
+    pub(crate) unsafe fn insert_body(&self, future: TaskFuture, waker: Waker) {
+        // SAFETY: the caller is on the owner thread, the only one that touches `body`, and no
+        // poll or take of this body is running (it has none yet).
+        unsafe { *self.body.get() = Some(Body { future, waker }) };
+    }
+
+    /// Polls the task's future with its own waker; `Ready` also when it has no body.
+    ///
+    /// # Safety
+    ///
+    /// On the owner reactor's thread, not from inside a poll of this task.
+    #[inline]
+    pub(crate) unsafe fn poll(&self) -> Poll<()> {
+        // SAFETY: only the owner thread reaches `body`, and this poll is not nested in another
+        // one of this task, so this is the only reference to it until the poll returns; the
+        // future may drop or take other tasks' bodies (their own cells), never this one (a
+        // task's body is taken only by its own poll's caller or at shutdown, outside polls).
+        let Some(body) = (unsafe { &mut *self.body.get() }) else {
+            return Poll::Ready(());
+        };
+        body.future
+            .as_mut()
+            .poll(&mut Context::from_waker(&body.waker))
+    }
+
+    /// Takes the task's body (to drop it outside any borrow: its destructors may use the
+    /// executor).
+    ///
+    /// # Safety
+    ///
+    /// On the owner reactor's thread, not from inside a poll of this task.
+    pub(crate) unsafe fn take_body(&self) -> Option<Body> {
+        // SAFETY: as in `poll`: the owner thread, and no poll of this task holds the body.
+        unsafe { (*self.body.get()).take() }
     }
 
     /// Remote waker: marks the task queued on the wake list; false if it already was (then the
@@ -153,23 +257,8 @@ impl Wake for Header {
     }
 }
 
+/// The ordering of the owner-only fields: they never synchronize with anything.
+const LOCAL: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxed;
+
 /// A task's future, type-erased: the user's future wrapped with its completer.
 pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = ()>>>;
-
-/// A spawned task as its executor holds it.
-pub(crate) struct Task {
-    pub header: Arc<Header>,
-    /// A waker for this task, made once at spawn and lent to every poll.
-    pub waker: Waker,
-    pub future: TaskFuture,
-}
-
-impl Task {
-    pub(crate) fn new(header: Arc<Header>, future: TaskFuture) -> Task {
-        Task {
-            waker: Waker::from(Arc::clone(&header)),
-            header,
-            future,
-        }
-    }
-}
