@@ -135,11 +135,10 @@ impl Executor {
             self.id,
             "a task inserted on another executor"
         );
-        let waker = Waker::from(Arc::clone(&header));
         // SAFETY: `&self` is on this executor's thread (it is `!Sync`), the header's owner
         // (asserted), and the header is not inserted yet (`spawn` and `spawn_on` insert a new
         // header once).
-        unsafe { header.insert_body(future, waker) };
+        unsafe { header.insert_body(future) };
         let key = self.tasks.borrow_mut().insert(Arc::clone(&header));
         header.set_inserted(key);
         self.live.set(self.live.get() + 1);
@@ -222,7 +221,7 @@ impl Executor {
         }
         // SAFETY: this is the task's owner thread (only this executor's tasks are queued here),
         // and no poll of the task is running: polls happen only in `run`, which no poll can
-        // reach (it is the reactor's, not a task's).
+        // reach (it is the reactor's, not a task's); queued headers live in `Arc`s (`tasks`).
         if unsafe { task.poll() }.is_ready() {
             self.finish(task);
         }

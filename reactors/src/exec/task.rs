@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64 as LocalU64};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 
 use super::executor;
 use super::slab::Key;
@@ -76,11 +76,9 @@ pub(crate) struct Header {
     body: UnsafeCell<Option<Body>>,
 }
 
-/// What only the owner thread touches: the future, and a waker for this task made at insert and
-/// lent to every poll (it holds the header: the cycle is broken when the task finishes).
+/// What only the owner thread touches: the future.
 pub(crate) struct Body {
     future: TaskFuture,
-    waker: Waker,
 }
 
 // SAFETY: everything but `body` is `Send + Sync` (atomics, `Arc<Shared>`). `body`, which holds
@@ -168,22 +166,24 @@ impl Header {
         !queued
     }
 
-    /// Gives the task its body; wakes through `waker` (built from this header) reach it.
+    /// Gives the task its body.
     ///
     /// # Safety
     ///
     /// On the owner reactor's thread (the body is `!Send`), before the task is inserted.
-    pub(crate) unsafe fn insert_body(&self, future: TaskFuture, waker: Waker) {
+    pub(crate) unsafe fn insert_body(&self, future: TaskFuture) {
         // SAFETY: the caller is on the owner thread, the only one that touches `body`, and no
         // poll or take of this body is running (it has none yet).
-        unsafe { *self.body.get() = Some(Body { future, waker }) };
+        unsafe { *self.body.get() = Some(Body { future }) };
     }
 
-    /// Polls the task's future with its own waker; `Ready` also when it has no body.
+    /// Polls the task's future with a waker lent from this header (built in place: no
+    /// reference count traffic unless the future clones it); `Ready` also when it has no body.
     ///
     /// # Safety
     ///
-    /// On the owner reactor's thread, not from inside a poll of this task.
+    /// On the owner reactor's thread, not from inside a poll of this task; `self` is the
+    /// value of an `Arc<Header>` (as every inserted task's header is).
     #[inline]
     pub(crate) unsafe fn poll(&self) -> Poll<()> {
         // SAFETY: only the owner thread reaches `body`, and this poll is not nested in another
@@ -193,9 +193,9 @@ impl Header {
         let Some(body) = (unsafe { &mut *self.body.get() }) else {
             return Poll::Ready(());
         };
-        body.future
-            .as_mut()
-            .poll(&mut Context::from_waker(&body.waker))
+        // SAFETY: the caller guarantees `self` lives in an `Arc`.
+        let waker = unsafe { waker::borrowed(self) };
+        body.future.as_mut().poll(&mut Context::from_waker(&waker))
     }
 
     /// Takes the task's body (to drop it outside any borrow: its destructors may use the
@@ -237,6 +237,14 @@ impl Header {
         self.aborted.load(Ordering::Acquire)
     }
 
+    /// Queues the task: on the owner's run queue from its own thread, else through its inbox.
+    #[inline]
+    pub(crate) fn wake_by_ref(self: &Arc<Self>) {
+        if !executor::schedule_if_owner(self) {
+            self.wake_remote();
+        }
+    }
+
     /// The cross-core path: queue on the owner's inbox wake list (waking it if asleep).
     pub(crate) fn wake_remote(self: &Arc<Self>) {
         if self.claim_remote() {
@@ -245,15 +253,58 @@ impl Header {
     }
 }
 
-impl Wake for Header {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+/// A task's [`Waker`]: its data pointer is the task's header in its `Arc` (what
+/// `Arc::into_raw` gives), so a poll lends one built in place, and a wake on the owner's thread
+/// is one direct call with no reference count traffic (std's `Wake` adapter adds a call).
+mod waker {
+    use std::mem::ManuallyDrop;
+    use std::sync::Arc;
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+
+    use super::Header;
+
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
+
+    /// A waker for `header` valid while the borrow lasts (it owns no reference; a clone does).
+    ///
+    /// # Safety
+    ///
+    /// `header` is the value of an `Arc<Header>` (its clones take references on that `Arc`).
+    #[inline]
+    pub(super) unsafe fn borrowed(header: &Header) -> ManuallyDrop<Waker> {
+        let raw = RawWaker::new(std::ptr::from_ref(header).cast(), &VTABLE);
+        // SAFETY: `VTABLE`'s functions are called with this data pointer, the address of an
+        // `Arc<Header>`'s value (the caller's promise), alive while `header` is borrowed; the
+        // `ManuallyDrop` keeps the unowned reference from being released, and clones take
+        // references of their own.
+        ManuallyDrop::new(unsafe { Waker::from_raw(raw) })
     }
 
-    fn wake_by_ref(self: &Arc<Self>) {
-        if !executor::schedule_if_owner(self) {
-            self.wake_remote();
-        }
+    /// Borrows the header behind a waker's data pointer, as an `Arc` it must not drop.
+    #[inline]
+    fn header(data: *const ()) -> ManuallyDrop<Arc<Header>> {
+        // SAFETY: every waker of this vtable holds `Arc::as_ptr` of a live `Arc<Header>`
+        // (`borrowed`, `clone`); the `ManuallyDrop` leaves its reference count alone.
+        ManuallyDrop::new(unsafe { Arc::from_raw(data.cast::<Header>()) })
+    }
+
+    fn clone(data: *const ()) -> RawWaker {
+        // The clone owns a reference: the copy's is forgotten, to be released by `drop`/`wake`.
+        std::mem::forget(Arc::clone(&header(data)));
+        RawWaker::new(data, &VTABLE)
+    }
+
+    fn wake(data: *const ()) {
+        let header = ManuallyDrop::into_inner(header(data));
+        header.wake_by_ref();
+    }
+
+    fn wake_by_ref(data: *const ()) {
+        header(data).wake_by_ref();
+    }
+
+    fn drop(data: *const ()) {
+        std::mem::drop(ManuallyDrop::into_inner(header(data)));
     }
 }
 
