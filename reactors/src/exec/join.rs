@@ -69,11 +69,42 @@ pub(crate) struct Completer<T> {
 
 impl<T> Completer<T> {
     /// The task's body: `future`, then its output into the handle.
-    pub(crate) async fn run<F: Future<Output = T>>(mut self, future: F) {
-        let output = future.await;
-        if let Some(cell) = self.cell.take() {
+    pub(crate) fn run<F: Future<Output = T>>(self, future: F) -> Run<F> {
+        Run {
+            future,
+            completer: self,
+        }
+    }
+}
+
+/// A task's body ([`Completer::run`]). Written out rather than an `async fn`: that one holds
+/// the user's future twice (argument and awaited local) and adds a state of its own, so every
+/// poll touched one more cache line of a twice larger task.
+pub(crate) struct Run<F: Future> {
+    /// Pinned with the `Run` (structural pinning: see `poll`).
+    future: F,
+    completer: Completer<F::Output>,
+}
+
+impl<F: Future> Future for Run<F> {
+    type Output = ();
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: `future` is never moved out of a pinned `Run` (nothing takes it by value, and
+        // `Run` has no `Drop` of its own), so pinning the field is sound; `completer` is not
+        // pinned and only used through `&mut`.
+        let (future, completer) = unsafe {
+            let this = self.get_unchecked_mut();
+            (Pin::new_unchecked(&mut this.future), &mut this.completer)
+        };
+        let Poll::Ready(output) = future.poll(cx) else {
+            return Poll::Pending;
+        };
+        if let Some(cell) = completer.cell.take() {
             cell.finish(Ok(output));
         }
+        Poll::Ready(())
     }
 }
 
