@@ -15,7 +15,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
-use std::ptr;
+use std::mem::ManuallyDrop;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Waker;
@@ -64,7 +64,7 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Executor) -> R) -> Option<R> {
 
 /// The local wake path: queues `task` if this thread runs its executor; false otherwise.
 #[inline]
-pub(crate) fn schedule_if_owner(task: &Header) -> bool {
+pub(crate) fn schedule_if_owner(task: &Arc<Header>) -> bool {
     let exec = CURRENT_PTR.get();
     if exec.is_null() {
         return false;
@@ -148,9 +148,10 @@ impl Executor {
     /// The local wake path: queues `task` unless it is queued already, not inserted yet (its
     /// first poll is queued at insert) or finished. `task` must be one of this executor's.
     #[inline]
-    pub(crate) fn schedule(&self, task: &Header) {
+    pub(crate) fn schedule(&self, task: &Arc<Header>) {
         if task.claim_local() {
-            self.run_queue.borrow_mut().push_back(ptr::from_ref(task));
+            // `Arc::as_ptr`: the pointer keeps the provenance of the whole `Arc` (see `run`).
+            self.run_queue.borrow_mut().push_back(Arc::as_ptr(task));
         }
     }
 
@@ -200,16 +201,18 @@ impl Executor {
             let Some(task) = self.run_queue.borrow_mut().pop_front() else {
                 break;
             };
-            // SAFETY: a header on the run queue is in `tasks`, which holds a reference to it
-            // until the queue hands it out (see `finish`), so it is alive.
-            polls += u64::from(self.poll(unsafe { &*task }));
+            // SAFETY: a header on the run queue is `Arc::as_ptr` of one in `tasks`, which
+            // holds that reference until the queue hands it out (see `finish`), so it is
+            // alive; the `ManuallyDrop` leaves its count alone.
+            let task = ManuallyDrop::new(unsafe { Arc::from_raw(task) });
+            polls += u64::from(self.poll(&task));
         }
         polls
     }
 
     /// Polls `task`, just taken off the run queue; returns whether it was polled.
     #[inline]
-    fn poll(&self, task: &Header) -> bool {
+    fn poll(&self, task: &Arc<Header>) -> bool {
         if !task.release_local() {
             // Finished while queued: the queue's hold on it ends here.
             self.free(task.key());
@@ -221,7 +224,7 @@ impl Executor {
         }
         // SAFETY: this is the task's owner thread (only this executor's tasks are queued here),
         // and no poll of the task is running: polls happen only in `run`, which no poll can
-        // reach (it is the reactor's, not a task's); queued headers live in `Arc`s (`tasks`).
+        // reach (it is the reactor's, not a task's).
         if unsafe { task.poll() }.is_ready() {
             self.finish(task);
         }
@@ -229,8 +232,9 @@ impl Executor {
     }
 
     /// Drops the task's future (its destructors may use the executor) and, unless the task is
-    /// on the run queue, frees its slab entry.
-    fn finish(&self, task: &Header) {
+    /// on the run queue, frees its slab entry. `task` is borrowed as an `Arc`, not as the
+    /// header: freeing the entry may free the header, which a `&Header` argument must outlive.
+    fn finish(&self, task: &Arc<Header>) {
         let key = task.key();
         // SAFETY: as in `poll`: the owner thread, outside any poll of this task.
         let body = unsafe { task.take_body() };

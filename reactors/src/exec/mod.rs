@@ -5,10 +5,10 @@
 //! | file | one job |
 //! |---|---|
 //! | `mod.rs` | the public API (`ReactorCtx::spawn`, `ReactorsHandle::spawn_on`, [`spawn_local`], [`yield_now`]) and its contract |
-//! | `executor.rs` | a reactor's tasks, run queue and timers; the task step of a turn; stop |
-//! | `task.rs` | the task header wakers share (owner, key, queued flags) and the waker |
+//! | `executor.rs` | a reactor's tasks, run queue (of task headers) and timers; the task step of a turn; stop |
+//! | `task.rs` | the task header wakers share (owner, key, queued flags), the future it holds, and the waker |
 //! | `wakelist.rs` | the intrusive lock-free list of tasks woken from other threads |
-//! | `join.rs` | [`JoinHandle`], the completer a task carries, blocking join |
+//! | `join.rs` | [`JoinHandle`], the completer a task carries (its body), blocking join |
 //! | `timer.rs` | [`sleep`] and the per-reactor timer heap |
 //! | `slab.rs` | the generation-checked slab that holds tasks and timers |
 //!
@@ -24,11 +24,13 @@
 //!   during the step (by [`yield_now`], or by a poller reaping its I/O) runs on the next turn, so
 //!   tasks cannot starve pollers and I/O submitted by tasks is flushed by the pollers of the same
 //!   turn. A reactor with queued tasks does not sleep.
-//! - **Wakers** carry an `Arc` to the task's header. On the task's own reactor a wake pushes the
-//!   task's key on the local run queue (a thread-local lookup, plain loads and stores). From any
-//!   other thread it claims the header's remote flag and links the header onto the reactor's
-//!   inbox wake list (one CAS), waking the reactor if it sleeps in interrupt mode. Neither path
-//!   allocates; a task is queued at most once however often it is woken.
+//! - **Wakers** point at the task's header (which holds the future), a reference counted the
+//!   `Arc` way; a poll lends one built in place. On the task's own reactor a wake pushes the
+//!   header on the local run queue (a thread-local lookup, plain loads and stores, no reference
+//!   count traffic). From any other thread it claims the header's remote flag and links the
+//!   header onto the reactor's inbox wake list (one CAS), waking the reactor if it sleeps in
+//!   interrupt mode. Neither path allocates; a task is queued at most once however often it is
+//!   woken.
 //! - **Cancellation**: dropping a [`JoinHandle`] detaches the task (tokio's rule);
 //!   [`JoinHandle::abort`] cancels it: the task is dropped on its reactor at its next await
 //!   point instead of being polled, and the handle yields [`crate::ReactorError::TaskAborted`].

@@ -182,10 +182,9 @@ impl Header {
     ///
     /// # Safety
     ///
-    /// On the owner reactor's thread, not from inside a poll of this task; `self` is the
-    /// value of an `Arc<Header>` (as every inserted task's header is).
+    /// On the owner reactor's thread, not from inside a poll of this task.
     #[inline]
-    pub(crate) unsafe fn poll(&self) -> Poll<()> {
+    pub(crate) unsafe fn poll(self: &Arc<Self>) -> Poll<()> {
         // SAFETY: only the owner thread reaches `body`, and this poll is not nested in another
         // one of this task, so this is the only reference to it until the poll returns; the
         // future may drop or take other tasks' bodies (their own cells), never this one (a
@@ -193,8 +192,7 @@ impl Header {
         let Some(body) = (unsafe { &mut *self.body.get() }) else {
             return Poll::Ready(());
         };
-        // SAFETY: the caller guarantees `self` lives in an `Arc`.
-        let waker = unsafe { waker::borrowed(self) };
+        let waker = waker::borrowed(self);
         body.future.as_mut().poll(&mut Context::from_waker(&waker))
     }
 
@@ -266,17 +264,14 @@ mod waker {
     static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
 
     /// A waker for `header` valid while the borrow lasts (it owns no reference; a clone does).
-    ///
-    /// # Safety
-    ///
-    /// `header` is the value of an `Arc<Header>` (its clones take references on that `Arc`).
     #[inline]
-    pub(super) unsafe fn borrowed(header: &Header) -> ManuallyDrop<Waker> {
-        let raw = RawWaker::new(std::ptr::from_ref(header).cast(), &VTABLE);
-        // SAFETY: `VTABLE`'s functions are called with this data pointer, the address of an
-        // `Arc<Header>`'s value (the caller's promise), alive while `header` is borrowed; the
-        // `ManuallyDrop` keeps the unowned reference from being released, and clones take
-        // references of their own.
+    pub(super) fn borrowed(header: &Arc<Header>) -> ManuallyDrop<Waker> {
+        // `Arc::as_ptr`, not a reference's address: the pointer must keep the provenance of
+        // the whole allocation, reference counts included, for `Arc::from_raw` in `header`.
+        let raw = RawWaker::new(Arc::as_ptr(header).cast(), &VTABLE);
+        // SAFETY: `VTABLE`'s functions are called with this data pointer, `Arc::as_ptr` of an
+        // `Arc<Header>` alive while `header` is borrowed; the `ManuallyDrop` keeps the unowned
+        // reference from being released, and clones take references of their own.
         ManuallyDrop::new(unsafe { Waker::from_raw(raw) })
     }
 
