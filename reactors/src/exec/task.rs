@@ -1,8 +1,8 @@
 //! A task: its header, which wakers share (behind an `Arc`, on any thread) — which reactor owns
 //! the task, the task's key there, the flags that keep it queued at most once — and its body
-//! (the future and the waker lent to its polls), which only the owning reactor's thread touches.
-//! Header and body share one allocation, so a wake and the poll after it touch one task, not a
-//! slab slot, a task box and a header.
+//! (the boxed future), which only the owning reactor's thread touches. The header holds the
+//! body, and wakers are built from the header's address, so a wake and the poll after it touch
+//! the header and the future only, not a slab slot and a task box as well.
 //!
 //! A wake on the owning reactor's thread pushes the header on the local run queue (plain loads
 //! and stores on `local`, which only that thread touches); a wake from any other thread claims

@@ -479,6 +479,43 @@ fn tasks_spawn_tasks_from_inside() {
 }
 
 #[test]
+fn a_finished_task_is_never_polled_again_however_it_is_woken() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), ReactorsOptions::default()).unwrap();
+    let core = reactors.cores()[0];
+    let polls = Arc::new(AtomicU64::new(0));
+    let kept: Arc<Mutex<Option<Waker>>> = Arc::default();
+    let (p, k) = (polls.clone(), kept.clone());
+    // It wakes itself in its last poll: it finishes while on the run queue.
+    let handle = reactors
+        .spawn_on(core, move || {
+            poll_fn(move |cx| {
+                p.fetch_add(1, Ordering::SeqCst);
+                *k.lock().unwrap() = Some(cx.waker().clone());
+                cx.waker().wake_by_ref();
+                Poll::Ready(7)
+            })
+        })
+        .unwrap();
+    assert_eq!(handle.join().unwrap(), 7);
+    let waker = kept.lock().unwrap().take().unwrap();
+    // Woken again after it finished: from its own reactor and from this thread.
+    let w = waker.clone();
+    reactors.run_on(core, move |_| w.wake()).unwrap();
+    waker.wake_by_ref();
+    // A few turns later: still one poll, no task left, and a new task runs normally.
+    let next = reactors
+        .spawn_on(core, || async { yield_now().await })
+        .unwrap();
+    next.join().unwrap();
+    assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
+    assert_eq!(polls.load(Ordering::SeqCst), 1);
+    reactors.stop().unwrap();
+    // The last reference to the task, dropped off its reactor after the reactor stopped.
+    drop(waker);
+}
+
+#[test]
 fn join_handles_block_plain_threads_and_refuse_reactors() {
     let _s = serial();
     let reactors = Reactors::start(all_cores(), ReactorsOptions::default()).unwrap();
