@@ -510,8 +510,26 @@ fn a_finished_task_is_never_polled_again_however_it_is_woken() {
     next.join().unwrap();
     assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
     assert_eq!(polls.load(Ordering::SeqCst), 1);
+    // Detached and holding no waker: the run queue's entry is what keeps it until handed out
+    // (under Miri, freeing it at finish is a use after free there).
+    let p = polls.clone();
+    reactors
+        .run_on(core, move |ctx| {
+            drop(ctx.spawn(poll_fn(move |cx| {
+                p.fetch_add(1, Ordering::SeqCst);
+                cx.waker().wake_by_ref();
+                Poll::Ready(())
+            })))
+        })
+        .unwrap();
+    let next = reactors
+        .spawn_on(core, || async { yield_now().await })
+        .unwrap();
+    next.join().unwrap();
+    assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
+    assert_eq!(polls.load(Ordering::SeqCst), 2);
     reactors.stop().unwrap();
-    // The last reference to the task, dropped off its reactor after the reactor stopped.
+    // The last reference to the first task, dropped off its reactor after the reactor stopped.
     drop(waker);
 }
 
