@@ -484,6 +484,13 @@ fn a_finished_task_is_never_polled_again_however_it_is_woken() {
     let reactors = Reactors::start(one_core(), ReactorsOptions::default()).unwrap();
     let core = reactors.cores()[0];
     let polls = Arc::new(AtomicU64::new(0));
+    // A few turns later: `n` polls in all, no task left, and a new task runs normally.
+    let settled = |n: u64| {
+        let next = reactors.spawn_on(core, yield_now).unwrap();
+        next.join().unwrap();
+        assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
+        assert_eq!(polls.load(Ordering::SeqCst), n);
+    };
     let kept: Arc<Mutex<Option<Waker>>> = Arc::default();
     let (p, k) = (polls.clone(), kept.clone());
     // It wakes itself in its last poll: it finishes while on the run queue.
@@ -503,13 +510,7 @@ fn a_finished_task_is_never_polled_again_however_it_is_woken() {
     let w = waker.clone();
     reactors.run_on(core, move |_| w.wake()).unwrap();
     waker.wake_by_ref();
-    // A few turns later: still one poll, no task left, and a new task runs normally.
-    let next = reactors
-        .spawn_on(core, || async { yield_now().await })
-        .unwrap();
-    next.join().unwrap();
-    assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
-    assert_eq!(polls.load(Ordering::SeqCst), 1);
+    settled(1);
     // Detached and holding no waker: the run queue's entry is what keeps it until handed out
     // (under Miri, freeing it at finish is a use after free there).
     let p = polls.clone();
@@ -522,12 +523,7 @@ fn a_finished_task_is_never_polled_again_however_it_is_woken() {
             })))
         })
         .unwrap();
-    let next = reactors
-        .spawn_on(core, || async { yield_now().await })
-        .unwrap();
-    next.join().unwrap();
-    assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
-    assert_eq!(polls.load(Ordering::SeqCst), 2);
+    settled(2);
     reactors.stop().unwrap();
     // The last reference to the first task, dropped off its reactor after the reactor stopped.
     drop(waker);
