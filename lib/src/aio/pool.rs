@@ -206,6 +206,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "DMA pools are mmap'ed")]
     fn buffers_come_and_go_and_keep_their_pool_alive() {
         let p = pool(2);
         let (mut a, b) = (p.get().unwrap(), p.get().unwrap());
