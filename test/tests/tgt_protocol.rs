@@ -290,10 +290,12 @@ fn tgt_nvme_attach_errors_match_spdk() {
     let reset = "{\"jsonrpc\":\"2.0\",\"method\":\"bdev_nvme_reset_controller\",\"id\":2,\"params\":{\"name\":\"Nvme0\"}}";
     let v = lines(&d.raw(reset.as_bytes()));
     assert_eq!(v[0]["error"]["code"], -19, "{}", v[0]);
-    // Through pmio-rpc: a malformed address, another transport, a fabrics-only parameter.
+    // Through pmio-rpc: a malformed address, another transport, TCP without its port, a
+    // fabrics-only parameter on PCIe.
     for (args, code) in [
         (&["-b", "Nvme0", "-t", "PCIe", "-a", "00:1f"][..], "-22"),
-        (&["-b", "Nvme0", "-t", "TCP", "-a", "10.0.0.1"][..], "-95"),
+        (&["-b", "Nvme0", "-t", "RDMA", "-a", "10.0.0.1"][..], "-95"),
+        (&["-b", "Nvme0", "-t", "TCP", "-a", "10.0.0.1"][..], "-22"),
         (
             &[
                 "-b",

@@ -366,12 +366,7 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     // NVMe driver defaults first: they apply to the controllers attached after them.
     let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
     out.extend(t.records().into_iter().filter_map(|r| r.create));
-    for c in t.ctrlrs() {
-        out.push(json!({
-            "method": "bdev_nvme_attach_controller",
-            "params": {"name": c.name, "trtype": "PCIe", "traddr": c.traddr}
-        }));
-    }
+    out.extend(crate::nvme::config(t));
     out.extend(crate::sched::config(rpc));
     out
 }

@@ -20,6 +20,7 @@ use pmio_vhost::VhostTarget;
 use serde_json::{Value, json};
 
 use crate::jsonrpc::RpcError;
+use crate::nvme::trid::Trid;
 
 /// Framework state, as SPDK's RPC state mask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,12 +95,16 @@ pub struct BdevRecord {
 pub struct CtrlrRecord {
     /// Controller name.
     pub name: String,
-    /// PCI address.
-    pub traddr: String,
+    /// Where it is.
+    pub trid: Trid,
     /// Bdev names, one per namespace.
     pub bdevs: Vec<String>,
     /// The driver's controller.
     pub ctrlr: Arc<pmio_nvme::Controller>,
+    /// The `bdev_nvme_attach_controller` parameters that attach it again (`save_config`).
+    pub saved: Value,
+    /// The host NQN it connected with (empty for PCIe).
+    pub hostnqn: String,
 }
 
 /// The daemon state shared by every RPC connection.
@@ -116,6 +121,10 @@ pub struct Target {
     bdev_owners: Mutex<()>,
     records: Mutex<Vec<BdevRecord>>,
     ctrlrs: Mutex<Vec<CtrlrRecord>>,
+    /// Controllers being attached (name, path): reserved so that two attaches never take the
+    /// same name or path while the slow bring-up runs with `ctrlrs` unlocked. Locked after
+    /// `ctrlrs`.
+    attaching: Mutex<Vec<(String, Trid)>>,
     state: AtomicU8,
     stopping: AtomicBool,
     /// Bdev name → number of running jobs (perform_tests) using it.
@@ -161,6 +170,7 @@ impl Target {
             registry,
             records: Mutex::new(Vec::new()),
             ctrlrs: Mutex::new(Vec::new()),
+            attaching: Mutex::new(Vec::new()),
             state: AtomicU8::new(state as u8),
             stopping: AtomicBool::new(false),
             busy: Mutex::new(HashMap::new()),
@@ -497,6 +507,11 @@ impl Target {
         lock(&self.ctrlrs)
     }
 
+    /// Locks the list of attaches in progress (after [`Target::ctrlrs_mut`]).
+    pub fn attaching_mut(&self) -> MutexGuard<'_, Vec<(String, Trid)>> {
+        lock(&self.attaching)
+    }
+
     /// Looks a bdev up by name or by UUID alias.
     pub fn find_bdev(&self, name: &str) -> Option<Arc<dyn BlockDevice>> {
         if let Some(d) = self.registry.get(name) {
@@ -533,13 +548,13 @@ impl Target {
         let driver_specific = match self.record(&i.name).map(|r| r.kind) {
             Some(BdevKind::Uring { filename }) => json!({"uring": {"filename": filename}}),
             Some(BdevKind::Nvme { ctrlr }) => {
-                let traddr = self
+                let trid = self
                     .ctrlrs()
                     .into_iter()
                     .find(|c| c.name == ctrlr)
-                    .map(|c| c.traddr)
+                    .map(|c| c.trid.json())
                     .unwrap_or_default();
-                json!({"nvme": [{"trid": {"trtype": "PCIe", "traddr": traddr}, "ctrlr": ctrlr}]})
+                json!({"nvme": [{"trid": trid, "ctrlr": ctrlr}]})
             }
             _ => json!({}),
         };

@@ -193,7 +193,11 @@ fn bdev_name(v: &Value) -> String {
 }
 
 fn ctrlr_name(v: &Value) -> String {
-    format!("NVMe controller {} at {}", p(v, "name"), p(v, "traddr"))
+    let at = match crate::nvme::args::parse(Some(v)) {
+        Ok(a) => a.trid.describe(),
+        Err(_) => p(v, "traddr"),
+    };
+    format!("NVMe controller {} at {at}", p(v, "name"))
 }
 
 fn transport_name(v: &Value) -> String {
@@ -255,11 +259,12 @@ fn allow_any_host_name(v: &Value) -> String {
 /// answers its bdevs); a new one is detached by a rollback.
 fn before_attach(rpc: &Rpc, v: &Value) -> Before {
     let name = p(v, "name");
-    let traddr = p(v, "traddr");
+    let trid = crate::nvme::args::parse(Some(v)).map(|a| a.trid);
     match rpc.target.ctrlrs().into_iter().find(|c| c.name == name) {
-        Some(c) if c.traddr.eq_ignore_ascii_case(&traddr) => {
-            Before::Present(format!("NVMe controller {name} is attached at {traddr}"))
-        }
+        Some(c) if trid.as_ref().is_ok_and(|t| c.trid.same_path(t)) => Before::Present(format!(
+            "NVMe controller {name} is attached at {}",
+            c.trid.describe()
+        )),
         _ => Before::Undo(UndoCall {
             what: ctrlr_name(v),
             method: "bdev_nvme_detach_controller".into(),
@@ -669,8 +674,9 @@ pub static TABLE: &[Entry] = &[
         "bdev",
         Handling::Refuse(
             "name",
-            "pmio attaches PCIe controllers only: the namespaces this NVMe-oF discovery finds \
-             would be missing",
+            "pmio has no NVMe-oF discovery client (attach each subsystem with \
+             bdev_nvme_attach_controller -t tcp): the namespaces this discovery finds would be \
+             missing",
         ),
     ),
     e(
@@ -678,8 +684,8 @@ pub static TABLE: &[Entry] = &[
         "bdev",
         Handling::Refuse(
             "name",
-            "pmio attaches PCIe controllers only: the namespaces this mDNS discovery finds \
-             would be missing",
+            "pmio has no mDNS discovery (attach each subsystem with bdev_nvme_attach_controller \
+             -t tcp): the namespaces this mDNS discovery finds would be missing",
         ),
     ),
     e(

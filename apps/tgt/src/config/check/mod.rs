@@ -43,7 +43,7 @@ pub struct World {
     /// The methods of this pmio-tgt (a vhost entry is a create when its method is one).
     methods: Vec<&'static str>,
     bdevs: Vec<(String, Option<Uuid>)>,
-    ctrlrs: Vec<(String, String)>,
+    ctrlrs: Vec<(String, crate::nvme::trid::Trid)>,
     transport: Option<TransportOpts>,
     subsystems: Vec<SubSeen>,
     vhost: Vec<String>,
@@ -84,7 +84,7 @@ impl World {
                 .iter()
                 .map(|d| (d.info().name.clone(), Some(d.info().uuid)))
                 .collect(),
-            ctrlrs: t.ctrlrs().into_iter().map(|c| (c.name, c.traddr)).collect(),
+            ctrlrs: t.ctrlrs().into_iter().map(|c| (c.name, c.trid)).collect(),
             transport: c.transport.clone(),
             subsystems: c
                 .subsystems
@@ -369,8 +369,8 @@ mod tests {
             (
                 "bdev",
                 "bdev_nvme_attach_controller",
-                json!({"name": "Nvme1", "trtype": "TCP", "traddr": "10.0.0.2", "subnqn": "nqn.x:y"}),
-                "pmio attaches PCIe controllers only; the namespaces of nqn.x:y",
+                json!({"name": "Nvme1", "trtype": "RDMA", "traddr": "10.0.0.2", "subnqn": "nqn.x:y"}),
+                "pmio attaches PCIe and TCP controllers; the namespaces of nqn.x:y would be missing",
             ),
             (
                 "bdev",

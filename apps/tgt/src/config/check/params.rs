@@ -12,6 +12,7 @@ use pmio_nvmf::subsystem::{DISCOVERY_NQN, ListenAddr, Subsystem, SubsystemParams
 use serde_json::{Map, Value, json};
 
 use super::{SubSeen, World};
+use crate::nvme::trid::Trid;
 
 /// A call's parameters, taken key by key as the method takes them.
 struct P<'a> {
@@ -52,13 +53,6 @@ impl<'a> P<'a> {
             Some(v) => Err(format!(
                 "parameter \"{k}\" is {v}; pmio supports only {default}"
             )),
-        }
-    }
-
-    /// Keys accepted whatever their value.
-    fn accept(&mut self, keys: &[&str]) {
-        for k in keys {
-            self.map.remove(*k);
         }
     }
 
@@ -238,76 +232,46 @@ pub fn aio_as_uring(v: &Value) -> Result<Value, String> {
     Ok(u)
 }
 
-/// `bdev_nvme_attach_controller`: PCIe only; the device must be there.
+/// `bdev_nvme_attach_controller`: the method's own decoding; a PCIe device must be there, an
+/// NVMe/TCP target is only reached at load.
 pub fn nvme_attach(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "bdev_nvme_attach_controller")?;
-    let name: String = p.req("name")?;
-    let trtype: String = p.req("trtype")?;
-    let traddr: String = p.req("traddr")?;
-    p.opt::<u16>("num_io_queues")?;
-    for k in [
-        "prchk_reftag",
-        "prchk_guard",
-        "hdgst",
-        "ddgst",
-        "allow_unrecognized_csi",
-        "disable_sq_flow_control",
-    ] {
-        p.default_only(k, json!(false))?;
-    }
-    p.default_only("multipath", json!("disable"))?;
-    if let Some(o) = p.opt::<Map<String, Value>>("multipath_opts")?
-        && !o.is_empty()
-    {
-        return Err("multipath_opts: pmio attaches one path per controller".into());
-    }
-    // SPDK writes hostnqn for every controller; a PCIe controller has no use for it.
-    p.accept(&[
-        "hostnqn",
-        "ctrlr_loss_timeout_sec",
-        "reconnect_delay_sec",
-        "fast_io_fail_timeout_sec",
-        "fabrics_connect_timeout_us",
-        "max_bdevs",
-    ]);
-    if !trtype.eq_ignore_ascii_case("pcie") {
-        let subnqn: Option<String> = p.opt("subnqn")?;
+    let a = crate::nvme::args::parse(Some(v)).map_err(|e| {
+        if e.code != -libc::EOPNOTSUPP {
+            return e.message;
+        }
+        let nqn = v.get("subnqn").and_then(Value::as_str);
+        format!(
+            "{}; the namespaces of {} would be missing",
+            e.message,
+            nqn.unwrap_or("this controller")
+        )
+    })?;
+    let (name, at) = (&a.name, a.trid.describe());
+    if let Some((_, t)) = w.ctrlrs.iter().find(|(n, _)| n == name) {
+        if t.same_path(&a.trid) {
+            return Ok(format!("NVMe controller {name} at {at}: already attached"));
+        }
         return Err(format!(
-            "trtype {trtype}: pmio attaches PCIe controllers only; the namespaces of {} at \
-             {traddr} would be missing",
-            subnqn.as_deref().unwrap_or("this controller")
+            "controller {name} is already attached at {}",
+            t.describe()
         ));
     }
-    for k in [
-        "adrfam",
-        "trsvcid",
-        "subnqn",
-        "hostaddr",
-        "hostsvcid",
-        "psk",
-        "dhchap_key",
-        "dhchap_ctrlr_key",
-        "priority",
-    ] {
-        p.absent(k, "does not apply to trtype PCIe")?;
+    if let Some((n, _)) = w.ctrlrs.iter().find(|(_, t)| t.same_path(&a.trid)) {
+        return Err(format!("{at} is already attached as controller {n}"));
     }
-    p.finish()?;
-    if let Some((_, a)) = w.ctrlrs.iter().find(|(n, _)| *n == name) {
-        if a.eq_ignore_ascii_case(&traddr) {
-            return Ok(format!(
-                "NVMe controller {name} at {traddr}: already attached"
-            ));
-        }
-        return Err(format!("controller {name} is already attached at {a}"));
-    }
-    if let Some((n, _)) = w
-        .ctrlrs
-        .iter()
-        .find(|(_, a)| a.eq_ignore_ascii_case(&traddr))
-    {
-        return Err(format!("{traddr} is already attached as controller {n}"));
-    }
-    let bdf = pmio_nvme::vfio::parse_bdf(&traddr).map_err(|e| e.to_string())?;
+    let note = match &a.trid {
+        Trid::Pcie { traddr } => pcie_note(traddr)?,
+        Trid::Tcp { .. } => "NVMe/TCP: connected at load, the target must answer then".into(),
+    };
+    w.ctrlrs.push((name.clone(), a.trid.clone()));
+    Ok(format!(
+        "NVMe controller {name} at {at} ({note}); one bdev {name}n<NSID> per namespace"
+    ))
+}
+
+/// Whether the PCI function at `traddr` exists and is bound to vfio-pci.
+fn pcie_note(traddr: &str) -> Result<String, String> {
+    let bdf = pmio_nvme::vfio::parse_bdf(traddr).map_err(|e| e.to_string())?;
     let dev = Path::new("/sys/bus/pci/devices").join(&bdf);
     if !dev.exists() {
         return Err(format!("no PCI device at {traddr}"));
@@ -315,15 +279,11 @@ pub fn nvme_attach(v: &Value, w: &mut World) -> Result<String, String> {
     let driver = std::fs::read_link(dev.join("driver"))
         .ok()
         .and_then(|l| l.file_name().map(|f| f.to_string_lossy().into_owned()));
-    let note = match driver.as_deref() {
+    Ok(match driver.as_deref() {
         Some("vfio-pci") => "bound to vfio-pci".to_string(),
         Some(d) => format!("bound to {d}: bind it to vfio-pci (pmio-setup) before starting"),
         None => "bound to no driver: bind it to vfio-pci (pmio-setup) before starting".into(),
-    };
-    w.ctrlrs.push((name.clone(), traddr.clone()));
-    Ok(format!(
-        "NVMe controller {name} at {traddr} ({note}); one bdev {name}n<NSID> per namespace"
-    ))
+    })
 }
 
 /// `bdev_set_scheduler` (pmio's own).

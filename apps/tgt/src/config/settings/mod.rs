@@ -19,6 +19,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pmio_nvme::NvmeOptions;
+
+use crate::nvme::args::Reconnect;
 use serde_json::{Value, json};
 
 use crate::jsonrpc::RpcError;
@@ -121,6 +123,10 @@ pub struct NvmeDefaults {
     pub recovery_retries: Option<u8>,
     /// [`NvmeOptions::health_check_interval`] (`nvme_adminq_poll_period_us`).
     pub health_check_interval: Option<Duration>,
+    /// Reconnect knobs of NVMe/TCP controllers (an attach's own win).
+    pub reconnect: Reconnect,
+    /// Keep-alive timeout of NVMe/TCP controllers, ms (`keep_alive_timeout_ms`).
+    pub keep_alive_timeout_ms: Option<u32>,
 }
 
 impl NvmeDefaults {
@@ -213,6 +219,11 @@ impl Settings {
         };
         lock(&self.state).nvme.apply_to(&mut o);
         o
+    }
+
+    /// What `bdev_nvme_set_options` mapped for NVMe/TCP controllers attached from now on.
+    pub fn nvme_defaults(&self) -> NvmeDefaults {
+        lock(&self.state).nvme
     }
 
     /// Copies the settings and the reactors' modes.

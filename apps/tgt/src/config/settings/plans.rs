@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Effect, Note, NoteKind, NvmeDefaults, Plan, SchedChoice};
 use crate::jsonrpc::{RpcError, code};
+use crate::nvme::args::{Reconnect, check_reconnect};
 
 /// A call's parameters taken key by key; whatever is left over is ignored with a note.
 struct Keys {
@@ -115,11 +116,12 @@ fn secs(d: Duration) -> String {
 
 // --- bdev ---
 
-/// Why an NVMe-oF-only key means nothing to pmio.
-const FABRICS_ONLY: &str = "for NVMe-oF controllers; pmio attaches PCIe controllers";
+/// Why a transport knob means nothing to pmio.
+const NO_KNOB: &str = "pmio's NVMe/TCP host has no such knob (and pmio has no RDMA)";
 
 /// `bdev_nvme_set_options`: timeouts and retry counts map onto the VFIO driver's options of
-/// controllers attached afterwards; keep-alive, reconnect and transport knobs are NVMe-oF's.
+/// controllers attached afterwards; the reconnect knobs and the keep-alive timeout onto
+/// NVMe/TCP controllers attached afterwards; other transport knobs are ignored.
 pub fn bdev_nvme_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
     let mut k = Keys::new("bdev_nvme_set_options", params)?;
     let mut d = NvmeDefaults::default();
@@ -245,17 +247,7 @@ pub fn bdev_nvme_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
         0u64,
         "pmio leaves the controller in round-robin arbitration",
     )?;
-    k.ignore_unless(
-        &[
-            "ctrlr_loss_timeout_sec",
-            "reconnect_delay_sec",
-            "fast_io_fail_timeout_sec",
-        ],
-        0i64,
-        "pmio has no reconnect timer: a controller whose reset fails stays failed; \
-         bdev_retry_count bounds resubmissions",
-    )?;
-    k.ignore_unless(&["keep_alive_timeout_ms"], 10_000u64, FABRICS_ONLY)?;
+    fabrics_knobs(&mut k, &mut d)?;
     k.ignore_unless(
         &[
             "transport_ack_timeout",
@@ -266,12 +258,12 @@ pub fn bdev_nvme_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
             "rdma_cm_event_timeout_ms",
         ],
         0u64,
-        FABRICS_ONLY,
+        NO_KNOB,
     )?;
     k.ignore_unless(
         &["disable_auto_failback", "rdma_umr_per_io"],
         false,
-        FABRICS_ONLY,
+        NO_KNOB,
     )?;
     k.ignore_unless(
         &["nvme_error_stat", "io_path_stat"],
@@ -300,6 +292,52 @@ pub fn bdev_nvme_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
     );
     let saved = params.cloned().unwrap_or_else(|| json!({}));
     Ok(k.finish(Effect::Nvme { defaults: d, saved }))
+}
+
+/// The reconnect knobs (SPDK's rules: refused when they do not fit together) and the
+/// keep-alive timeout, for NVMe/TCP controllers attached afterwards.
+fn fabrics_knobs(k: &mut Keys, d: &mut NvmeDefaults) -> Result<(), RpcError> {
+    let r = Reconnect {
+        ctrlr_loss_timeout_sec: k.take("ctrlr_loss_timeout_sec")?,
+        reconnect_delay_sec: k.take("reconnect_delay_sec")?,
+        fast_io_fail_timeout_sec: k.take("fast_io_fail_timeout_sec")?,
+    };
+    let (loss, delay, fail) = (
+        r.ctrlr_loss_timeout_sec.unwrap_or(0),
+        r.reconnect_delay_sec.unwrap_or(0),
+        r.fast_io_fail_timeout_sec.unwrap_or(0),
+    );
+    check_reconnect(loss, delay, fail)
+        .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("bdev_nvme_set_options: {e}")))?;
+    if loss != 0 {
+        d.reconnect = r;
+        let lost = match loss {
+            -1 => "reconnect forever".to_string(),
+            l => format!("give up after {l} s"),
+        };
+        let held = match fail {
+            0 => "held I/O waits for the reconnect".to_string(),
+            f => format!("held I/O fails after {f} s"),
+        };
+        k.mapped(
+            "ctrlr_loss_timeout_sec",
+            format!(
+                "{loss}, reconnect_delay_sec {delay}, fast_io_fail_timeout_sec {fail} -> \
+                 NVMe/TCP controllers attached from now on retry a lost connection every \
+                 {delay} s and {lost}; {held}"
+            ),
+        );
+    }
+    if let Some(ms) = k.take::<u32>("keep_alive_timeout_ms")?
+        && ms != 10_000
+    {
+        d.keep_alive_timeout_ms = Some(ms);
+        k.mapped(
+            "keep_alive_timeout_ms",
+            format!("{ms} -> keep-alive timeout of NVMe/TCP controllers attached from now on"),
+        );
+    }
+    Ok(())
 }
 
 /// SPDK's default DH-HMAC-CHAP lists (every digest and group).
@@ -637,7 +675,7 @@ mod tests {
         let p = bdev_nvme_set_options(Some(&json!({
             "action_on_timeout": "abort", "timeout_us": 5_000_000, "timeout_admin_us": 2_000_000,
             "transport_retry_count": 7, "bdev_retry_count": -1, "nvme_adminq_poll_period_us": 50_000,
-            "keep_alive_timeout_ms": 5000, "ctrlr_loss_timeout_sec": 30, "future_knob": 1
+            "future_knob": 1
         })))
         .unwrap();
         let Effect::Nvme { defaults, .. } = &p.effect else {
@@ -651,16 +689,11 @@ mod tests {
                 io_retries: Some(7),
                 recovery_retries: Some(255),
                 health_check_interval: Some(Duration::from_millis(50)),
+                ..NvmeDefaults::default()
             }
         );
         let ignored = p.summary(NoteKind::Ignored);
-        for k in [
-            "keep_alive_timeout_ms",
-            "ctrlr_loss_timeout_sec",
-            "future_knob",
-        ] {
-            assert!(ignored.contains(k), "{ignored}");
-        }
+        assert!(ignored.contains("future_knob"), "{ignored}");
         // SPDK's "none" only logs: pmio keeps its own recovery.
         let p = bdev_nvme_set_options(Some(&json!({"timeout_us": 1000}))).unwrap();
         let Effect::Nvme { defaults, .. } = &p.effect else {
@@ -674,6 +707,48 @@ mod tests {
             json!({"timeout_us": "soon"}),
         ] {
             assert!(bdev_nvme_set_options(Some(&bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reconnect_knobs_map_for_tcp_controllers() {
+        let p = bdev_nvme_set_options(Some(&json!({
+            "ctrlr_loss_timeout_sec": 30, "reconnect_delay_sec": 2,
+            "fast_io_fail_timeout_sec": 10, "keep_alive_timeout_ms": 5000,
+            "transport_ack_timeout": 3
+        })))
+        .unwrap();
+        let Effect::Nvme { defaults, .. } = &p.effect else {
+            panic!()
+        };
+        assert_eq!(
+            defaults.reconnect,
+            Reconnect {
+                ctrlr_loss_timeout_sec: Some(30),
+                reconnect_delay_sec: Some(2),
+                fast_io_fail_timeout_sec: Some(10)
+            }
+        );
+        assert_eq!(defaults.keep_alive_timeout_ms, Some(5000));
+        let mapped = p.summary(NoteKind::Mapped);
+        assert!(
+            mapped.contains("every 2 s and give up after 30 s"),
+            "{mapped}"
+        );
+        assert!(mapped.contains("held I/O fails after 10 s"), "{mapped}");
+        assert!(
+            p.summary(NoteKind::Ignored)
+                .contains("transport_ack_timeout")
+        );
+        // SPDK's rules: a reconnect needs a delay that fits in the loss timeout.
+        for bad in [
+            json!({"ctrlr_loss_timeout_sec": 10}),
+            json!({"ctrlr_loss_timeout_sec": 5, "reconnect_delay_sec": 6}),
+            json!({"reconnect_delay_sec": 1}),
+            json!({"ctrlr_loss_timeout_sec": -2, "reconnect_delay_sec": 1}),
+        ] {
+            let e = bdev_nvme_set_options(Some(&bad)).unwrap_err();
+            assert_eq!(e.code, code::INVALID_PARAMS, "{bad}");
         }
     }
 
