@@ -6,6 +6,7 @@
 
 mod client;
 mod config;
+mod nvme;
 mod nvmf;
 mod vhost;
 
@@ -172,70 +173,6 @@ enum Method {
         /// Bdev name.
         name: String,
     },
-    /// Attach an NVMe controller and create a bdev per namespace.
-    #[command(name = "bdev_nvme_attach_controller", rename_all = "kebab-case")]
-    BdevNvmeAttachController {
-        /// Controller name.
-        #[arg(short = 'b', long)]
-        name: String,
-        /// Transport type (PCIe).
-        #[arg(short = 't', long)]
-        trtype: String,
-        /// Transport address (PCI BDF, e.g. 0000:00:04.0).
-        #[arg(short = 'a', long)]
-        traddr: String,
-        /// Address family.
-        #[arg(short = 'f', long)]
-        adrfam: Option<String>,
-        /// Transport service id.
-        #[arg(short = 's', long)]
-        trsvcid: Option<String>,
-        /// Subsystem NQN.
-        #[arg(short = 'n', long)]
-        subnqn: Option<String>,
-        /// Host NQN.
-        #[arg(short = 'q', long)]
-        hostnqn: Option<String>,
-        /// Enable reference tag checking.
-        #[arg(short = 'r', long)]
-        prchk_reftag: bool,
-        /// Enable guard checking.
-        #[arg(short = 'g', long)]
-        prchk_guard: bool,
-        /// Header digest.
-        #[arg(short = 'e', long)]
-        hdgst: bool,
-        /// Data digest.
-        #[arg(short = 'd', long)]
-        ddgst: bool,
-        /// Number of I/O queues.
-        #[arg(long)]
-        num_io_queues: Option<u32>,
-        /// Allow unrecognized command sets.
-        #[arg(short = 'U', long)]
-        allow_unrecognized_csi: bool,
-    },
-    /// Detach an NVMe controller and delete its bdevs.
-    #[command(name = "bdev_nvme_detach_controller", rename_all = "kebab-case")]
-    BdevNvmeDetachController {
-        /// Controller name.
-        name: String,
-        /// Transport type.
-        #[arg(short = 't', long)]
-        trtype: Option<String>,
-        /// Transport address.
-        #[arg(short = 'a', long)]
-        traddr: Option<String>,
-    },
-    /// Reset an NVMe controller (its queue pairs recreate their queues).
-    #[command(name = "bdev_nvme_reset_controller", rename_all = "kebab-case")]
-    BdevNvmeResetController {
-        /// Controller name.
-        name: String,
-        /// NVMe controller ID.
-        #[arg(short = 'c', long)]
-        cntlid: Option<u16>,
-    },
     /// List bdevs, or one.
     #[command(name = "bdev_get_bdevs", rename_all = "kebab-case")]
     BdevGetBdevs {
@@ -326,6 +263,8 @@ enum Method {
         /// Signal name (SIGTERM, SIGINT, SIGKILL, …).
         sig_name: String,
     },
+    #[command(flatten)]
+    Nvme(nvme::NvmeMethod),
     #[command(flatten)]
     Nvmf(nvmf::NvmfMethod),
     #[command(flatten)]
@@ -475,60 +414,6 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             Some(json!({ "name": name })),
             Print::Nothing,
         ),
-        Method::BdevNvmeAttachController {
-            name,
-            trtype,
-            traddr,
-            adrfam,
-            trsvcid,
-            subnqn,
-            hostnqn,
-            prchk_reftag,
-            prchk_guard,
-            hdgst,
-            ddgst,
-            num_io_queues,
-            allow_unrecognized_csi,
-        } => (
-            "bdev_nvme_attach_controller",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("trtype", some(trtype.clone())),
-                ("traddr", some(traddr.clone())),
-                ("adrfam", opt(adrfam.clone())),
-                ("trsvcid", opt(trsvcid.clone())),
-                ("subnqn", opt(subnqn.clone())),
-                ("hostnqn", opt(hostnqn.clone())),
-                ("prchk_reftag", some(*prchk_reftag)),
-                ("prchk_guard", some(*prchk_guard)),
-                ("hdgst", some(*hdgst)),
-                ("ddgst", some(*ddgst)),
-                ("num_io_queues", opt(*num_io_queues)),
-                ("allow_unrecognized_csi", some(*allow_unrecognized_csi)),
-            ])),
-            Print::Array,
-        ),
-        Method::BdevNvmeDetachController {
-            name,
-            trtype,
-            traddr,
-        } => (
-            "bdev_nvme_detach_controller",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("trtype", opt(trtype.clone())),
-                ("traddr", opt(traddr.clone())),
-            ])),
-            Print::Nothing,
-        ),
-        Method::BdevNvmeResetController { name, cntlid } => (
-            "bdev_nvme_reset_controller",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("cntlid", opt(*cntlid)),
-            ])),
-            Print::Nothing,
-        ),
         Method::BdevGetBdevs { name, timeout } => (
             "bdev_get_bdevs",
             Some(obj(vec![
@@ -603,6 +488,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             Some(json!({ "sig_name": sig_name })),
             Print::Nothing,
         ),
+        Method::Nvme(m) => nvme::request(m),
         Method::Nvmf(m) => nvmf::request(m),
         Method::Vhost(m) => vhost::request(m),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
@@ -761,24 +647,6 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&p).unwrap(),
             r#"{"num_blocks":131072,"block_size":512,"name":"Malloc0","md_interleave":false,"dif_is_head_of_md":false}"#
-        );
-    }
-
-    #[test]
-    fn nvme_attach_sends_flags_as_false() {
-        let p = params(&[
-            "pmio-rpc",
-            "bdev_nvme_attach_controller",
-            "-b",
-            "Nvme0",
-            "-t",
-            "PCIe",
-            "-a",
-            "0000:00:04.0",
-        ]);
-        assert_eq!(
-            serde_json::to_string(&p).unwrap(),
-            r#"{"name":"Nvme0","trtype":"PCIe","traddr":"0000:00:04.0","prchk_reftag":false,"prchk_guard":false,"hdgst":false,"ddgst":false,"allow_unrecognized_csi":false}"#
         );
     }
 
