@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit examples aio-cost fault-alone lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost bench-nvmf bench-vhost clean
+.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-vhost clean
 
 all: build
 
@@ -11,7 +11,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples fault-alone loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-vhost
+test: lint unit examples fault-alone nvmf-loopback loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
@@ -28,6 +28,13 @@ examples:
 # full run's timing hides what a test does alone (issue 15).
 fault-alone:
 	CARGO=$(CARGO) test/ci/fault-tests-alone.sh
+
+# pmio's NVMe/TCP host against pmio-tgt's NVMe/TCP target on 127.0.0.1, no VM (issue 18):
+# pmio-perf --verify at 4 KiB and 128 KiB with and without digests, the target killed -9 and
+# restarted from save_config under I/O, the target gone for good, pmio-tgt as the host through
+# pmio-rpc. About a minute after the build.
+nvmf-loopback:
+	CARGO=$(CARGO) test/ci/nvmf-loopback.sh
 
 lint: fmt-check clippy doc
 
@@ -129,6 +136,15 @@ vm-test-nvmf:
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf -- test/vm/nvmf-in-guest.sh
 
+# pmio's NVMe/TCP host against Linux's nvmet-tcp (configfs, a tmpfs file) in the guest (issue
+# 18): pmio-perf --verify with and without digests, and the subsystem unlinked from its port
+# and relinked under a pmio-perf --verify run with reconnect options.
+RELEASE ?= $(or $(CARGO_TARGET_DIR),target)/release
+vm-test-nvmet:
+	$(CARGO) build --release -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --module nvmet-tcp --module crc32c_generic \
+		--file $(RELEASE)/pmio-perf -- test/vm/nvmet-host-in-guest.sh
+
 # pmio-tgt on the host serving a QEMU guest's virtio disks over vhost-user-blk (issue 19): RPC
 # checks, then in the guest dd, pmio-perf --verify at 4 KiB and 128 KiB on two queues, a driver
 # reset, discard and write zeroes, a read-only disk; pmio-tgt restarted from save_config; last,
@@ -146,6 +162,12 @@ bench-nvmf:
 		--module null_blk --append "null_blk.nr_devices=1 null_blk.gb=1" \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf -- test/vm/nvmf-bench-in-guest.sh
+
+# pmio's NVMe/TCP pair on the host over 127.0.0.1 (issue 18, BENCHMARKS.md "#18 loopback"):
+# pmio-tgt on core 0 with a null bdev, pmio-perf as the host on core 1, 4 KiB random reads at
+# QD 128; IOPS and CPU per I/O on each side, 5 runs of 10 s. Not part of `make test`.
+bench-nvmf-loopback:
+	CARGO=$(CARGO) test/ci/nvmf-loopback-bench.sh
 
 # pmio-tgt's vhost-user-blk target beside qemu-storage-daemon's (null bdev / null-co, both
 # pinned to host core 0, the guest to core 1): one guest, /dev/vda and /dev/vdb, the same

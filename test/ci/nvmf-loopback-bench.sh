@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `make bench-nvmf-loopback` (issue 18, BENCHMARKS.md "#18 loopback"): pmio's NVMe/TCP pair on
+# the host over 127.0.0.1. pmio-tgt on core 0 serves a null bdev; pmio-perf on core 1 is the
+# host: 4 KiB random reads, QD 128, one connection. Per run: IOPS; pmio-perf's CPU per I/O (its
+# own report: process CPU time over I/Os); pmio-tgt's CPU per I/O, from its process CPU time
+# (/proc/PID/stat, as getrusage counts it) and from its reactor's busy time
+# (framework_get_reactors). BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128).
+# Not part of `make test`: run it on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CARGO=${CARGO:-cargo}
+"$CARGO" build --release -q -p pmio-tgt -p pmio-rpc -p pmio-perf
+TD=${CARGO_TARGET_DIR:-target}
+case $TD in /*) ;; *) TD=$PWD/$TD ;; esac
+BIN=${BIN:-$TD/release}
+ROUNDS=${BENCH_ROUNDS:-5}
+SECS=${BENCH_SECS:-10}
+DEPTH=${BENCH_DEPTH:-128}
+NQN=nqn.2016-06.io.pmio:bench-loop
+DIR=$(mktemp -d /tmp/pmio-nvmf-bench.XXXXXX)
+TGT=
+cleanup() {
+    [ -n "$TGT" ] && kill "$TGT" 2>/dev/null && wait "$TGT" 2>/dev/null
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; tail -20 "$DIR/tgt.log" >&2; exit 1; }
+R() { "$BIN/pmio-rpc" -s "$DIR/tgt.sock" "$@"; }
+port=$((20000 + RANDOM % 40000))
+
+RUST_LOG=warn "$BIN/pmio-tgt" -r "$DIR/tgt.sock" -m 0x1 2>"$DIR/tgt.log" &
+TGT=$!
+for _ in $(seq 200); do [ -S "$DIR/tgt.sock" ] && break; sleep 0.05; done
+R bdev_null_create Null0 1024 512 >/dev/null
+R nvmf_create_transport -t TCP >/dev/null
+R nvmf_create_subsystem $NQN -a >/dev/null
+R nvmf_subsystem_add_ns $NQN Null0 >/dev/null
+R nvmf_subsystem_add_listener $NQN -t tcp -a 127.0.0.1 -s $port >/dev/null
+
+hz=$(getconf CLK_TCK)
+tgt_ticks() { awk '{print $14 + $15}' "/proc/$TGT/stat"; }
+tgt_busy_ns() { R framework_get_reactors | sed -n 's/^ *"busy": \([0-9]*\),*$/\1/p' | head -1; }
+num() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$DIR/r.json" | head -1; }
+
+echo "pmio-tgt (core 0, null bdev) <- NVMe/TCP 127.0.0.1:$port <- pmio-perf (core 1)," \
+    "randread 4 KiB QD $DEPTH, ${SECS}s x $ROUNDS; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '| run | IOPS | pmio-perf CPU/IO (ns) | pmio-tgt CPU/IO (ns) | pmio-tgt reactor busy/IO (ns) |\n'
+printf '|---|---|---|---|---|\n'
+for i in $(seq "$ROUNDS"); do
+    t0=$(tgt_ticks)
+    b0=$(tgt_busy_ns)
+    "$BIN/pmio-perf" -m '[1]' --dev "nvmf:traddr=127.0.0.1,trsvcid=$port,subnqn=$NQN" \
+        -w randread -b 4096 -d "$DEPTH" -t "$SECS" --json >"$DIR/r.json" 2>"$DIR/perf.err" ||
+        fail "pmio-perf: $(cat "$DIR/perf.err")"
+    t1=$(tgt_ticks)
+    b1=$(tgt_busy_ns)
+    iops=$(num iops)
+    ios=$(num ios)
+    perf_cpu=$(num cpu_ns_per_io)
+    # The target's counters also cover pmio-perf's connect and disconnect (milliseconds).
+    awk -v i="$i" -v iops="$iops" -v ios="$ios" -v pc="$perf_cpu" -v dt=$((t1 - t0)) \
+        -v hz="$hz" -v db=$((b1 - b0)) 'BEGIN {
+            printf "| %d | %.0f | %.0f | %.0f | %.0f |\n", i, iops, pc, dt / hz * 1e9 / ios, db / ios
+        }'
+done
