@@ -6,6 +6,8 @@
 //! `nvme:traddr=0000:00:04.0`) is one constructor function and one line in [`DRIVERS`]; keys
 //! the constructor does not take are reported as errors by [`SpecArgs::finish`].
 
+pub mod nvmf;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -67,6 +69,11 @@ pub const DRIVERS: &[DriverEntry] = &[
         name: "nvme",
         help: "nvme:traddr=PCI_ADDRESS[,ns=1,queues=64,name=Nvme0] (controller bound to vfio-pci)",
         create: nvme_spec,
+    },
+    DriverEntry {
+        name: "nvmf",
+        help: nvmf::HELP,
+        create: nvmf::create,
     },
 ];
 
@@ -132,6 +139,19 @@ impl SpecArgs {
                     .map_err(|_| format!("{key}={v}: not an unsigned integer"))
             })
             .transpose()
+    }
+
+    /// Makes every key lower case (for drivers whose keys are case-insensitive); fails if two
+    /// keys then become one.
+    pub fn lowercase_keys(&mut self) -> Result<(), String> {
+        let kv = std::mem::take(&mut self.kv);
+        for (k, v) in kv {
+            let lower = k.to_ascii_lowercase();
+            if self.kv.insert(lower, v).is_some() {
+                return Err(format!("key {k:?} given twice"));
+            }
+        }
+        Ok(())
     }
 
     /// Fails if keys remain that no one took.
@@ -346,21 +366,32 @@ fn nvme_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
             .ok_or(format!("queues={q}: not in 1..=65534"))?;
     }
     let ctrlr = pmio_nvme::attach(&traddr, opts).map_err(|e| e.to_string())?;
-    let bdev = ctrlr.bdev(nsid).ok_or_else(|| {
-        let active: Vec<String> = ctrlr
-            .namespaces()
-            .iter()
-            .map(|n| n.nsid.to_string())
-            .collect();
-        format!(
-            "namespace {nsid} not active on {traddr} (active: {})",
-            active.join(", ")
-        )
-    })?;
     Ok(Created {
-        dev: bdev,
+        dev: namespace_bdev(&ctrlr, nsid, &traddr)?,
         stores_data: true,
     })
+}
+
+/// Namespace `nsid` of a controller (`at` names it in the error, with the active ones).
+fn namespace_bdev(
+    ctrlr: &pmio_nvme::Controller,
+    nsid: u32,
+    at: &str,
+) -> Result<Arc<dyn BlockDevice>, String> {
+    match ctrlr.bdev(nsid) {
+        Some(b) => Ok(b),
+        None => {
+            let active: Vec<String> = ctrlr
+                .namespaces()
+                .iter()
+                .map(|n| n.nsid.to_string())
+                .collect();
+            Err(format!(
+                "namespace {nsid} not active on {at} (active: {})",
+                active.join(", ")
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

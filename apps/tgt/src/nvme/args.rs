@@ -1,7 +1,8 @@
 //! `bdev_nvme_attach_controller`'s parameters decoded once, for the method and for
 //! `--check-config` alike: SPDK's keys (rpc.py sends its `store_true` flags as `false`, and a
 //! saved configuration carries keys such as `hostnqn` and the reconnect knobs for every
-//! controller), what each transport takes, and SPDK's rules for the reconnect knobs.
+//! controller), and what each transport takes. (SPDK's rules between the reconnect knobs are
+//! the driver's `TcpOptions::validate`.)
 
 use serde_json::{Map, Value, json};
 
@@ -42,33 +43,6 @@ impl Reconnect {
             reconnect_delay_sec: p.opt("reconnect_delay_sec")?,
             fast_io_fail_timeout_sec: p.opt("fast_io_fail_timeout_sec")?,
         })
-    }
-}
-
-/// SPDK's rules for the reconnect knobs (`bdev_nvme_check_io_error_resiliency_params`), with
-/// SPDK's wording: a delay is needed to reconnect at all, and fits inside both timeouts.
-pub fn check_reconnect(loss: i32, delay: u32, fail: u32) -> Result<(), String> {
-    match loss {
-        ..=-2 => Err("ctrlr_loss_timeout_sec can't be less than -1".into()),
-        0 if delay != 0 || fail != 0 => Err(
-            "Both reconnect_delay_sec and fast_io_fail_timeout_sec must be 0 if \
-             ctrlr_loss_timeout_sec is 0"
-                .into(),
-        ),
-        0 => Ok(()),
-        _ if delay == 0 => {
-            Err("reconnect_delay_sec can't be 0 if ctrlr_loss_timeout_sec is not 0".into())
-        }
-        l if l > 0 && delay > l as u32 => {
-            Err("reconnect_delay_sec can't be more than ctrlr_loss_timeout_sec".into())
-        }
-        _ if fail != 0 && fail < delay => {
-            Err("reconnect_delay_sec can't be more than fast_io_fail_timeout_sec".into())
-        }
-        l if l > 0 && fail > l as u32 => {
-            Err("fast_io_fail_timeout_sec can't be more than ctrlr_loss_timeout_sec".into())
-        }
-        _ => Ok(()),
     }
 }
 
@@ -409,24 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn reconnect_rules_are_spdks() {
-        for (l, d, f) in [(0, 0, 0), (-1, 1, 0), (-1, 2, 5), (10, 2, 0), (10, 2, 10)] {
-            assert_eq!(check_reconnect(l, d, f), Ok(()), "{l} {d} {f}");
-        }
-        for (l, d, f, needle) in [
-            (-2, 1, 0, "less than -1"),
-            (0, 1, 0, "must be 0"),
-            (0, 0, 5, "must be 0"),
-            (10, 0, 0, "can't be 0"),
-            (-1, 0, 0, "can't be 0"),
-            (10, 11, 0, "more than ctrlr_loss"),
-            (10, 5, 3, "more than fast_io_fail"),
-            (-1, 5, 3, "more than fast_io_fail"),
-            (10, 2, 11, "fast_io_fail_timeout_sec can't be more"),
-        ] {
-            let e = check_reconnect(l, d, f).unwrap_err();
-            assert!(e.contains(needle), "{l} {d} {f}: {e}");
-        }
+    fn attach_knobs_win_over_defaults() {
         let a = Reconnect {
             ctrlr_loss_timeout_sec: Some(5),
             ..Default::default()

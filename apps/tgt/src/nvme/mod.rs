@@ -15,6 +15,7 @@
 //! hold their I/O meanwhile and recreate their queues at their next poll (no reactor waits).
 
 pub mod args;
+mod tcp;
 pub mod trid;
 
 use std::sync::Arc;
@@ -70,6 +71,9 @@ fn nvme_error(e: &NvmeError) -> RpcError {
         NvmeError::Permission { .. } => libc::EACCES,
         NvmeError::MemlockTooLow { .. } | NvmeError::DmaAlloc(_) => libc::ENOMEM,
         NvmeError::Timeout { .. } => libc::ETIMEDOUT,
+        // SPDK's attach answers a target it cannot reach or connect to with -EIO too, but
+        // with the reason logged; pmio's message carries it.
+        NvmeError::Disconnected { .. } => libc::EIO,
         NvmeError::Unsupported { .. } => libc::EOPNOTSUPP,
         _ => libc::EIO,
     };
@@ -98,15 +102,7 @@ fn bdev_nvme_attach_controller(
     };
     let attached = match &a.tcp {
         None => attach_pcie(rpc, &a)?,
-        Some(_) => {
-            return Err(RpcError::errno_detail(
-                -libc::EOPNOTSUPP,
-                format_args!(
-                    "trtype TCP ({}): pmio's NVMe driver has no NVMe/TCP host yet",
-                    a.trid.describe()
-                ),
-            ));
-        }
+        Some(tcp) => tcp::attach(rpc, &a, tcp)?,
     };
     register(t, a.name, a.trid, attached)
 }

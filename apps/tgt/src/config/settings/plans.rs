@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Effect, Note, NoteKind, NvmeDefaults, Plan, SchedChoice};
 use crate::jsonrpc::{RpcError, code};
-use crate::nvme::args::{Reconnect, check_reconnect};
+use crate::nvme::args::Reconnect;
 
 /// A call's parameters taken key by key; whatever is left over is ignored with a note.
 struct Keys {
@@ -307,7 +307,13 @@ fn fabrics_knobs(k: &mut Keys, d: &mut NvmeDefaults) -> Result<(), RpcError> {
         r.reconnect_delay_sec.unwrap_or(0),
         r.fast_io_fail_timeout_sec.unwrap_or(0),
     );
-    check_reconnect(loss, delay, fail)
+    let tcp = pmio_nvme::tcp::TcpOptions {
+        ctrlr_loss_timeout_sec: loss,
+        reconnect_delay_sec: delay,
+        fast_io_fail_timeout_sec: fail,
+        ..Default::default()
+    };
+    tcp.validate()
         .map_err(|e| RpcError::new(code::INVALID_PARAMS, format!("bdev_nvme_set_options: {e}")))?;
     if loss != 0 {
         d.reconnect = r;
