@@ -39,7 +39,7 @@ for dig in "" ",hdgst=1,ddgst=1"; do
     for bs in 4096 131072; do
         ./pmio-perf -m '[1]' --dev "$DEV$dig" -w randrw -M 50 -b $bs -d 16 -t 2 --verify \
             > /tmp/perf.out 2>&1 || { cat /tmp/perf.out; fail "pmio-perf --verify -b $bs$dig"; }
-        echo "-b $bs ${dig#,}: $(grep -i -m1 iops /tmp/perf.out || tail -1 /tmp/perf.out)"
+        echo "-b $bs ${dig#,}: $(grep -m1 '^Total' /tmp/perf.out || tail -1 /tmp/perf.out)"
     done
 done
 
@@ -63,5 +63,5 @@ rc=0
 wait $PERF || rc=$?
 cat /tmp/perf.out | tail -4
 [ $rc = 0 ] || fail "pmio-perf --verify across the disconnect exited $rc"
-grep -qi mismatch /tmp/perf.out && fail "verify mismatches across the disconnect"
+grep -q "verify mismatch on" /tmp/perf.out && fail "verify mismatches across the disconnect"
 echo "nvmet-host-in-guest: all checks passed"

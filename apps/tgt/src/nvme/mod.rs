@@ -425,3 +425,6 @@ pub fn detach_all(t: &Target) {
         let _ = detach(t, c);
     }
 }
+
+#[cfg(test)]
+mod tests;
