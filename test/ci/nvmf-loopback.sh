@@ -12,7 +12,8 @@
 #  4. pmio-tgt as the host: a second pmio-tgt attaches the subsystem through pmio-rpc
 #     (bdev_nvme_set_options' reconnect defaults, bdev_nvme_attach_controller -t tcp),
 #     bdev_get_bdevs shows Nvme0n1, bdev_nvme_get_controllers the path, perform_tests runs on
-#     it, save_config restores it in a restarted host, bdev_nvme_detach_controller removes it.
+#     it, the target killed and restarted under it (resetting, then enabled and serving I/O),
+#     save_config restores it in a restarted host, bdev_nvme_detach_controller removes it.
 # About a minute after the build. Two cores are enough: each target and pmio-perf get one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -151,6 +152,26 @@ expect "18181818-0000-4000-8000-000000000018" "$out"
 out=$(rpc host perform_tests -b Nvme0n1 -w randrw -q 16 -o 4096 -t 2)
 expect '"status": "finished"' "$out"
 printf '%s' "$out" | grep -q '"iops": 0[,.]' && fail "perform_tests on Nvme0n1 did no I/O: $out"
+# The target killed under the attached host: the controller shows resetting, then (target
+# back from its config) enabled again, and serves I/O.
+kill -9 "$tgt_PID"
+wait "$tgt_PID" 2>/dev/null || true
+state=
+for _ in $(seq 50); do
+    state=$(rpc host bdev_nvme_get_controllers -n Nvme0 | sed -n 's/.*"state": "\(.*\)".*/\1/p')
+    [ "$state" = resetting ] && break
+    sleep 0.1
+done
+[ "$state" = resetting ] || fail "controller state '$state' with its target dead"
+start_tgt tgt 0x1 -c "$DIR/tgt.json"
+for _ in $(seq 100); do
+    state=$(rpc host bdev_nvme_get_controllers -n Nvme0 | sed -n 's/.*"state": "\(.*\)".*/\1/p')
+    [ "$state" = enabled ] && break
+    sleep 0.1
+done
+[ "$state" = enabled ] || fail "controller state '$state' after the target came back"
+out=$(rpc host perform_tests -b Nvme0n1 -w randread -q 16 -o 4096 -t 1)
+expect '"status": "finished"' "$out"
 rpc host save_config >"$DIR/host.json"
 out=$(cat "$DIR/host.json")
 expect '"method": "bdev_nvme_attach_controller"' "$out"

@@ -37,7 +37,7 @@ created() { dmesg | grep -c "creating nvm controller" || true; }
 echo "== pmio-perf --verify as the host"
 for dig in "" ",hdgst=1,ddgst=1"; do
     for bs in 4096 131072; do
-        ./pmio-perf -m '[1]' --dev "$DEV$dig" -w randrw -M 50 -b $bs -d 16 -t 2 --verify \
+        ./pmio-perf -m '[1]' --dev "$DEV$dig" -w randrw -M 50 -b $bs -d 32 -t 2 --verify \
             > /tmp/perf.out 2>&1 || { cat /tmp/perf.out; fail "pmio-perf --verify -b $bs$dig"; }
         echo "-b $bs ${dig#,}: $(grep -m1 '^Total' /tmp/perf.out || tail -1 /tmp/perf.out)"
     done
@@ -46,7 +46,7 @@ done
 echo "== the subsystem unlinked from its port and linked again under pmio-perf --verify"
 before=$(created)
 ./pmio-perf -m '[1]' --dev "$DEV,ctrlr_loss_timeout_sec=60,reconnect_delay_sec=1" \
-    -w randrw -M 50 -b 4096 -d 16 -t 12 --verify > /tmp/perf.out 2>&1 &
+    -w randrw -M 50 -b 4096 -d 32 -t 12 --verify > /tmp/perf.out 2>&1 &
 PERF=$!
 for _ in $(seq 100); do [ "$(created)" -gt "$before" ] && break; sleep 0.1; done
 [ "$(created)" -gt "$before" ] || { cat /tmp/perf.out; fail "pmio-perf did not connect"; }

@@ -379,11 +379,19 @@ fn bdev_nvme_get_controllers(
     Ok(Value::Array(picked.into_iter().map(ctrlr_json).collect()))
 }
 
+/// One controller as SPDK lists it. `state` is SPDK's `enabled` while the controller is usable,
+/// else `resetting` (an NVMe/TCP controller reconnecting; the driver does not tell a controller
+/// whose reconnect gave up from one still trying).
 fn ctrlr_json(c: &CtrlrRecord) -> Value {
+    let state = if c.ctrlr.connected() {
+        "enabled"
+    } else {
+        "resetting"
+    };
     json!({
         "name": c.name,
         "ctrlrs": [{
-            "state": "enabled",
+            "state": state,
             "trid": c.trid.json(),
             "cntlid": c.ctrlr.identify().cntlid,
             "host": {"nqn": c.hostnqn, "addr": "", "svcid": ""}
