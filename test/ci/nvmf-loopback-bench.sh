@@ -8,11 +8,7 @@
 # Not part of `make test`: run it on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CARGO=${CARGO:-cargo}
-"$CARGO" build --release -q -p pmio-tgt -p pmio-rpc -p pmio-perf
-TD=${CARGO_TARGET_DIR:-target}
-case $TD in /*) ;; *) TD=$PWD/$TD ;; esac
-BIN=${BIN:-$TD/release}
+. test/ci/release-bins.sh
 ROUNDS=${BENCH_ROUNDS:-5}
 SECS=${BENCH_SECS:-10}
 DEPTH=${BENCH_DEPTH:-128}

@@ -17,11 +17,7 @@
 # About a minute after the build. Two cores are enough: each target and pmio-perf get one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CARGO=${CARGO:-cargo}
-"$CARGO" build --release -q -p pmio-tgt -p pmio-rpc -p pmio-perf
-TD=${CARGO_TARGET_DIR:-target}
-case $TD in /*) ;; *) TD=$PWD/$TD ;; esac
-BIN=${BIN:-$TD/release}
+. test/ci/release-bins.sh
 
 DIR=$(mktemp -d /tmp/pmio-nvmf-loop.XXXXXX)
 NQN=nqn.2016-06.io.pmio:loop1
@@ -70,6 +66,15 @@ rpc() { local name=$1; shift; "$BIN/pmio-rpc" -s "$DIR/$name.sock" "$@"; }
 # perf LOG ARGS: pmio-perf on core 1.
 perf() { local log=$1; shift; "$BIN/pmio-perf" -m '[1]' "$@" >"$DIR/$log.log" 2>&1; }
 DEV="nvmf:traddr=127.0.0.1,trsvcid=$PORT,subnqn=$NQN"
+# wait_state STATE: until the host's controller Nvme0 is in STATE (10 s); the last in $state.
+wait_state() {
+    for _ in $(seq 100); do
+        state=$(rpc host bdev_nvme_get_controllers -n Nvme0 | sed -n 's/.*"state": "\(.*\)".*/\1/p')
+        [ "$state" = "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 
 echo "== pmio-tgt (core 0) serving $NQN on 127.0.0.1:$PORT"
 truncate -s 64M "$DIR/disk.img"
@@ -156,20 +161,9 @@ printf '%s' "$out" | grep -q '"iops": 0[,.]' && fail "perform_tests on Nvme0n1 d
 # back from its config) enabled again, and serves I/O.
 kill -9 "$tgt_PID"
 wait "$tgt_PID" 2>/dev/null || true
-state=
-for _ in $(seq 50); do
-    state=$(rpc host bdev_nvme_get_controllers -n Nvme0 | sed -n 's/.*"state": "\(.*\)".*/\1/p')
-    [ "$state" = resetting ] && break
-    sleep 0.1
-done
-[ "$state" = resetting ] || fail "controller state '$state' with its target dead"
+wait_state resetting || fail "controller state '$state' with its target dead"
 start_tgt tgt 0x1 -c "$DIR/tgt.json"
-for _ in $(seq 100); do
-    state=$(rpc host bdev_nvme_get_controllers -n Nvme0 | sed -n 's/.*"state": "\(.*\)".*/\1/p')
-    [ "$state" = enabled ] && break
-    sleep 0.1
-done
-[ "$state" = enabled ] || fail "controller state '$state' after the target came back"
+wait_state enabled || fail "controller state '$state' after the target came back"
 out=$(rpc host perform_tests -b Nvme0n1 -w randread -q 16 -o 4096 -t 1)
 expect '"status": "finished"' "$out"
 rpc host save_config >"$DIR/host.json"

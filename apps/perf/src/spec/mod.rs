@@ -141,6 +141,29 @@ impl SpecArgs {
             .transpose()
     }
 
+    /// Takes `key` as an integer of type `T` of at least `min`; `what` ends the error
+    /// (`ns=0: not a namespace ID`).
+    pub fn bounded<T: TryFrom<u64>>(
+        &mut self,
+        key: &str,
+        min: u64,
+        what: &str,
+    ) -> Result<Option<T>, String> {
+        self.u64(key)?
+            .map(|v| {
+                T::try_from(v)
+                    .ok()
+                    .filter(|_| v >= min)
+                    .ok_or(format!("{key}={v}: {what}"))
+            })
+            .transpose()
+    }
+
+    /// Takes `ns` (default 1), a namespace ID.
+    pub fn nsid(&mut self) -> Result<u32, String> {
+        Ok(self.bounded("ns", 1, "not a namespace ID")?.unwrap_or(1))
+    }
+
     /// Makes every key lower case (for drivers whose keys are case-insensitive); fails if two
     /// keys then become one.
     pub fn lowercase_keys(&mut self) -> Result<(), String> {
@@ -348,13 +371,7 @@ fn nvme_spec(a: &mut SpecArgs, name: String) -> Result<Created, String> {
     let traddr = a
         .str("traddr")
         .ok_or("traddr=PCI_ADDRESS is required (e.g. traddr=0000:00:04.0)")?;
-    let nsid = match a.u64("ns")? {
-        None => 1,
-        Some(v) => u32::try_from(v)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or(format!("ns={v}: not a namespace ID"))?,
-    };
+    let nsid = a.nsid()?;
     let mut opts = pmio_nvme::NvmeOptions {
         name: a.str("name").unwrap_or(name),
         ..Default::default()

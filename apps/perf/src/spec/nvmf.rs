@@ -66,31 +66,9 @@ pub fn parse(a: &mut SpecArgs, name: String) -> Result<NvmfSpec, String> {
         return Err(format!("trsvcid={trsvcid}: not a TCP port"));
     }
     let subnqn = a.str("subnqn").ok_or("subnqn=NQN is required")?;
-    let nsid = match a.u64("ns")? {
-        None => 1,
-        Some(v) => u32::try_from(v)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or(format!("ns={v}: not a namespace ID"))?,
-    };
-    let io_queues = match a.u64("queues")? {
-        None => None,
-        Some(q) => Some(
-            u16::try_from(q)
-                .ok()
-                .filter(|&q| q > 0)
-                .ok_or(format!("queues={q}: not in 1..=65535"))?,
-        ),
-    };
-    let queue_size = match a.u64("queue_size")? {
-        None => None,
-        Some(q) => Some(
-            u32::try_from(q)
-                .ok()
-                .filter(|&q| q >= 2)
-                .ok_or(format!("queue_size={q}: not in 2..=2^32-1"))?,
-        ),
-    };
+    let nsid = a.nsid()?;
+    let io_queues = a.bounded("queues", 1, "not in 1..=65535")?;
+    let queue_size = a.bounded("queue_size", 2, "not in 2..=2^32-1")?;
     let ctrlr_loss_timeout_sec = match a.str("ctrlr_loss_timeout_sec") {
         None => None,
         Some(v) => Some(v.parse::<i32>().ok().filter(|&l| l >= -1).ok_or(format!(
