@@ -6,12 +6,35 @@
 //! completion callback carries only the job's state (a hooks pointer in it cost about one
 //! instruction per I/O on the null device).
 
-use pmio::{Op, Request};
+use pmio::{IoStatus, Op, Request};
 
 use super::hooks::{Hooks, MAX_SHOWN};
 use super::pattern::{self, Mismatch};
 use super::state::{Job, JobState};
 use super::stats::Counts;
+
+/// How long a job goes on while every I/O it completes fails. Failed I/O is counted and the
+/// run goes on, but a device that fails everything this long will not serve the rest of it:
+/// an NVMe/TCP controller whose reconnect gave up (`ctrlr_loss_timeout_sec`) fails every I/O
+/// with ENXIO from then on (as one reconnecting past `fast_io_fail_timeout_sec` does for a
+/// while).
+pub(crate) const ALL_FAILED_STOP_NS: u64 = 5_000_000_000;
+
+/// Why a device is unusable, given a failed I/O's `status` after `failing_ns` of nothing but
+/// failures: it was removed, or everything failed for [`ALL_FAILED_STOP_NS`].
+#[cold]
+pub(crate) fn unusable_reason(status: IoStatus, failing_ns: u64) -> Option<String> {
+    if status == IoStatus::DeviceRemoved {
+        return Some(format!("the device is gone ({status:?})"));
+    }
+    (failing_ns >= ALL_FAILED_STOP_NS).then(|| {
+        format!(
+            "every I/O failed for {:.1} s (last: {status:?}, errno {}): the device is unusable",
+            failing_ns as f64 / 1e9,
+            -status.to_errno()
+        )
+    })
+}
 
 /// A failure or mismatch waiting to be shown through the hooks.
 pub(crate) enum Shown {
@@ -27,11 +50,16 @@ impl Job {
             return 0;
         }
         let st = &mut self.st;
+        let errors = st.errors;
         let n = self.q.poll(
             self.complete_batch,
             #[inline(always)]
             |rq| st.complete(rq),
         );
+        if st.failing_since != 0 && n as u64 > st.errors - errors {
+            // Something succeeded: the failures so far were not the device's end.
+            st.failing_since = 0;
+        }
         st.lat.flush();
         if !st.to_show.is_empty() {
             st.show(hooks);
@@ -74,6 +102,13 @@ impl JobState {
     #[inline(never)]
     fn failed(&mut self, rq: &Request) {
         self.errors += 1;
+        if self.unusable.is_none() {
+            if self.failing_since == 0 {
+                self.failing_since = rq.complete_ns.max(1);
+            }
+            let failing = rq.complete_ns.saturating_sub(self.failing_since);
+            self.unusable = unusable_reason(rq.status, failing);
+        }
         self.queue_shown(|| Shown::Failed(*rq));
     }
 

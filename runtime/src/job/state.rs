@@ -47,6 +47,10 @@ pub(crate) struct JobState {
     /// Failures and mismatches queued to be shown through the hooks so far, and the queue.
     pub(crate) shown: u64,
     pub(crate) to_show: Vec<Shown>,
+    /// Completion time of the first failure since the last success (0: none), and why the
+    /// device is unusable once that has gone on too long (`complete.rs`).
+    pub(crate) failing_since: u64,
+    pub(crate) unusable: Option<String>,
     pub(crate) name: String,
     /// Buffers that came with the spec (handed back), else ours: dropped after the queue
     /// (`Job` declares `q` before `st`).
@@ -128,6 +132,8 @@ impl Job {
                 mismatches: 0,
                 shown: 0,
                 to_show: Vec::with_capacity(MAX_SHOWN as usize),
+                failing_since: 0,
+                unusable: None,
                 name,
                 bufs: Some(bufs),
                 bufs_given,

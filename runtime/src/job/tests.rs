@@ -364,3 +364,17 @@ fn a_bad_spec_starts_nothing() {
     assert_eq!(pollers, 0);
     r.stop().unwrap();
 }
+
+#[test]
+fn a_device_failing_everything_for_long_is_unusable() {
+    use super::complete::{ALL_FAILED_STOP_NS, unusable_reason};
+    use pmio::IoStatus;
+    let enxio = IoStatus::Errno(6); // ENXIO
+    assert_eq!(unusable_reason(enxio, ALL_FAILED_STOP_NS - 1), None);
+    assert_eq!(unusable_reason(IoStatus::Timeout, 0), None);
+    let r = unusable_reason(enxio, ALL_FAILED_STOP_NS).unwrap();
+    assert!(r.starts_with("every I/O failed for 5.0 s"), "{r}");
+    assert!(r.contains("errno 6"), "{r}");
+    let r = unusable_reason(IoStatus::DeviceRemoved, 0).unwrap();
+    assert!(r.starts_with("the device is gone"), "{r}");
+}

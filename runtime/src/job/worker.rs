@@ -4,7 +4,8 @@
 //! A poller turn:
 //! 1. before the timing's go: wait (idle);
 //! 2. from the measure start: forget the warm-up, begin measuring;
-//! 3. decide to stop: the run's end, the fill done, the hooks' abort, a failure;
+//! 3. decide to stop: the run's end, the fill done, the hooks' abort, a failure (a device
+//!    that failed every I/O for a while is one);
 //! 4. per job: reap one completion batch, then (unless stopping) refill in bursts;
 //! 5. hand the running totals to the hooks;
 //! 6. stopping and every queue drained: report through the hooks and unregister.
@@ -128,6 +129,12 @@ impl<H: Hooks> Worker<H> {
         let mut did = false;
         for j in &mut self.jobs {
             did |= j.reap(&mut self.counts, &mut self.hooks) > 0;
+            if let Some(reason) = j.st.unusable.take()
+                && self.error.is_none()
+            {
+                let bdev = j.st.name.clone();
+                self.error = Some(JobError::Unusable { bdev, reason });
+            }
             if !self.stopping && self.error.is_none() {
                 match j.refill(self.phase, &mut self.plug, &mut self.counts) {
                     Ok(n) => did |= n > 0,
