@@ -8,6 +8,7 @@
 
 use pmio::{IoStatus, Op, Request};
 
+use super::error::JobError;
 use super::hooks::{Hooks, MAX_SHOWN};
 use super::pattern::{self, Mismatch};
 use super::state::{Job, JobState};
@@ -50,20 +51,16 @@ impl Job {
             return 0;
         }
         let st = &mut self.st;
-        let errors = st.errors;
         let n = self.q.poll(
             self.complete_batch,
             #[inline(always)]
             |rq| st.complete(rq),
         );
-        if st.failing_since != 0 && n as u64 > st.errors - errors {
-            // Something succeeded: the failures so far were not the device's end.
-            st.failing_since = 0;
-        }
         st.lat.flush();
-        if !st.to_show.is_empty() {
-            st.show(hooks);
+        if st.cold {
+            self.after_batch(hooks);
         }
+        let st = &mut self.st;
         if st.measuring {
             st.ios += n as u64;
         }
@@ -73,6 +70,44 @@ impl Job {
             counts.ios += n as u64;
         }
         n
+    }
+}
+
+impl Job {
+    /// A batch's cold work: shows its failures and mismatches, and follows the failure
+    /// streak. A streak begins at a failure with no failure before it, or with some I/O of the
+    /// queue succeeded since the last (its statistics count every completion and failure);
+    /// it makes the device unusable once it lasts [`ALL_FAILED_STOP_NS`].
+    #[cold]
+    #[inline(never)]
+    fn after_batch<H: Hooks>(&mut self, hooks: &mut H) {
+        let st = &mut self.st;
+        st.cold = false;
+        if !st.to_show.is_empty() {
+            st.show(hooks);
+        }
+        if let Some((at, status)) = st.last_failure.take()
+            && st.unusable.is_none()
+        {
+            let t = self.q.stats().total();
+            let ok = t.ops - t.errors;
+            if st.failing_since == 0 || ok != st.ok_at_failing {
+                st.failing_since = at.max(1);
+                st.ok_at_failing = ok;
+            }
+            st.unusable = unusable_reason(status, at.saturating_sub(st.failing_since));
+        }
+    }
+
+    /// The error that stops the job's worker once its device is unusable.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn take_unusable(&mut self) -> Option<JobError> {
+        let reason = self.st.unusable.take()?;
+        Some(JobError::Unusable {
+            bdev: self.st.name.clone(),
+            reason,
+        })
     }
 }
 
@@ -102,13 +137,8 @@ impl JobState {
     #[inline(never)]
     fn failed(&mut self, rq: &Request) {
         self.errors += 1;
-        if self.unusable.is_none() {
-            if self.failing_since == 0 {
-                self.failing_since = rq.complete_ns.max(1);
-            }
-            let failing = rq.complete_ns.saturating_sub(self.failing_since);
-            self.unusable = unusable_reason(rq.status, failing);
-        }
+        self.cold = true;
+        self.last_failure = Some((rq.complete_ns, rq.status));
         self.queue_shown(|| Shown::Failed(*rq));
     }
 
@@ -118,6 +148,7 @@ impl JobState {
     fn queue_shown(&mut self, what: impl FnOnce() -> Shown) {
         if self.shown < MAX_SHOWN {
             self.shown += 1;
+            self.cold = true;
             self.to_show.push(what());
         }
     }

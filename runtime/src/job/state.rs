@@ -5,7 +5,7 @@
 
 use pmio::bdev::{BdevQueue, BdevQueueOptions};
 use pmio::plug::Plug;
-use pmio::{DmaRegion, PrioClass};
+use pmio::{DmaRegion, IoStatus, PrioClass};
 
 use super::complete::Shown;
 use super::error::JobError;
@@ -47,9 +47,14 @@ pub(crate) struct JobState {
     /// Failures and mismatches queued to be shown through the hooks so far, and the queue.
     pub(crate) shown: u64,
     pub(crate) to_show: Vec<Shown>,
-    /// Completion time of the first failure since the last success (0: none), and why the
-    /// device is unusable once that has gone on too long (`complete.rs`).
+    /// The batch being reaped has cold work: failures or mismatches (`Job::after_batch`).
+    pub(crate) cold: bool,
+    /// The batch's last failure (completion time, status); the failure streak: when it began
+    /// (0: none) and how many of the queue's I/Os had succeeded then; why the device is
+    /// unusable once the streak has gone on too long (`complete.rs`).
+    pub(crate) last_failure: Option<(u64, IoStatus)>,
     pub(crate) failing_since: u64,
+    pub(crate) ok_at_failing: u64,
     pub(crate) unusable: Option<String>,
     pub(crate) name: String,
     /// Buffers that came with the spec (handed back), else ours: dropped after the queue
@@ -132,7 +137,10 @@ impl Job {
                 mismatches: 0,
                 shown: 0,
                 to_show: Vec::with_capacity(MAX_SHOWN as usize),
+                cold: false,
+                last_failure: None,
                 failing_since: 0,
+                ok_at_failing: 0,
                 unusable: None,
                 name,
                 bufs: Some(bufs),

@@ -129,11 +129,8 @@ impl<H: Hooks> Worker<H> {
         let mut did = false;
         for j in &mut self.jobs {
             did |= j.reap(&mut self.counts, &mut self.hooks) > 0;
-            if let Some(reason) = j.st.unusable.take()
-                && self.error.is_none()
-            {
-                let bdev = j.st.name.clone();
-                self.error = Some(JobError::Unusable { bdev, reason });
+            if j.st.unusable.is_some() && self.error.is_none() {
+                self.error = j.take_unusable();
             }
             if !self.stopping && self.error.is_none() {
                 match j.refill(self.phase, &mut self.plug, &mut self.counts) {
