@@ -4,7 +4,9 @@
 # host: 4 KiB random reads, QD 128, one connection. Per run: IOPS; pmio-perf's CPU per I/O (its
 # own report: process CPU time over I/Os); pmio-tgt's CPU per I/O, from its process CPU time
 # (/proc/PID/stat, as getrusage counts it) and from its reactor's busy time
-# (framework_get_reactors). BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128).
+# (framework_get_reactors); and how many cores everything else on the machine used meanwhile
+# (all busy time in /proc/stat less both processes'): a round with others at work is not
+# a measurement of the pair. BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128).
 # Not part of `make test`: run it on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,27 +37,33 @@ R nvmf_subsystem_add_listener $NQN -t tcp -a 127.0.0.1 -s $port >/dev/null
 
 hz=$(getconf CLK_TCK)
 tgt_ticks() { awk '{print $14 + $15}' "/proc/$TGT/stat"; }
+all_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 tgt_busy_ns() { R framework_get_reactors | sed -n 's/^ *"busy": \([0-9]*\),*$/\1/p' | head -1; }
 num() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$DIR/r.json" | head -1; }
 
 echo "pmio-tgt (core 0, null bdev) <- NVMe/TCP 127.0.0.1:$port <- pmio-perf (core 1)," \
     "randread 4 KiB QD $DEPTH, ${SECS}s x $ROUNDS; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '| run | IOPS | pmio-perf CPU/IO (ns) | pmio-tgt CPU/IO (ns) | pmio-tgt reactor busy/IO (ns) |\n'
-printf '|---|---|---|---|---|\n'
+printf '| run | IOPS | pmio-perf CPU/IO (ns) | pmio-tgt CPU/IO (ns) | pmio-tgt reactor busy/IO (ns) | others (cores) |\n'
+printf '|---|---|---|---|---|---|\n'
 for i in $(seq "$ROUNDS"); do
     t0=$(tgt_ticks)
     b0=$(tgt_busy_ns)
+    a0=$(all_ticks)
     "$BIN/pmio-perf" -m '[1]' --dev "nvmf:traddr=127.0.0.1,trsvcid=$port,subnqn=$NQN" \
         -w randread -b 4096 -d "$DEPTH" -t "$SECS" --json >"$DIR/r.json" 2>"$DIR/perf.err" ||
         fail "pmio-perf: $(cat "$DIR/perf.err")"
     t1=$(tgt_ticks)
     b1=$(tgt_busy_ns)
+    a1=$(all_ticks)
     iops=$(num iops)
     ios=$(num ios)
     perf_cpu=$(num cpu_ns_per_io)
     # The target's counters also cover pmio-perf's connect and disconnect (milliseconds).
     awk -v i="$i" -v iops="$iops" -v ios="$ios" -v pc="$perf_cpu" -v dt=$((t1 - t0)) \
-        -v hz="$hz" -v db=$((b1 - b0)) 'BEGIN {
-            printf "| %d | %.0f | %.0f | %.0f | %.0f |\n", i, iops, pc, dt / hz * 1e9 / ios, db / ios
+        -v hz="$hz" -v db=$((b1 - b0)) -v da=$((a1 - a0)) -v s="$SECS" 'BEGIN {
+            tgt = dt / hz * 1e9; perf = pc * ios
+            others = (da / hz * 1e9 - tgt - perf) / (s * 1e9)
+            if (others < 0) others = 0
+            printf "| %d | %.0f | %.0f | %.0f | %.0f | %.2f |\n", i, iops, pc, tgt / ios, db / ios, others
         }'
 done
