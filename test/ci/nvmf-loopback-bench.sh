@@ -6,7 +6,8 @@
 # (/proc/PID/stat, as getrusage counts it) and from its reactor's busy time
 # (framework_get_reactors); and how many cores everything else on the machine used meanwhile
 # (all busy time in /proc/stat less both processes'): a round with others at work is not
-# a measurement of the pair. BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128).
+# a measurement of the pair. BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128);
+# BENCH_TGT_ARGS: more pmio-tgt flags (`--no-interrupt` busy-polls as SPDK's nvmf_tgt does).
 # Not part of `make test`: run it on a quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +27,8 @@ fail() { echo "FAIL: $*" >&2; tail -20 "$DIR/tgt.log" >&2; exit 1; }
 R() { "$BIN/pmio-rpc" -s "$DIR/tgt.sock" "$@"; }
 port=$((20000 + RANDOM % 40000))
 
-RUST_LOG=warn "$BIN/pmio-tgt" -r "$DIR/tgt.sock" -m 0x1 2>"$DIR/tgt.log" &
+# shellcheck disable=SC2086 # BENCH_TGT_ARGS is a list of flags
+RUST_LOG=warn "$BIN/pmio-tgt" -r "$DIR/tgt.sock" -m 0x1 ${BENCH_TGT_ARGS:-} 2>"$DIR/tgt.log" &
 TGT=$!
 for _ in $(seq 200); do [ -S "$DIR/tgt.sock" ] && break; sleep 0.05; done
 R bdev_null_create Null0 1024 512 >/dev/null
@@ -41,7 +43,7 @@ all_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 tgt_busy_ns() { R framework_get_reactors | sed -n 's/^ *"busy": \([0-9]*\),*$/\1/p' | head -1; }
 num() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$DIR/r.json" | head -1; }
 
-echo "pmio-tgt (core 0, null bdev) <- NVMe/TCP 127.0.0.1:$port <- pmio-perf (core 1)," \
+echo "pmio-tgt ${BENCH_TGT_ARGS:-}(core 0, null bdev) <- NVMe/TCP 127.0.0.1:$port <- pmio-perf (core 1)," \
     "randread 4 KiB QD $DEPTH, ${SECS}s x $ROUNDS; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '| run | IOPS | pmio-perf CPU/IO (ns) | pmio-tgt CPU/IO (ns) | pmio-tgt reactor busy/IO (ns) | others (cores) |\n'
 printf '|---|---|---|---|---|---|\n'
