@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `make bench-nvmf-loopback` (issue 18, BENCHMARKS.md "#18 loopback"): pmio's NVMe/TCP pair on
 # the host over 127.0.0.1. pmio-tgt on core 0 serves a null bdev; pmio-perf on core 1 is the
-# host: 4 KiB random reads, QD 128, one connection. Per run: IOPS; pmio-perf's CPU per I/O (its
-# own report: process CPU time over I/Os); pmio-tgt's CPU per I/O, from its process CPU time
-# (/proc/PID/stat, as getrusage counts it) and from its reactor's busy time
-# (framework_get_reactors); and how many cores everything else on the machine used meanwhile
-# (all busy time in /proc/stat less both processes'): a round with others at work is not
-# a measurement of the pair. BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128);
-# BENCH_TGT_ARGS: more pmio-tgt flags (`--no-interrupt` busy-polls as SPDK's nvmf_tgt does).
-# Not part of `make test`: run it on a quiet machine.
+# host: 4 KiB random reads, QD 128, one connection. Per run:
+# - IOPS;
+# - pmio-perf's CPU per I/O (its own report: process CPU time over I/Os) and its reactor's
+#   busy time per I/O (its busy share of the run: the work, without polls that found nothing);
+# - pmio-tgt's CPU per I/O (its process CPU time, /proc/PID/stat, as getrusage counts it) and
+#   its reactor's busy time per I/O (framework_get_reactors);
+# - the cores everything else on the machine used meanwhile (all busy time in /proc/stat less
+#   both processes'): a round with others at work does not measure the pair.
+# BENCH_ROUNDS (5), BENCH_SECS (10), BENCH_DEPTH (128); BENCH_TGT_ARGS: more pmio-tgt flags
+# (`--no-interrupt` busy-polls as SPDK's nvmf_tgt does). Not part of `make test`: run it on a
+# quiet machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/ci/release-bins.sh
@@ -45,8 +48,8 @@ num() { sed -n "s/.*\"$1\": *\([0-9.e+-]*\).*/\1/p" "$DIR/r.json" | head -1; }
 
 echo "pmio-tgt ${BENCH_TGT_ARGS:-}(core 0, null bdev) <- NVMe/TCP 127.0.0.1:$port <- pmio-perf (core 1)," \
     "randread 4 KiB QD $DEPTH, ${SECS}s x $ROUNDS; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '| run | IOPS | pmio-perf CPU/IO (ns) | pmio-tgt CPU/IO (ns) | pmio-tgt reactor busy/IO (ns) | others (cores) |\n'
-printf '|---|---|---|---|---|---|\n'
+printf '| run | IOPS | pmio-perf CPU/IO (ns) | pmio-perf reactor busy/IO (ns) | pmio-tgt CPU/IO (ns) | pmio-tgt reactor busy/IO (ns) | others (cores) |\n'
+printf '|---|---|---|---|---|---|---|\n'
 for i in $(seq "$ROUNDS"); do
     t0=$(tgt_ticks)
     b0=$(tgt_busy_ns)
@@ -60,12 +63,14 @@ for i in $(seq "$ROUNDS"); do
     iops=$(num iops)
     ios=$(num ios)
     perf_cpu=$(num cpu_ns_per_io)
+    perf_busy=$(num busy_pct)
     # The target's counters also cover pmio-perf's connect and disconnect (milliseconds).
     awk -v i="$i" -v iops="$iops" -v ios="$ios" -v pc="$perf_cpu" -v dt=$((t1 - t0)) \
-        -v hz="$hz" -v db=$((b1 - b0)) -v da=$((a1 - a0)) -v s="$SECS" 'BEGIN {
+        -v hz="$hz" -v db=$((b1 - b0)) -v da=$((a1 - a0)) -v s="$SECS" -v pb="$perf_busy" 'BEGIN {
             tgt = dt / hz * 1e9; perf = pc * ios
             others = (da / hz * 1e9 - tgt - perf) / (s * 1e9)
             if (others < 0) others = 0
-            printf "| %d | %.0f | %.0f | %.0f | %.0f | %.2f |\n", i, iops, pc, tgt / ios, db / ios, others
+            printf "| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f |\n", i, iops, pc,
+                pb / 100 * s * 1e9 / ios, tgt / ios, db / ios, others
         }'
 done
