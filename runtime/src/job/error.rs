@@ -19,9 +19,8 @@ pub enum JobError {
         #[source]
         source: DmaError,
     },
-    /// The device will not serve the rest of the run: removed, or every I/O failed for
-    /// [`super::complete::ALL_FAILED_STOP_NS`] (an NVMe/TCP controller whose reconnect gave
-    /// up fails every I/O from then on).
+    /// The device will not serve the rest of the run: removed, or every I/O failed for 5 s
+    /// (an NVMe/TCP controller whose reconnect gave up fails every I/O from then on).
     #[error("bdev {bdev}: {reason}; I/O stopped")]
     Unusable { bdev: String, reason: String },
     /// The queue refused an I/O for a reason other than being busy.
