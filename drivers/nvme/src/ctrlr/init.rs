@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::queues::QidMap;
 use super::{Controller, CtrlrInner, Namespace, NvmeOptions, PAGE_SIZE, Transport};
 use crate::admin::AdminQueue;
 use crate::dma::{DmaMapper, Mappings};
@@ -312,7 +313,7 @@ impl Init {
             cap: self.cap,
             vs: self.vs,
             admin: Mutex::new(admin),
-            qids: Mutex::new(vec![false; usize::from(self.io_queues) + 1]),
+            qids: Mutex::new(QidMap::new(self.io_queues)),
             io_queues: self.io_queues,
             id,
             namespaces: self.namespaces,

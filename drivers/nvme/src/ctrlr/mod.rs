@@ -78,7 +78,7 @@ pub(crate) struct CtrlrInner {
     pub vs: u32,
     admin: Mutex<AdminQueue>,
     /// In-use flags of I/O queue IDs (index 0, the admin queue, unused).
-    qids: Mutex<Vec<bool>>,
+    qids: Mutex<queues::QidMap>,
     pub io_queues: u16,
     pub id: Box<IdentifyController>,
     pub namespaces: Vec<Namespace>,

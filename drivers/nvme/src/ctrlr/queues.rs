@@ -63,28 +63,58 @@ pub(crate) fn granted_queues(cqe: &Cqe) -> u16 {
     nsqa.min(ncqa).saturating_add(1)
 }
 
+/// The I/O queue IDs in use, handed out round robin rather than lowest first: a controller
+/// may still be tearing down the queue an ID was just freed from. Linux's nvmet frees a
+/// fabrics queue after its connection closes, asynchronously, and until then refuses a
+/// Connect for the same ID ("qid 1 has already been created"): pmio-perf `--verify` closes its
+/// fill queue and opens the run's queue at once.
+pub(crate) struct QidMap {
+    /// `used[qid]`; index 0, the admin queue, is never handed out.
+    used: Vec<bool>,
+    /// Where the next search starts: after the ID handed out last.
+    next: usize,
+}
+
+impl QidMap {
+    /// IDs `1..=io_queues`, all free.
+    pub(crate) fn new(io_queues: u16) -> QidMap {
+        QidMap {
+            used: vec![false; usize::from(io_queues) + 1],
+            next: 1,
+        }
+    }
+
+    fn alloc(&mut self) -> Option<u16> {
+        let ids = self.used.len() - 1;
+        let qid = (0..ids)
+            .map(|i| 1 + (self.next - 1 + i) % ids)
+            .find(|&q| !self.used[q])?;
+        self.used[qid] = true;
+        self.next = 1 + qid % ids;
+        u16::try_from(qid).ok()
+    }
+
+    fn free(&mut self, qid: u16) {
+        if let Some(used) = self.used.get_mut(usize::from(qid)).filter(|_| qid != 0) {
+            *used = false;
+        }
+    }
+}
+
 impl CtrlrInner {
     /// Takes a free I/O queue ID.
     pub fn alloc_qid(&self) -> Result<u16, NvmeError> {
         let mut q = self.qids.lock().unwrap_or_else(|p| p.into_inner());
-        match q.iter().skip(1).position(|used| !used) {
-            Some(i) => {
-                q[i + 1] = true;
-                Ok(i as u16 + 1)
-            }
-            None => Err(NvmeError::NoQueues {
-                ctrlr: self.name.clone(),
-                granted: self.io_queues,
-            }),
-        }
+        q.alloc().ok_or_else(|| NvmeError::NoQueues {
+            ctrlr: self.name.clone(),
+            granted: self.io_queues,
+        })
     }
 
     /// Returns an I/O queue ID.
     pub fn free_qid(&self, qid: u16) {
         let mut q = self.qids.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(used) = q.get_mut(usize::from(qid)) {
-            *used = false;
-        }
+        q.free(qid);
     }
 
     /// Creates I/O CQ then SQ `qid` on rings at `cq_iova`/`sq_iova` (polled, no interrupts).
@@ -125,5 +155,35 @@ impl CtrlrInner {
         let mut sqe = Sqe::new(opc, 0);
         sqe.cdw10 = u32::from(qid);
         self.admin_exec(sqe, what).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QidMap;
+
+    #[test]
+    fn queue_ids_come_round_robin_and_never_twice() {
+        let mut q = QidMap::new(3);
+        assert_eq!(q.alloc(), Some(1));
+        q.free(1);
+        assert_eq!(
+            q.alloc(),
+            Some(2),
+            "a just-freed ID is not the next one handed out"
+        );
+        assert_eq!(q.alloc(), Some(3));
+        assert_eq!(q.alloc(), Some(1), "the search wraps past the last ID");
+        assert_eq!(q.alloc(), None, "1, 2 and 3 are in use");
+        q.free(2);
+        q.free(0);
+        assert_eq!(q.alloc(), Some(2));
+        assert_eq!(q.alloc(), None);
+    }
+
+    #[test]
+    fn no_io_queues_means_no_ids() {
+        let mut q = QidMap::new(0);
+        assert_eq!(q.alloc(), None);
     }
 }
