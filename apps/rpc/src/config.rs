@@ -125,7 +125,9 @@ fn replay(c: &mut Client, include_aliases: bool, doc: &Value) -> Result<(), Call
         }
     }
     if !pending.is_empty() {
-        println!("Some configs were skipped because the RPC state that can call them passed over.");
+        crate::say(
+            "Some configs were skipped because the RPC state that can call them passed over.",
+        );
     }
     Ok(())
 }

@@ -508,13 +508,26 @@ fn mib_to_blocks(total_mib: f64, block_size: u64) -> Result<u64, String> {
     Ok(((total_mib * 1024.0 * 1024.0) as u64) / block_size)
 }
 
+/// One line on stdout. A reader that went away (`pmio-rpc ... | grep -q`) ends the program
+/// quietly, as a shell tool does on SIGPIPE, instead of `println!`'s panic.
+pub(crate) fn say(line: impl std::fmt::Display) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("pmio-rpc: cannot write the result: {e}");
+        std::process::exit(1);
+    }
+}
+
 fn print_result(v: &Value, how: Print) {
     match how {
         Print::Nothing => {}
-        Print::Dict => println!("{}", py_dumps(v)),
+        Print::Dict => say(py_dumps(v)),
         Print::Json => {
             let s = py_dumps(v);
-            println!("{}", s.trim_matches('"'));
+            say(s.trim_matches('"'));
         }
         Print::Array => {
             let items: Vec<String> = match v.as_array() {
@@ -528,7 +541,7 @@ fn print_result(v: &Value, how: Print) {
                     .collect(),
                 None => vec![v.to_string()],
             };
-            println!("{}", items.join(" "));
+            say(items.join(" "));
         }
     }
 }
@@ -572,7 +585,7 @@ fn save_config(c: &mut Client, indent: i32) -> Result<(), CallError> {
         let config = c.call("framework_get_config", Some(json!({ "name": name })))?;
         out.push(json!({"subsystem": name, "config": config}));
     }
-    println!("{}", dump_indent(&json!({ "subsystems": out }), indent));
+    say(dump_indent(&json!({ "subsystems": out }), indent));
     Ok(())
 }
 
@@ -611,7 +624,7 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
     if let Err(e) = run(&args) {
-        println!("{}", e.render());
+        say(e.render());
         std::process::exit(1);
     }
 }
