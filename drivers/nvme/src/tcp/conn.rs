@@ -7,9 +7,13 @@
 //! MAXH2CDATA bytes each. Heads are encoded into the queue; data is sent from the request's
 //! buffer where it lies, digests computed as the PDU is queued.
 //!
-//! Receiving: bytes are read into a small staging buffer ([`STAGE_LEN`]) until a PDU header
-//! parses; a C2HData's payload then goes to its command's buffer: what already arrived in the
-//! staging buffer with the header is copied, the rest is read straight into the buffer.
+//! Receiving (as SPDK's receive pipe): one read into a large receive buffer ([`RX_BUF_LEN`])
+//! brings the PDUs of many commands, parsed from there; a C2HData's payload goes to its
+//! command's buffer: what arrived in the receive buffer is copied, and when a read ended inside
+//! a payload, the next read puts the payload's rest straight into the command's buffer and what
+//! follows it into the receive buffer (one `recvmsg` with two iovecs). A read that came back
+//! short of its room drained the socket: the poll stops there instead of asking again for
+//! nothing.
 //!
 //! Anything wrong from the target (a bad PDU, a digest mismatch, a response to a command not
 //! sent, data past a buffer, a TermReq, the end of the stream) is a [`ConnError`]: the owner
@@ -26,9 +30,9 @@ use crate::spec::{Cqe, SglDesc, Sqe, Status};
 
 use super::sock;
 
-/// Bytes read at a time while looking for a PDU header: headers of many small PDUs come in
-/// one read, and at most this much of a payload is copied rather than read in place.
-pub(crate) const STAGE_LEN: usize = 4096;
+/// The receive buffer: one read takes the PDUs of a few dozen 4 KiB reads (what costs per
+/// I/O is the system call, not the copy of a small payload).
+pub(crate) const RX_BUF_LEN: usize = 64 * 1024;
 
 /// The most iovecs one `writev` takes (Linux's IOV_MAX).
 const IOV_MAX: usize = 1024;
@@ -143,9 +147,11 @@ pub(crate) struct Conn {
     /// Bytes of the front PDU already sent.
     tx_sent: usize,
     iov: Vec<libc::iovec>,
-    stage: Box<[u8; STAGE_LEN]>,
+    stage: Box<[u8]>,
     stage_at: usize,
     stage_end: usize,
+    /// The last read in this poll came back short: the socket had no more.
+    drained: bool,
     rx: Rx,
     /// The data of a Fabrics Connect in flight (in-capsule, sent from here).
     connect_data: Box<[u8; crate::spec::CONNECT_DATA_LEN]>,
@@ -172,9 +178,10 @@ impl Conn {
             tx: VecDeque::with_capacity(2 * cids + 1),
             tx_sent: 0,
             iov: Vec::with_capacity(IOV_MAX),
-            stage: Box::new([0; STAGE_LEN]),
+            stage: vec![0; RX_BUF_LEN].into_boxed_slice(),
             stage_at: 0,
             stage_end: 0,
+            drained: false,
             rx: Rx::Head,
             connect_data: Box::new([0; crate::spec::CONNECT_DATA_LEN]),
         };
@@ -345,6 +352,7 @@ impl Conn {
     /// (a CapsuleResp, or a C2HData with SUCCESS: then the CQE is a plain success). R2Ts
     /// queue H2CData: flush afterwards.
     pub(crate) fn poll(&mut self, mut done: impl FnMut(u16, Cqe)) -> Result<(), ConnError> {
+        self.drained = false;
         loop {
             let more = match self.rx {
                 Rx::Head => self.rx_head(&mut done)?,
@@ -357,26 +365,74 @@ impl Conn {
         }
     }
 
-    /// Reads more into the staging buffer; false when nothing is there now.
-    fn fill_stage(&mut self) -> Result<bool, ConnError> {
-        if self.stage_at == self.stage_end {
-            self.stage_at = 0;
-            self.stage_end = 0;
-        } else if self.stage_end == STAGE_LEN {
+    /// Moves what is left in the receive buffer to its front: part of a header or of a data
+    /// digest (payloads leave it as they arrive), a few hundred bytes at most.
+    fn compact_stage(&mut self) {
+        if self.stage_at > 0 {
             self.stage.copy_within(self.stage_at..self.stage_end, 0);
             self.stage_end -= self.stage_at;
             self.stage_at = 0;
         }
+    }
+
+    /// Reads more into the receive buffer; false when nothing is there now.
+    fn fill_stage(&mut self) -> Result<bool, ConnError> {
+        if self.drained {
+            return Ok(false);
+        }
+        self.compact_stage();
         let room = &mut self.stage[self.stage_end..];
+        let want = room.len();
         // SAFETY: `room` is this connection's own buffer.
-        match unsafe { sock::read_into(&self.sock, room.as_mut_ptr(), room.len()) } {
+        match unsafe { sock::read_into(&self.sock, room.as_mut_ptr(), want) } {
             Ok(0) => Err(ConnError::Closed),
             Ok(n) => {
                 self.stage_end += n;
+                self.drained = n < want;
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Reads the rest of a payload, `want` bytes, straight to `dst`, and what follows it into
+    /// the (empty) receive buffer, in one call: the payload bytes that arrived.
+    ///
+    /// # Safety
+    /// `dst..dst + want` must be valid for writes and not referenced elsewhere for the call.
+    unsafe fn read_payload(
+        &mut self,
+        dst: *mut u8,
+        want: usize,
+    ) -> Result<Option<usize>, ConnError> {
+        if self.drained {
+            return Ok(None);
+        }
+        debug_assert_eq!(self.stage_at, self.stage_end);
+        self.stage_at = 0;
+        self.stage_end = 0;
+        let iov = [
+            libc::iovec {
+                iov_base: dst.cast(),
+                iov_len: want,
+            },
+            libc::iovec {
+                iov_base: self.stage.as_mut_ptr().cast(),
+                iov_len: self.stage.len(),
+            },
+        ];
+        // SAFETY: `dst` per the contract; the second iovec is this connection's own buffer.
+        match unsafe { sock::readv(&self.sock, &iov) } {
+            Ok(0) => Err(ConnError::Closed),
+            Ok(n) => {
+                self.drained = n < want + self.stage.len();
+                self.stage_end = n.saturating_sub(want);
+                Ok(Some(n.min(want)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Some(0)),
             Err(e) => Err(e.into()),
         }
     }
@@ -468,7 +524,9 @@ impl Conn {
         let buf = self.cmds[usize::from(cid)].buf;
         let staged = self.stage_end - self.stage_at;
         let want = (end - pos) as usize;
-        let more = if staged > 0 {
+        let more = if want == 0 {
+            true
+        } else if staged > 0 {
             let n = staged.min(want);
             // SAFETY: `pos + n <= end <= len` (checked against the command), and the buffer
             // is the command's, valid for writes while it is in flight.
@@ -484,15 +542,12 @@ impl Conn {
             true
         } else {
             // SAFETY: as above: `want` bytes from `pos` lie inside the command's buffer.
-            match unsafe { sock::read_into(&self.sock, buf.add(pos as usize), want) } {
-                Ok(0) => return Err(ConnError::Closed),
-                Ok(n) => {
+            match unsafe { self.read_payload(buf.add(pos as usize), want)? } {
+                Some(n) => {
                     pos += n as u32;
                     true
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
-                Err(e) => return Err(e.into()),
+                None => false,
             }
         };
         if pos < end {

@@ -1,5 +1,5 @@
 //! The system calls of the NVMe/TCP transport, in one place: a non-blocking connect that a
-//! reactor can poll, reads into a request's buffer, and one `writev` for many PDUs.
+//! reactor can poll, reads into a request's buffer (and the receive buffer behind it), and one `writev` for many PDUs.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -139,6 +139,24 @@ fn sockaddr(addr: SocketAddr) -> (libc::c_int, libc::sockaddr_storage, libc::soc
 pub(crate) unsafe fn read_into(sock: &TcpStream, ptr: *mut u8, len: usize) -> io::Result<usize> {
     // SAFETY: per the contract.
     let n = unsafe { libc::recv(sock.as_raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// One `readv` into `iov` without waiting (as [`read_into`], over several buffers).
+///
+/// # Safety
+/// Every iovec must point to `iov_len` bytes valid for writes and not referenced elsewhere
+/// for the call.
+pub(crate) unsafe fn readv(sock: &TcpStream, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: all-zero bytes are a valid msghdr (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: per the contract.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
