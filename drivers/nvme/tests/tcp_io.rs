@@ -7,6 +7,7 @@ mod tcp_common;
 use pmio::BlockDevice;
 use pmio::request::{IoStatus, Op};
 use pmio_nvme::tcp::{self, TcpOptions};
+use tcp_common::proxy::Proxy;
 use tcp_common::*;
 
 #[test]
@@ -44,7 +45,11 @@ fn attach_identifies_the_controller_and_its_namespace() {
 /// Writes 4 KiB (in-capsule) and 128 KiB (R2T) at several places at once, reads them back.
 fn read_back(opts: TcpOptions) {
     let t = Target::start();
-    let ctrlr = tcp::connect("Nvme0", &t.addr(), opts).unwrap();
+    read_back_from(&t.addr(), opts);
+}
+
+fn read_back_from(addr: &tcp::TcpTarget, opts: TcpOptions) {
+    let ctrlr = tcp::connect("Nvme0", addr, opts).unwrap();
     let bdev = ctrlr.bdev(1).unwrap();
     let q = bdev.open_tcp_qpair(32).unwrap();
     assert!(q.connected());
@@ -98,6 +103,23 @@ fn data_reads_back_with_header_and_data_digests() {
         ddgst: true,
         ..TcpOptions::default()
     });
+}
+
+/// The target's bytes arrive in pieces cut anywhere (inside headers, digests, payloads, and
+/// across PDUs): every read still lands whole and in its own buffer.
+#[test]
+fn data_reads_back_when_the_stream_arrives_in_odd_pieces() {
+    let t = Target::start();
+    let proxy = Proxy::start(t.port);
+    proxy.split_to_host();
+    for digests in [false, true] {
+        let opts = TcpOptions {
+            hdgst: digests,
+            ddgst: digests,
+            ..TcpOptions::default()
+        };
+        read_back_from(&proxy.addr(), opts);
+    }
 }
 
 #[test]

@@ -4,8 +4,9 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pmio_nvme::tcp::TcpTarget;
 
@@ -34,7 +35,12 @@ pub struct Proxy {
     pub port: u16,
     armed: Arc<Mutex<Option<Armed>>>,
     hits: Arc<AtomicUsize>,
+    split: Arc<AtomicBool>,
 }
+
+/// Sizes of the pieces a split PDU goes out in, in turn: cuts inside headers, digests and
+/// payloads, and pieces holding the end of one PDU and the start of the next.
+const PIECES: [usize; 8] = [1, 3, 7, 24, 100, 1000, 4093, 30000];
 
 impl Proxy {
     /// A proxy to the target listening on `upstream` (127.0.0.1).
@@ -43,7 +49,8 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let armed: Arc<Mutex<Option<Armed>>> = Arc::new(Mutex::new(None));
         let hits = Arc::new(AtomicUsize::new(0));
-        let (a, h) = (Arc::clone(&armed), Arc::clone(&hits));
+        let split = Arc::new(AtomicBool::new(false));
+        let (a, h, sp) = (Arc::clone(&armed), Arc::clone(&hits), Arc::clone(&split));
         std::thread::spawn(move || {
             let mut conns = 0usize;
             for host in listener.incoming() {
@@ -66,12 +73,26 @@ impl Proxy {
                         Dir::ToHost,
                     ),
                 ] {
-                    let (a, h) = (Arc::clone(&a), Arc::clone(&h));
-                    std::thread::spawn(move || forward(from, to, io.then_some(dir), &a, &h));
+                    let (a, h, sp) = (Arc::clone(&a), Arc::clone(&h), Arc::clone(&sp));
+                    std::thread::spawn(move || {
+                        let split = (dir == Dir::ToHost).then_some(&*sp);
+                        forward(from, to, io.then_some(dir), &a, &h, split)
+                    });
                 }
             }
         });
-        Proxy { port, armed, hits }
+        Proxy {
+            port,
+            armed,
+            hits,
+            split,
+        }
+    }
+
+    /// From now on, sends what goes to the host on I/O connections in pieces of odd sizes
+    /// ([`PIECES`]) with pauses between, so the host's reads end anywhere in a PDU.
+    pub fn split_to_host(&self) {
+        self.split.store(true, Ordering::Release);
     }
 
     /// Hands the PDUs going `dir` on I/O connections to `hook` until it acts once.
@@ -111,15 +132,21 @@ impl Proxy {
 }
 
 /// Forwards whole PDUs from `from` to `to`, handing each to the armed hook when it watches
-/// `dir` (`None`: the admin connection, never hooked).
+/// `dir` (`None`: the admin connection, never hooked), in pieces while `split` is set.
 fn forward(
     mut from: TcpStream,
     mut to: TcpStream,
     dir: Option<Dir>,
     armed: &Mutex<Option<Armed>>,
     hits: &AtomicUsize,
+    split: Option<&AtomicBool>,
 ) {
-    loop {
+    let split = split.filter(|_| dir.is_some());
+    if split.is_some() {
+        let _ = to.set_nodelay(true);
+    }
+    let mut piece = 0;
+    'pdus: loop {
         let mut pdu = vec![0u8; 8];
         if from.read_exact(&mut pdu).is_err() {
             break;
@@ -140,7 +167,18 @@ fn forward(
                 }
             }
         }
-        if to.write_all(&pdu).is_err() {
+        if split.is_some_and(|s| s.load(Ordering::Acquire)) {
+            let mut rest = &pdu[..];
+            while !rest.is_empty() {
+                let n = PIECES[piece % PIECES.len()].min(rest.len());
+                piece += 1;
+                if to.write_all(&rest[..n]).is_err() {
+                    break 'pdus;
+                }
+                rest = &rest[n..];
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        } else if to.write_all(&pdu).is_err() {
             break;
         }
     }
