@@ -215,7 +215,10 @@ impl DriverQueue for TcpQpair {
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
         self.sync(rqs);
         let mut n = self.trk.report_failed(rqs, done, max);
+        // Nothing on the connection: nothing to read, no system call (a connection lost
+        // meanwhile shows at the next command, or the controller's keep-alive finds it).
         if self.reap.len() < max - n
+            && self.in_flight()
             && let Link::Up(conn) = &mut self.link
         {
             let cqes = &mut self.cqes;
