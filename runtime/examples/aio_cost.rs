@@ -6,7 +6,7 @@
 //! executor's share of the async path (a task woken and polled once per I/O).
 //! Rounds alternate; each measures the reactor thread's CPU time over the I/Os (wakes) done.
 //!
-//! `cargo run --release -p pmio-runtime --example aio_cost -- [--rounds 5] [--secs 2] [--core N]`
+//! `cargo run --release -p pmio-runtime --example aio_cost -- [--rounds 5] [--secs 2] [--core N] [--qd 128]`
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -27,7 +27,12 @@ use pmio_runtime::{Bdev, registry};
 
 mod common;
 
-const QD: u32 = 128;
+/// I/Os in flight (`--qd`, default 128: the figure).
+fn qd() -> u32 {
+    static QD: std::sync::LazyLock<u32> =
+        std::sync::LazyLock::new(|| common::number("--qd", 128) as u32);
+    *QD
+}
 const BS: usize = 4096;
 const DEV: &str = "CostNull0";
 
@@ -61,12 +66,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?)?;
     // Every task of a turn in one poll pass (so both paths reap and resubmit 128 per turn).
     let opts = ReactorsOptions {
-        task_budget: 2 * QD as usize,
+        task_budget: 2 * qd() as usize,
         ..ReactorsOptions::default()
     };
     let reactors = Reactors::start(CoreMask::from_cores([core])?, opts)?;
     println!(
-        "null bdev, 4 KiB random reads, QD {QD}, one reactor on core {core}, {secs} s per round"
+        "null bdev, 4 KiB random reads, QD {}, one reactor on core {core}, {secs} s per round",
+        qd()
     );
     let mut results: Vec<(Path, f64)> = Vec::new();
     for round in 0..rounds {
@@ -165,17 +171,17 @@ fn lba_mask(num_blocks: u64) -> u64 {
     chunks - 1
 }
 
-/// The async path: QD tasks, each looping over `read().await` with its own buffer.
+/// The async path: `qd()` tasks, each looping over `read().await` with its own buffer.
 fn start_tasks(ctx: &mut ReactorCtx, round: Round) {
     let _parent = ctx.spawn(async move {
         let bdev = Bdev::open(DEV).expect("open");
         let pool = BufPool::new(DmaPoolOptions {
-            count: QD,
+            count: qd(),
             buf_size: BS,
             ..Default::default()
         })
         .expect("buffers");
-        let tasks: Vec<_> = (0..QD)
+        let tasks: Vec<_> = (0..qd())
             .map(|t| {
                 let (bdev, round) = (bdev.clone(), round.clone());
                 let mut buf = pool.get().expect("a buffer");
@@ -203,7 +209,7 @@ fn start_tasks(ctx: &mut ReactorCtx, round: Round) {
 fn start_poller(ctx: &mut ReactorCtx, round: Round, batch: bool) {
     let mut q = BdevQueue::open_in(registry(), DEV, BdevQueueOptions::default()).expect("open");
     let bufs = DmaPool::new(DmaPoolOptions {
-        count: QD,
+        count: qd(),
         buf_size: BS,
         ..Default::default()
     })
@@ -222,7 +228,7 @@ fn start_poller(ctx: &mut ReactorCtx, round: Round, batch: bool) {
     };
     let mask = lba_mask(q.num_blocks());
     let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut done: Vec<u32> = (0..QD).collect();
+    let mut done: Vec<u32> = (0..qd()).collect();
     let id: Rc<Cell<Option<PollerId>>> = Rc::default();
     let own_id = Rc::clone(&id);
     let pid = ctx.register_poller("aio_cost_poller", move |ctx| {
@@ -251,7 +257,7 @@ fn start_poller(ctx: &mut ReactorCtx, round: Round, batch: bool) {
             done.clear();
         }
         q.flush();
-        let reaped = q.poll(QD as usize, |rq| done.push(rq.token as u32));
+        let reaped = q.poll(qd() as usize, |rq| done.push(rq.token as u32));
         round.ios.set(round.ios.get() + reaped as u64);
         if round.stop.get() && q.outstanding() == 0 && !round.closed.get() {
             round.closed.set(true);
@@ -264,11 +270,11 @@ fn start_poller(ctx: &mut ReactorCtx, round: Round, batch: bool) {
     id.set(Some(pid));
 }
 
-/// No I/O: QD tasks, each waking once per turn from a poller that wakes them all (by
+/// No I/O: `qd()` tasks, each waking once per turn from a poller that wakes them all (by
 /// reference, each task's waker kept in its own place, as the I/O path does).
 fn start_wakes(ctx: &mut ReactorCtx, round: Round) {
     let turn = Rc::new(Cell::new(0u64));
-    let wakers: Rc<RefCell<Vec<Option<Waker>>>> = Rc::new(RefCell::new(vec![None; QD as usize]));
+    let wakers: Rc<RefCell<Vec<Option<Waker>>>> = Rc::new(RefCell::new(vec![None; qd() as usize]));
     let (t, w) = (Rc::clone(&turn), Rc::clone(&wakers));
     let id: Rc<Cell<Option<PollerId>>> = Rc::default();
     let own_id = Rc::clone(&id);
@@ -287,7 +293,7 @@ fn start_wakes(ctx: &mut ReactorCtx, round: Round) {
     });
     id.set(Some(pid));
     let _parent = ctx.spawn(async move {
-        let tasks: Vec<_> = (0..QD as usize)
+        let tasks: Vec<_> = (0..qd() as usize)
             .map(|i| {
                 let (turn, wakers, round) = (Rc::clone(&turn), Rc::clone(&wakers), round.clone());
                 spawn_local(async move {
