@@ -5,6 +5,7 @@
 
 mod tcp_common;
 
+use pmio::DriverQueue;
 use pmio::request::Op;
 use pmio_nvme::tcp::{self, TcpOptions};
 use tcp_common::proxy::{Dir, Proxy};
@@ -90,6 +91,8 @@ fn survives(fault: Fault) {
         "{fault:?}: resubmitted after a reconnect"
     );
     assert_eq!(d.completions[0], 2, "{fault:?}: each I/O completed once");
+    assert_eq!(d.q.outstanding(), 0, "{fault:?}: nothing left in flight");
+    full_depth_round_trip(&mut d, fault);
 
     // The other controller never noticed.
     let good = other.bdev(1).unwrap();
@@ -100,6 +103,43 @@ fn survives(fault: Fault) {
     drop((d, g));
     ctrlr.detach().unwrap();
     other.detach().unwrap();
+}
+
+/// Every tag of the queue pair in flight at once, writes then reads of distinct blocks: after
+/// the failed connection no tag is left taken, stuck or answered twice, and the new
+/// connection carries a full queue's worth of data (its receive buffer included).
+fn full_depth_round_trip(d: &mut Driver<pmio_nvme::tcp::TcpQpair>, fault: Fault) {
+    let depth = d.rqs.len() as u16;
+    let tags: Vec<u16> = (0..depth).collect();
+    let before = d.completions.clone();
+    let mut written: Vec<Vec<u8>> = tags
+        .iter()
+        .map(|&t| pattern(8192, 0x100 * (fault as u64 + 1) + u64::from(t)))
+        .collect();
+    for (&t, buf) in tags.iter().zip(written.iter_mut()) {
+        d.prep(t, Op::Write, 128 + 16 * u64::from(t), 16, buf);
+    }
+    let st = d.run(&tags);
+    assert!(
+        st.iter().all(|s| s.is_success()),
+        "{fault:?}: writes {st:?}"
+    );
+    let mut back = vec![vec![0u8; 8192]; usize::from(depth)];
+    for (&t, buf) in tags.iter().zip(back.iter_mut()) {
+        d.prep(t, Op::Read, 128 + 16 * u64::from(t), 16, buf);
+    }
+    let st = d.run(&tags);
+    assert!(st.iter().all(|s| s.is_success()), "{fault:?}: reads {st:?}");
+    assert!(back == written, "{fault:?}: a full queue's data read back");
+    for &t in &tags {
+        let t = usize::from(t);
+        assert_eq!(
+            d.completions[t] - before[t],
+            2,
+            "{fault:?}: tag {t} completed once per command"
+        );
+    }
+    assert_eq!(d.q.outstanding(), 0, "{fault:?}: every tag free again");
 }
 
 #[test]
