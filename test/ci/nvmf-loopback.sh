@@ -13,7 +13,8 @@
 #     (bdev_nvme_set_options' reconnect defaults, bdev_nvme_attach_controller -t tcp),
 #     bdev_get_bdevs shows Nvme0n1, bdev_nvme_get_controllers the path, perform_tests runs on
 #     it, the target killed and restarted under it (resetting, then enabled and serving I/O),
-#     save_config restores it in a restarted host, bdev_nvme_detach_controller removes it.
+#     save_config restores it in a restarted host, bdev_nvme_detach_controller removes it;
+#     attached again with a 2 s loss timeout and the target killed for good, it shows failed.
 # About a minute after the build. Two cores are enough: each target and pmio-perf get one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -184,4 +185,13 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 [ "$(printf '%s' "$out" | tr -d ' \n')" = "[]" ] || fail "target still has the host's controller: $out"
+# Attached again with a 2 s loss timeout, the target killed for good: the controller is
+# resetting while it retries, then failed (SPDK's state once the reconnects gave up).
+rpc host bdev_nvme_attach_controller -b Nvme0 -t tcp -a 127.0.0.1 -f ipv4 -s "$PORT" -n $NQN \
+    -l 2 -o 1 >/dev/null
+wait_state enabled || fail "controller state '$state' after attaching again"
+kill -9 "$tgt_PID"
+wait "$tgt_PID" 2>/dev/null || true
+wait_state failed || fail "controller state '$state' 10 s after its target died for good"
+rpc host bdev_nvme_detach_controller Nvme0
 echo "nvmf-loopback: all checks passed"

@@ -47,7 +47,7 @@ pub mod tcp;
 pub mod vfio;
 
 pub use bdev::NvmeBdev;
-pub use ctrlr::{Controller, InitState, Namespace, NvmeOptions};
+pub use ctrlr::{Controller, CtrlrState, InitState, Namespace, NvmeOptions};
 pub use dma::{DmaMapper, DmaMem};
 pub use error::{IoError, NvmeError};
 pub use pmio_nvme_spec as spec;

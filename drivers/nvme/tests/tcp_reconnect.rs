@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use pmio::bdev::DriverQueue;
 use pmio::request::{IoStatus, Op};
+use pmio_nvme::CtrlrState;
 use pmio_nvme::tcp::{self, TcpOptions};
 use tcp_common::*;
 
@@ -40,12 +41,14 @@ fn target_restarted_under_io_then_data_reads_back() {
     );
     assert_eq!(d.q.outstanding(), 4);
     assert!(!ctrlr.connected());
+    assert_eq!(ctrlr.state(), CtrlrState::Resetting, "still trying");
 
     t.up();
     let got = d.reap(4, IO_LIMIT);
     assert_eq!(got.len(), 4, "resubmitted after the reconnect");
     assert!((0..4).all(|i| d.rqs[i].status.is_success()));
     assert!(ctrlr.connected());
+    assert_eq!(ctrlr.state(), CtrlrState::Enabled);
     assert!(d.q.stats().recovered >= 4);
 
     // Everything written reads back, before and during the loss.
@@ -101,6 +104,11 @@ fn target_gone_for_good_fails_io_after_the_loss_timeout() {
     assert_eq!(d.one(Op::Read, 0, &mut bufs[0]), ENXIO);
     assert!(t0.elapsed() < Duration::from_secs(1));
     assert!(!ctrlr.connected());
+    assert_eq!(
+        ctrlr.state(),
+        CtrlrState::Failed,
+        "lost for good, not reconnecting"
+    );
     d.assert_no_double_completion();
     drop(d);
     ctrlr.detach().unwrap();

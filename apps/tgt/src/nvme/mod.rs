@@ -379,15 +379,11 @@ fn bdev_nvme_get_controllers(
     Ok(Value::Array(picked.into_iter().map(ctrlr_json).collect()))
 }
 
-/// One controller as SPDK lists it. `state` is SPDK's `enabled` while the controller is usable,
-/// else `resetting` (an NVMe/TCP controller reconnecting; the driver does not tell a controller
-/// whose reconnect gave up from one still trying).
+/// One controller as SPDK lists it, with SPDK's state names: `enabled`, `resetting` (an
+/// NVMe/TCP controller reconnecting), `failed` (its reconnects ran past
+/// `ctrlr_loss_timeout_sec`, or its reset failed: only detaching is left).
 fn ctrlr_json(c: &CtrlrRecord) -> Value {
-    let state = if c.ctrlr.connected() {
-        "enabled"
-    } else {
-        "resetting"
-    };
+    let state = c.ctrlr.state().as_str();
     json!({
         "name": c.name,
         "ctrlrs": [{

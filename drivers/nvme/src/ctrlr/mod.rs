@@ -175,6 +175,32 @@ impl Drop for CtrlrInner {
     }
 }
 
+/// Where a controller stands ([`Controller::state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtrlrState {
+    /// Usable.
+    Enabled,
+    /// Reconnecting (NVMe/TCP) or resetting: I/O is held, or failed fast after
+    /// `fast_io_fail_timeout_sec`, until it is back.
+    Resetting,
+    /// Given up for good: every I/O fails; only detaching is left.
+    Failed,
+    /// Being detached.
+    Deleting,
+}
+
+impl CtrlrState {
+    /// SPDK's name of the state (`bdev_nvme_get_controllers`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CtrlrState::Enabled => "enabled",
+            CtrlrState::Resetting => "resetting",
+            CtrlrState::Failed => "failed",
+            CtrlrState::Deleting => "deleting",
+        }
+    }
+}
+
 /// An attached controller. Namespaces are exposed as bdevs ([`Controller::bdevs`]); the
 /// controller is shut down by [`Controller::detach`], or when the controller and every bdev
 /// and queue pair of it are gone.
@@ -308,7 +334,24 @@ impl Controller {
     /// Whether the controller is usable now: not detached, not failed, and (NVMe/TCP) not
     /// reconnecting.
     pub fn connected(&self) -> bool {
-        self.inner.check_usable().is_ok() && !self.inner.reset_in_progress()
+        self.state() == CtrlrState::Enabled
+    }
+
+    /// Where the controller stands, as SPDK's `bdev_nvme_get_controllers` names it: a
+    /// controller that gave up (its reset failed, its reconnects ran past
+    /// `ctrlr_loss_timeout_sec`, or its device is gone) is `Failed` for good, one still trying
+    /// is `Resetting`.
+    pub fn state(&self) -> CtrlrState {
+        if self.inner.detached.load(Ordering::Acquire) {
+            return CtrlrState::Deleting;
+        }
+        if self.inner.liveness() != CtrlrLiveness::Alive {
+            return CtrlrState::Failed;
+        }
+        if self.inner.reset_in_progress() {
+            return CtrlrState::Resetting;
+        }
+        CtrlrState::Enabled
     }
 
     /// Queue pairs currently open.
