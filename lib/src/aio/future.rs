@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use super::AioBdev;
 use super::buf::IoBufMut;
-use super::error::AioError;
+use super::error::{AioError, AioErrorKind};
 use crate::request::{IoBuf, IoStatus, Op};
 
 /// The slot of an I/O not submitted yet.
@@ -67,7 +67,7 @@ impl<'a> InFlight<'a> {
                 }
                 Some(Err(refused)) => {
                     self.slot = DONE;
-                    Poll::Ready(Err(AioError::Rejected(*refused)))
+                    Poll::Ready(Err(refused))
                 }
             },
         }
@@ -77,13 +77,14 @@ impl<'a> InFlight<'a> {
         if status.is_success() {
             return Ok(());
         }
-        Err(AioError::Failed {
+        Err(AioErrorKind::Failed {
             bdev: self.bdev.name_arc().clone(),
             op: self.op,
             lba: self.lba,
             nblocks: self.nblocks,
             status,
-        })
+        }
+        .into())
     }
 
     /// Gives the slot up (the future is dropped); the handle keeps `buf` while the device may

@@ -8,7 +8,7 @@
 //! | `staged.rs` | the I/Os submitted since the last progress, handed to the queue in runs |
 //! | `buf.rs` | [`IoBufMut`], the owned-buffer contract, and [`Slice`] |
 //! | `pool.rs` | [`BufPool`] and its [`PoolBuf`]s, owned DMA buffers from a pool |
-//! | `error.rs` | [`AioError`] |
+//! | `error.rs` | [`AioError`] and its [`AioErrorKind`] |
 //!
 //! Runtime-agnostic (only `std::task`): any executor that polls the futures on the thread that
 //! opened the handle and calls [`AioBdev::progress`] there works. `pmio-runtime` runs it on
@@ -29,8 +29,9 @@
 //!   their futures.
 //! - **A full queue waits.** Staged I/O that finds no free request stays staged, first in line
 //!   for the next `progress`; its future just waits. It never fails for it.
-//! - **Errors are typed**: [`AioError::Rejected`] (the block layer refused the I/O) or
-//!   [`AioError::Failed`] (the device's [`IoStatus`](crate::IoStatus), with its errno).
+//! - **Errors are typed**: an [`AioError`] is [`AioErrorKind::Rejected`] (the block layer
+//!   refused the I/O) or [`AioErrorKind::Failed`] (the device's [`IoStatus`](crate::IoStatus),
+//!   with its errno).
 //! - **No allocation per I/O**: the in-flight table, the staging list and the plug are sized
 //!   at open (they grow only to the most futures ever waiting at once). A slot
 //!   keeps the waker of the task that used it last, and the task that frees a slot usually
@@ -78,11 +79,11 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 pub use buf::{IoBufMut, Slice};
-pub use error::AioError;
+pub use error::{AioError, AioErrorKind};
 pub use future::{Cmd, DataIo};
 pub use pool::{BufPool, PoolBuf};
 
-use crate::bdev::{BdevError, BdevQueue, BdevQueueOptions, BlockDevice, Registry, SubmitError};
+use crate::bdev::{BdevError, BdevQueue, BdevQueueOptions, BlockDevice, Registry};
 use crate::hctx::HctxType;
 use crate::plug::{Plug, PlugOptions};
 use crate::request::{IoBuf, Op};
@@ -308,7 +309,7 @@ impl AioBdev {
         &self,
         slot: u32,
         waker: &Waker,
-    ) -> Option<Result<crate::IoStatus, Box<SubmitError>>> {
+    ) -> Option<Result<crate::IoStatus, AioError>> {
         self.state.borrow_mut().slots.poll(slot, waker)
     }
 

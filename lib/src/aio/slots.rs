@@ -16,6 +16,7 @@
 use std::any::Any;
 use std::task::Waker;
 
+use super::AioError;
 use crate::bdev::SubmitError;
 use crate::request::IoStatus;
 
@@ -49,7 +50,7 @@ enum State {
 
 /// What a slot in a rare state holds, kept beside the table (see the module docs).
 enum Aside {
-    Rejected(Box<SubmitError>),
+    Rejected(AioError),
     Orphaned(Orphan),
 }
 
@@ -159,18 +160,14 @@ impl Slots {
         if let Some(w) = &slot.waker {
             w.wake_by_ref();
         }
-        self.aside.push((i, Aside::Rejected(Box::new(e))));
+        self.aside.push((i, Aside::Rejected(e.into())));
     }
 
     /// The future of slot `i` is polled again: its status once done or its refusal (the slot
     /// is freed), else `None` with `waker` stored (unless it wakes the same task as the one
     /// stored).
     #[inline]
-    pub(super) fn poll(
-        &mut self,
-        i: u32,
-        waker: &Waker,
-    ) -> Option<Result<IoStatus, Box<SubmitError>>> {
+    pub(super) fn poll(&mut self, i: u32, waker: &Waker) -> Option<Result<IoStatus, AioError>> {
         let slot = &mut self.slots[i as usize];
         // The done case first and alone: a test and a branch, not a jump over every state.
         if let State::Done(status) = slot.state {
@@ -190,7 +187,7 @@ impl Slots {
 
     /// Frees rejected slot `i`, returning its error.
     #[cold]
-    fn take_rejection(&mut self, i: u32) -> Box<SubmitError> {
+    fn take_rejection(&mut self, i: u32) -> AioError {
         let Aside::Rejected(e) = self.take_aside(i) else {
             unreachable!("slot {i} is rejected")
         };
@@ -290,7 +287,7 @@ mod tests {
         // A refusal is handed to the future once, and frees the slot.
         let e = s.alloc(w);
         s.reject(e, SubmitError::Busy);
-        assert_eq!(s.poll(e, w), Some(Err(Box::new(SubmitError::Busy))));
+        assert_eq!(s.poll(e, w), Some(Err(SubmitError::Busy.into())));
         assert_eq!(s.alloc(w), e);
     }
 }

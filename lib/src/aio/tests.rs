@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use parking_lot::Mutex;
 
 use super::*;
-use crate::bdev::{BdevInfo, DriverQueue, Uuid};
+use crate::bdev::{BdevInfo, DriverQueue, SubmitError, Uuid};
 use crate::hctx::HctxQueues;
 use crate::request::{IoStatus, OpSet, Request};
 
@@ -432,16 +432,16 @@ fn errors_are_typed_with_the_errno() {
     assert!(results.pop().unwrap().is_ok());
     let errs: Vec<AioError> = results.into_iter().map(Result::unwrap_err).collect();
     assert!(
-        matches!(&errs[0], AioError::Failed { status: IoStatus::Errno(e), lba: 7, .. } if *e == libc::EIO)
+        matches!(errs[0].kind(), AioErrorKind::Failed { status: IoStatus::Errno(e), lba: 7, .. } if *e == libc::EIO)
     );
     assert_eq!(errs[0].errno(), -libc::EIO);
     assert!(matches!(
-        errs[1],
-        AioError::Rejected(SubmitError::OutOfRange { lba: 64, .. })
+        errs[1].kind(),
+        AioErrorKind::Rejected(SubmitError::OutOfRange { lba: 64, .. })
     ));
     assert!(matches!(
-        errs[2],
-        AioError::Rejected(SubmitError::BadBuffer { .. })
+        errs[2].kind(),
+        AioErrorKind::Rejected(SubmitError::BadBuffer { .. })
     ));
     assert_eq!(
         drops.get(),
@@ -470,8 +470,8 @@ fn flush_write_zeroes_and_deallocate_reach_the_device() {
     drop(c);
     let out = run_all(&bdev, vec![bdev.write_zeroes(63, 2)]);
     assert!(matches!(
-        out[0],
-        Err(AioError::Rejected(SubmitError::OutOfRange { .. }))
+        out[0].as_ref().map_err(AioError::kind),
+        Err(AioErrorKind::Rejected(SubmitError::OutOfRange { .. }))
     ));
 }
 
