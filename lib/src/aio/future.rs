@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use super::AioBdev;
 use super::buf::IoBufMut;
 use super::error::{AioError, AioErrorKind};
+use super::slots::Outcome;
 use crate::request::{IoBuf, IoStatus, Op};
 
 /// The slot of an I/O not submitted yet.
@@ -60,12 +61,16 @@ impl<'a> InFlight<'a> {
             }
             DONE => panic!("an I/O future polled after it completed"),
             slot => match self.bdev.poll_slot(slot, cx.waker()) {
-                None => Poll::Pending,
-                Some(Ok(status)) => {
+                Outcome::Pending => Poll::Pending,
+                Outcome::Succeeded => {
                     self.slot = DONE;
-                    Poll::Ready(self.result(status))
+                    Poll::Ready(Ok(()))
                 }
-                Some(Err(refused)) => {
+                Outcome::Failed(status) => {
+                    self.slot = DONE;
+                    Poll::Ready(Err(self.failure(status)))
+                }
+                Outcome::Rejected(refused) => {
                     self.slot = DONE;
                     Poll::Ready(Err(refused))
                 }
@@ -73,18 +78,16 @@ impl<'a> InFlight<'a> {
         }
     }
 
-    fn result(&self, status: IoStatus) -> Result<(), AioError> {
-        if status.is_success() {
-            return Ok(());
-        }
-        Err(AioErrorKind::Failed {
+    #[cold]
+    fn failure(&self, status: IoStatus) -> AioError {
+        AioErrorKind::Failed {
             bdev: self.bdev.name_arc().clone(),
             op: self.op,
             lba: self.lba,
             nblocks: self.nblocks,
             status,
         }
-        .into())
+        .into()
     }
 
     /// Gives the slot up (the future is dropped); the handle keeps `buf` while the device may

@@ -87,7 +87,7 @@ use crate::bdev::{BdevError, BdevQueue, BdevQueueOptions, BlockDevice, Registry}
 use crate::hctx::HctxType;
 use crate::plug::{Plug, PlugOptions};
 use crate::request::{IoBuf, Op};
-use slots::{Orphan, Slots};
+use slots::{Orphan, Outcome, Slots};
 use staged::Staged;
 
 /// Options of [`AioBdev::open`].
@@ -303,13 +303,9 @@ impl AioBdev {
         slot
     }
 
-    /// A later poll of the future in `slot`: its status once done, or its refusal.
+    /// A later poll of the future in `slot`: its outcome once done or refused.
     #[inline]
-    pub(crate) fn poll_slot(
-        &self,
-        slot: u32,
-        waker: &Waker,
-    ) -> Option<Result<crate::IoStatus, AioError>> {
+    fn poll_slot(&self, slot: u32, waker: &Waker) -> Outcome {
         self.state.borrow_mut().slots.poll(slot, waker)
     }
 
@@ -318,7 +314,7 @@ impl AioBdev {
     pub(crate) fn abandon(&self, slot: u32, buf: Orphan) {
         let mut st = self.state.borrow_mut();
         let now = if st.staged.cancel(slot) {
-            st.slots.release(slot);
+            st.slots.withdraw(slot);
             Some(buf)
         } else {
             st.slots.abandon(slot, buf)

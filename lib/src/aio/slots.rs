@@ -23,24 +23,31 @@ use crate::request::IoStatus;
 /// A buffer kept for a dropped future until its I/O completes (`None`: the I/O had none).
 pub(super) type Orphan = Option<Box<dyn Any>>;
 
-/// One I/O's place in the table.
+/// One I/O's place in the table (24 bytes).
 struct Slot {
-    /// The waker of the last future that used the slot. Kept when the slot is freed: the
-    /// task that frees a slot usually takes it again for its next I/O (the free list is a
-    /// stack), and then finds its own waker here (`will_wake`), so an I/O neither clones nor
-    /// drops a waker (no reference-count traffic).
-    waker: Option<Waker>,
+    /// The waker of the last future that used the slot (a no-op waker at first). Kept when
+    /// the slot is freed: the task that frees a slot usually takes it again for its next I/O
+    /// (the free list is a stack), and then finds its own waker here (`will_wake`), so an I/O
+    /// neither clones nor drops a waker (no reference-count traffic).
+    waker: Waker,
+    /// The next free slot while this one is free (`NONE` ends the list).
+    next: u32,
     state: State,
 }
 
-#[derive(Clone, Copy)]
+/// A slot's state: one byte, so each hot check is one compare (a success is a state of its
+/// own, not a status to test; the rarer outcomes keep what they carry aside).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum State {
-    /// Not in use; the next free slot (`NONE` ends the list).
-    Free(u32),
+    /// Not in use; `next` links it in the free list.
+    Free,
     /// Staged or submitted; its future waits.
     InFlight,
-    /// Completed; the future has not taken the status yet.
-    Done(IoStatus),
+    /// Completed successfully; the future has not taken the result yet.
+    Succeeded,
+    /// Completed with an error, whose status is in the side list.
+    Failed,
     /// Refused by the block layer at submission; the error is in the side list.
     Rejected,
     /// Submitted, and its future is gone: its buffer waits for the completion in the side
@@ -50,8 +57,21 @@ enum State {
 
 /// What a slot in a rare state holds, kept beside the table (see the module docs).
 enum Aside {
+    Failed(IoStatus),
     Rejected(AioError),
     Orphaned(Orphan),
+}
+
+/// What a later poll of a future finds in its slot.
+pub(super) enum Outcome {
+    /// Still in flight (the poll's waker is stored).
+    Pending,
+    /// Done; the slot is freed.
+    Succeeded,
+    /// The device failed the I/O with this status; the slot is freed.
+    Failed(IoStatus),
+    /// The block layer refused the I/O; the slot is freed.
+    Rejected(AioError),
 }
 
 const NONE: u32 = u32::MAX;
@@ -61,8 +81,8 @@ const NONE: u32 = u32::MAX;
 pub(super) struct Slots {
     slots: Vec<Slot>,
     free: u32,
-    /// The refusals and orphaned buffers of slots in those states, by slot (a linear search:
-    /// cold paths only, and short).
+    /// The statuses, refusals and orphaned buffers of slots in those states, by slot (a
+    /// linear search: cold paths only, and short).
     aside: Vec<(u32, Aside)>,
 }
 
@@ -88,19 +108,23 @@ impl Slots {
         }
         let i = self.free;
         let slot = &mut self.slots[i as usize];
-        let State::Free(next) = slot.state else {
-            unreachable!("the free list holds free slots only")
-        };
-        self.free = next;
+        debug_assert_eq!(
+            slot.state,
+            State::Free,
+            "the free list holds free slots only"
+        );
+        self.free = slot.next;
         slot.state = State::InFlight;
         set_waker(&mut slot.waker, waker);
         i
     }
 
-    /// Frees slot `i` (a refused submission, or a result taken); its waker stays.
+    /// Frees slot `i` (a result taken, or an abandoned slot done); its waker stays.
     #[inline]
-    pub(super) fn release(&mut self, i: u32) {
-        self.slots[i as usize].state = State::Free(self.free);
+    fn release(&mut self, i: u32) {
+        let slot = &mut self.slots[i as usize];
+        slot.state = State::Free;
+        slot.next = self.free;
         self.free = i;
     }
 
@@ -111,29 +135,35 @@ impl Slots {
     #[inline]
     pub(super) fn complete(&mut self, i: u32, status: IoStatus) -> Option<Box<dyn Any>> {
         let slot = &mut self.slots[i as usize];
-        // The waited-for case first and alone (a test, not a jump over every state).
-        if let State::InFlight = slot.state {
-            slot.state = State::Done(status);
-            if let Some(w) = &slot.waker {
-                w.wake_by_ref();
-            }
+        // The waited-for success first and alone (a compare each, not a jump over states).
+        if slot.state == State::InFlight && status == IoStatus::Success {
+            slot.state = State::Succeeded;
+            slot.waker.wake_by_ref();
             return None;
         }
-        self.complete_orphan(i)
+        self.complete_rare(i, status)
     }
 
-    /// The completion of an orphaned slot: freed, its buffer returned.
+    /// The completion of a failed I/O or of an orphaned slot (freed, its buffer returned).
     #[cold]
-    fn complete_orphan(&mut self, i: u32) -> Option<Box<dyn Any>> {
-        assert!(
-            matches!(self.slots[i as usize].state, State::Orphaned),
-            "slot {i} completed but not in flight"
-        );
-        let Aside::Orphaned(buf) = self.take_aside(i) else {
-            unreachable!("slot {i} is orphaned")
-        };
-        self.release(i);
-        buf
+    fn complete_rare(&mut self, i: u32, status: IoStatus) -> Option<Box<dyn Any>> {
+        let slot = &mut self.slots[i as usize];
+        match slot.state {
+            State::InFlight => {
+                slot.state = State::Failed;
+                slot.waker.wake_by_ref();
+                self.aside.push((i, Aside::Failed(status)));
+                None
+            }
+            State::Orphaned => {
+                let Aside::Orphaned(buf) = self.take_aside(i) else {
+                    unreachable!("slot {i} is orphaned")
+                };
+                self.release(i);
+                buf
+            }
+            state => panic!("slot {i} completed but not in flight ({state:?})"),
+        }
     }
 
     /// Takes what slot `i` keeps aside.
@@ -152,69 +182,68 @@ impl Slots {
     #[cold]
     pub(super) fn reject(&mut self, i: u32, e: SubmitError) {
         let slot = &mut self.slots[i as usize];
-        debug_assert!(
-            matches!(slot.state, State::InFlight),
-            "slot {i} rejected twice"
-        );
+        debug_assert_eq!(slot.state, State::InFlight, "slot {i} rejected twice");
         slot.state = State::Rejected;
-        if let Some(w) = &slot.waker {
-            w.wake_by_ref();
-        }
+        slot.waker.wake_by_ref();
         self.aside.push((i, Aside::Rejected(e.into())));
     }
 
-    /// The future of slot `i` is polled again: its status once done or its refusal (the slot
-    /// is freed), else `None` with `waker` stored (unless it wakes the same task as the one
+    /// The future of slot `i` is polled again: its outcome once done or refused (the slot is
+    /// freed), else `Pending` with `waker` stored (unless it wakes the same task as the one
     /// stored).
     #[inline]
-    pub(super) fn poll(&mut self, i: u32, waker: &Waker) -> Option<Result<IoStatus, AioError>> {
+    pub(super) fn poll(&mut self, i: u32, waker: &Waker) -> Outcome {
         let slot = &mut self.slots[i as usize];
-        // The done case first and alone: a test and a branch, not a jump over every state.
-        if let State::Done(status) = slot.state {
+        // The success first and alone: one compare and a branch.
+        if slot.state == State::Succeeded {
             self.release(i);
-            return Some(Ok(status));
+            return Outcome::Succeeded;
         }
-        if let State::Rejected = slot.state {
-            return Some(Err(self.take_rejection(i)));
+        if slot.state != State::InFlight {
+            return self.take_outcome(i);
         }
-        debug_assert!(
-            matches!(slot.state, State::InFlight),
-            "slot {i} polled by no future"
-        );
         set_waker(&mut slot.waker, waker);
-        None
+        Outcome::Pending
     }
 
-    /// Frees rejected slot `i`, returning its error.
+    /// Frees failed or rejected slot `i`, returning what it kept aside.
     #[cold]
-    fn take_rejection(&mut self, i: u32) -> AioError {
-        let Aside::Rejected(e) = self.take_aside(i) else {
-            unreachable!("slot {i} is rejected")
+    fn take_outcome(&mut self, i: u32) -> Outcome {
+        let out = match self.take_aside(i) {
+            Aside::Failed(status) => Outcome::Failed(status),
+            Aside::Rejected(e) => Outcome::Rejected(e),
+            Aside::Orphaned(_) => unreachable!("slot {i} polled by no future"),
         };
         self.release(i);
-        e
+        out
     }
 
     /// The future of slot `i` is dropped: a done slot is freed (`buf` may go at once, returned
     /// as `Some`), an in-flight one keeps `buf` until its completion (`None` returned).
     pub(super) fn abandon(&mut self, i: u32, buf: Orphan) -> Option<Orphan> {
-        let slot = &mut self.slots[i as usize];
-        match slot.state {
-            State::Done(_) => {
+        match self.slots[i as usize].state {
+            State::Succeeded => {
                 self.release(i);
                 Some(buf)
             }
-            State::Rejected => {
-                drop(self.take_rejection(i));
+            State::Failed | State::Rejected => {
+                drop(self.take_outcome(i));
                 Some(buf)
             }
             State::InFlight => {
-                slot.state = State::Orphaned;
+                self.slots[i as usize].state = State::Orphaned;
                 self.aside.push((i, Aside::Orphaned(buf)));
                 None
             }
-            State::Free(_) | State::Orphaned => unreachable!("slot {i} abandoned twice"),
+            State::Free | State::Orphaned => unreachable!("slot {i} abandoned twice"),
         }
+    }
+
+    /// The future of slot `i` is dropped while its I/O was still staged (withdrawn, never
+    /// submitted): the slot is freed.
+    pub(super) fn withdraw(&mut self, i: u32) {
+        debug_assert_eq!(self.slots[i as usize].state, State::InFlight);
+        self.release(i);
     }
 
     /// Takes the buffers of every orphaned slot (to leak them when a device never completes).
@@ -223,7 +252,7 @@ impl Slots {
             .iter_mut()
             .filter_map(|(_, a)| match a {
                 Aside::Orphaned(buf) => buf.take(),
-                Aside::Rejected(_) => None,
+                Aside::Failed(_) | Aside::Rejected(_) => None,
             })
             .collect()
     }
@@ -238,8 +267,9 @@ impl Slots {
     fn grow(&mut self) {
         let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 I/Os in flight");
         self.slots.push(Slot {
-            waker: None,
-            state: State::Free(self.free),
+            waker: Waker::noop().clone(),
+            next: self.free,
+            state: State::Free,
         });
         self.free = i;
     }
@@ -247,10 +277,9 @@ impl Slots {
 
 /// Stores `waker` in `slot` unless the one there wakes the same task.
 #[inline]
-fn set_waker(slot: &mut Option<Waker>, waker: &Waker) {
-    match slot {
-        Some(w) if w.will_wake(waker) => {}
-        _ => *slot = Some(waker.clone()),
+fn set_waker(slot: &mut Waker, waker: &Waker) {
+    if !slot.will_wake(waker) {
+        *slot = waker.clone();
     }
 }
 
@@ -264,9 +293,9 @@ mod tests {
         let w = Waker::noop();
         let (a, b) = (s.alloc(w), s.alloc(w));
         assert_ne!(a, b);
-        assert_eq!(s.poll(a, w), None, "in flight");
+        assert!(matches!(s.poll(a, w), Outcome::Pending), "in flight");
         assert!(s.complete(a, IoStatus::Success).is_none());
-        assert_eq!(s.poll(a, w), Some(Ok(IoStatus::Success)));
+        assert!(matches!(s.poll(a, w), Outcome::Succeeded));
         assert_eq!(s.alloc(w), a, "the slot freed last is reused first");
         // An abandoned in-flight slot keeps the buffer until its completion hands it back.
         assert!(s.abandon(b, Some(Box::new(7u32))).is_none());
@@ -287,7 +316,11 @@ mod tests {
         // A refusal is handed to the future once, and frees the slot.
         let e = s.alloc(w);
         s.reject(e, SubmitError::Busy);
-        assert_eq!(s.poll(e, w), Some(Err(SubmitError::Busy.into())));
+        assert!(matches!(s.poll(e, w), Outcome::Rejected(err) if err == SubmitError::Busy.into()));
+        assert_eq!(s.alloc(w), e);
+        // A failure's status is handed to the future once, and frees the slot.
+        s.complete(e, IoStatus::Errno(5));
+        assert!(matches!(s.poll(e, w), Outcome::Failed(IoStatus::Errno(5))));
         assert_eq!(s.alloc(w), e);
     }
 }
