@@ -7,8 +7,9 @@
 //! still staged withdraws it.
 
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use super::AioBdev;
 use super::buf::IoBufMut;
@@ -21,7 +22,9 @@ const NEW: u32 = u32::MAX;
 /// The slot of an I/O whose result was taken (or that was refused).
 const DONE: u32 = u32::MAX - 1;
 
-/// One I/O of a handle from first poll to result.
+/// One I/O of a handle from first poll to result. Dropping it does nothing: its owner
+/// ([`DataIo`], [`Cmd`]) gives the slot up in its own drop, with its buffer, so a drop checks
+/// the slot once.
 #[derive(Debug)]
 struct InFlight<'a> {
     bdev: &'a AioBdev,
@@ -43,38 +46,32 @@ impl<'a> InFlight<'a> {
         }
     }
 
-    /// Polls the I/O; `buf` gives its buffer at the first poll (when it is staged).
+    /// Polls the I/O; `buf` gives its buffer and block count at the first poll (when it is
+    /// staged). Once it returns `Ready` the slot is `DONE`.
     #[inline]
     fn poll(
         &mut self,
         cx: &mut Context<'_>,
-        buf: impl FnOnce(&mut Self) -> IoBuf,
+        buf: impl FnOnce(&AioBdev) -> (IoBuf, u32),
     ) -> Poll<Result<(), AioError>> {
         match self.slot {
             NEW => {
-                let buf = buf(self);
-                let staged = self
-                    .bdev
-                    .stage(self.op, self.lba, self.nblocks, buf, cx.waker());
-                self.slot = staged;
+                let (buf, nblocks) = buf(self.bdev);
+                self.nblocks = nblocks;
+                self.slot = self.bdev.stage(self.op, self.lba, nblocks, buf, cx.waker());
                 Poll::Pending
             }
             DONE => panic!("an I/O future polled after it completed"),
-            slot => match self.bdev.poll_slot(slot, cx.waker()) {
-                Outcome::Pending => Poll::Pending,
-                Outcome::Succeeded => {
-                    self.slot = DONE;
-                    Poll::Ready(Ok(()))
-                }
-                Outcome::Failed(status) => {
-                    self.slot = DONE;
-                    Poll::Ready(Err(self.failure(status)))
-                }
-                Outcome::Rejected(refused) => {
-                    self.slot = DONE;
-                    Poll::Ready(Err(refused))
-                }
-            },
+            slot => {
+                let out = match self.bdev.poll_slot(slot, cx.waker()) {
+                    Outcome::Pending => return Poll::Pending,
+                    Outcome::Succeeded => Ok(()),
+                    Outcome::Failed(status) => Err(self.failure(status)),
+                    Outcome::Rejected(refused) => Err(refused),
+                };
+                self.slot = DONE;
+                Poll::Ready(out)
+            }
         }
     }
 
@@ -90,20 +87,12 @@ impl<'a> InFlight<'a> {
         .into()
     }
 
-    /// Gives the slot up (the future is dropped); the handle keeps `buf` while the device may
-    /// still use it.
-    #[inline]
+    /// Gives the slot of a submitted or staged I/O up (its future is dropped); the handle
+    /// keeps `buf` while the device may still use it.
+    #[cold]
     fn abandon(&mut self, buf: super::Orphan) {
-        if self.slot < DONE {
-            self.bdev.abandon(self.slot, buf);
-        }
+        self.bdev.abandon(self.slot, buf);
         self.slot = DONE;
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.abandon(None);
     }
 }
 
@@ -111,20 +100,31 @@ impl Drop for InFlight<'_> {
 ///
 /// Dropping it while the device has the I/O moves the buffer into the handle, which drops it
 /// after the completion.
-#[derive(Debug)]
 #[must_use = "futures do nothing unless awaited"]
 pub struct DataIo<'a, B: IoBufMut> {
     io: InFlight<'a>,
-    /// `None` once handed back.
-    buf: Option<B>,
+    /// Live until handed back with the result, which is when `io.slot` becomes `DONE` (no
+    /// `Option` to test and clear on every I/O).
+    buf: ManuallyDrop<B>,
 }
 
 impl<'a, B: IoBufMut> DataIo<'a, B> {
     pub(super) fn new(bdev: &'a AioBdev, op: Op, buf: B, lba: u64) -> DataIo<'a, B> {
         DataIo {
             io: InFlight::new(bdev, op, lba, 0),
-            buf: Some(buf),
+            buf: ManuallyDrop::new(buf),
         }
+    }
+}
+
+impl<B: IoBufMut + std::fmt::Debug> std::fmt::Debug for DataIo<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The buffer is shown only while the future has it (not after handing it back).
+        let buf = (self.io.slot != DONE).then_some(&*self.buf);
+        f.debug_struct("DataIo")
+            .field("io", &self.io)
+            .field("buf", &buf)
+            .finish()
     }
 }
 
@@ -135,28 +135,30 @@ impl<B: IoBufMut> Future for DataIo<'_, B> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let buf = &mut this.buf;
-        this.io
-            .poll(cx, |io| {
-                let b = buf.as_mut().expect("the buffer is here until handed back");
-                let iobuf = AioBdev::io_buf(b.stable_mut_ptr(), b.bytes_total());
-                io.nblocks = io.bdev.blocks_in(iobuf.len());
-                iobuf
-            })
-            .map(|res| {
-                let buf = this.buf.take().expect("the buffer is handed back once");
-                (res, buf)
-            })
+        let res = ready!(this.io.poll(cx, |bdev| {
+            let iobuf = AioBdev::io_buf(buf.stable_mut_ptr(), buf.bytes_total());
+            (iobuf, bdev.blocks_in(iobuf.len()))
+        }));
+        // SAFETY: the slot just became `DONE` (`InFlight::poll` is `Ready` once), so this is
+        // the one take of the buffer, and neither a later poll (it panics at `DONE`) nor the
+        // drop (it leaves the buffer alone at `DONE`) touches it again.
+        let buf = unsafe { ManuallyDrop::take(&mut this.buf) };
+        Poll::Ready((res, buf))
     }
 }
 
 impl<B: IoBufMut> Drop for DataIo<'_, B> {
     fn drop(&mut self) {
-        if self.io.slot < DONE {
-            let buf = self
-                .buf
-                .take()
-                .map(|b| Box::new(b) as Box<dyn std::any::Any>);
-            self.io.abandon(buf);
+        match self.io.slot {
+            DONE => {}
+            // SAFETY: not polled yet: the buffer is here and never handed out; dropped once.
+            NEW => unsafe { ManuallyDrop::drop(&mut self.buf) },
+            _ => {
+                // SAFETY: staged or in flight: the buffer is here (taken only at `DONE`, which
+                // `abandon` sets, so this is the one take).
+                let buf = unsafe { ManuallyDrop::take(&mut self.buf) };
+                self.io.abandon(Some(Box::new(buf)));
+            }
         }
     }
 }
@@ -181,6 +183,16 @@ impl Future for Cmd<'_> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.get_mut().io.poll(cx, |_| IoBuf::EMPTY)
+        let io = &mut self.get_mut().io;
+        let nblocks = io.nblocks;
+        io.poll(cx, |_| (IoBuf::EMPTY, nblocks))
+    }
+}
+
+impl Drop for Cmd<'_> {
+    fn drop(&mut self) {
+        if self.io.slot < DONE {
+            self.io.abandon(None);
+        }
     }
 }

@@ -339,6 +339,30 @@ fn a_future_dropped_before_its_io_was_submitted_withdraws_it() {
 }
 
 #[test]
+fn a_future_never_polled_drops_its_buffer_and_a_finished_one_not_again() {
+    let (bdev, _ctl) = open(8);
+    let drops = Rc::new(Cell::new(0));
+    drop(bdev.read(TrackBuf::new(BS, 0, &drops), 0));
+    assert_eq!(drops.get(), 1, "never polled: its buffer goes with it");
+    assert_eq!(bdev.outstanding(), 0);
+    let mut done = bdev.read(TrackBuf::new(BS, 0, &drops), 0);
+    assert!(poll_once(&mut done, Waker::noop()).is_pending());
+    bdev.progress();
+    let Poll::Ready((res, buf)) = poll_once(&mut done, Waker::noop()) else {
+        panic!("completed at the progress");
+    };
+    res.unwrap();
+    drop(done);
+    assert_eq!(
+        drops.get(),
+        1,
+        "the buffer was handed back, not dropped with the future"
+    );
+    drop(buf);
+    assert_eq!(drops.get(), 2);
+}
+
+#[test]
 fn a_completed_future_dropped_before_its_last_poll_frees_its_buffer_at_once() {
     let (bdev, _ctl) = open(8);
     let drops = Rc::new(Cell::new(0));
