@@ -7,9 +7,20 @@ use crate::bdev::{BdevQueue, SubmitError};
 use crate::plug::Plug;
 use crate::request::{Io, IoBuf, Op};
 
-/// Staged I/Os; each one's token is its slot in the in-flight table.
+/// Staged I/Os, in order.
 pub(super) struct Staged {
-    ios: Vec<Io>,
+    ios: Vec<StagedIo>,
+}
+
+/// One staged I/O: what `submit_with` needs of it (no priority or flags, which the handle
+/// never sets); its token is its slot in the in-flight table.
+#[derive(Clone, Copy)]
+struct StagedIo {
+    lba: u64,
+    buf: IoBuf,
+    nblocks: u32,
+    slot: u32,
+    op: Op,
 }
 
 impl Staged {
@@ -20,18 +31,18 @@ impl Staged {
         }
     }
 
-    /// Appends an I/O for `slot`. Written field by field into its place: a whole `Io` built
-    /// by the caller and copied in would be read back just after its fields were stored, and
-    /// that copy stalls on store forwarding (5 ns an I/O).
+    /// Appends an I/O for `slot`, its fields stored straight into its place (built in
+    /// place by the inlined push: no copy of a whole entry read back just after its fields
+    /// were stored, which stalls on store forwarding).
     #[inline]
     pub(super) fn push(&mut self, op: Op, lba: u64, nblocks: u32, buf: IoBuf, slot: u32) {
-        self.ios.push(Io::default());
-        let io = self.ios.last_mut().expect("just pushed");
-        io.op = op;
-        io.lba = lba;
-        io.nblocks = nblocks;
-        io.buf = buf;
-        io.token = u64::from(slot);
+        self.ios.push(StagedIo {
+            lba,
+            buf,
+            nblocks,
+            slot,
+            op,
+        });
     }
 
     pub(super) fn len(&self) -> usize {
@@ -46,7 +57,7 @@ impl Staged {
     /// Takes the I/O of `slot` out of the list if it is still there (its future is dropped
     /// before the device saw it). Linear: the cancel path only.
     pub(super) fn cancel(&mut self, slot: u32) -> bool {
-        match self.ios.iter().position(|io| io.token == u64::from(slot)) {
+        match self.ios.iter().position(|io| io.slot == slot) {
             Some(i) => {
                 self.ios.remove(i);
                 true
@@ -69,25 +80,30 @@ impl Staged {
         let (mut k, mut rejected) = (0, 0);
         plug.begin();
         while k < ios.len() {
-            let shape = ios[k];
+            let first = ios[k];
             let run = 1 + ios[k + 1..]
                 .iter()
-                .take_while(|io| io.op == shape.op && io.nblocks == shape.nblocks)
+                .take_while(|io| io.op == first.op && io.nblocks == first.nblocks)
                 .count();
+            let shape = Io {
+                op: first.op,
+                nblocks: first.nblocks,
+                ..Io::default()
+            };
             q.expect_n(plug, &shape, run as u32);
             let mut next = ios[k..k + run].iter();
             let (n, err) = q.submit_with(plug, &shape, run as u32, || {
                 let io = next
                     .next()
                     .expect("submit_with asks for at most `run` I/Os");
-                (io.lba, io.buf, io.token)
+                (io.lba, io.buf, u64::from(io.slot))
             });
             k += n as usize;
             match err {
                 None => {}
                 Some(SubmitError::Busy) => break,
                 Some(e) => {
-                    reject(ios[k].token as u32, e);
+                    reject(ios[k].slot, e);
                     rejected += 1;
                     k += 1;
                 }
