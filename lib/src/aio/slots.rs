@@ -107,7 +107,7 @@ impl Slots {
             self.grow();
         }
         let i = self.free;
-        let slot = &mut self.slots[i as usize];
+        let slot = held(&mut self.slots, i);
         debug_assert_eq!(
             slot.state,
             State::Free,
@@ -122,7 +122,7 @@ impl Slots {
     /// Frees slot `i` (a result taken, or an abandoned slot done); its waker stays.
     #[inline]
     fn release(&mut self, i: u32) {
-        let slot = &mut self.slots[i as usize];
+        let slot = held(&mut self.slots, i);
         slot.state = State::Free;
         slot.next = self.free;
         self.free = i;
@@ -193,7 +193,7 @@ impl Slots {
     /// stored).
     #[inline]
     pub(super) fn poll(&mut self, i: u32, waker: &Waker) -> Outcome {
-        let slot = &mut self.slots[i as usize];
+        let slot = held(&mut self.slots, i);
         // The success first and alone: one compare and a branch.
         if slot.state == State::Succeeded {
             self.release(i);
@@ -273,6 +273,17 @@ impl Slots {
         });
         self.free = i;
     }
+}
+
+/// Slot `i` of `slots`, the head of the free list or the slot of a future (an index `alloc`
+/// gave out), without a bounds check on the hot path.
+#[inline]
+fn held(slots: &mut [Slot], i: u32) -> &mut Slot {
+    debug_assert!((i as usize) < slots.len(), "slot {i} out of the table");
+    // SAFETY: `i` is the free list's head (`grow` links only slots it pushed, `release` only
+    // slots in the table) or a slot `alloc` returned to a future, which keeps it until its
+    // drop; the table never shrinks, so either is in bounds.
+    unsafe { slots.get_unchecked_mut(i as usize) }
 }
 
 /// Stores `waker` in `slot` unless the one there wakes the same task.
