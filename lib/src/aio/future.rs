@@ -56,9 +56,10 @@ impl<'a> InFlight<'a> {
     ) -> Poll<Result<(), AioError>> {
         match self.slot {
             NEW => {
-                let (buf, nblocks) = buf(self.bdev);
+                let bdev = self.bdev;
+                let (slot, nblocks) = bdev.stage(self.op, self.lba, || buf(bdev), cx.waker());
                 self.nblocks = nblocks;
-                self.slot = self.bdev.stage(self.op, self.lba, nblocks, buf, cx.waker());
+                self.slot = slot;
                 Poll::Pending
             }
             DONE => panic!("an I/O future polled after it completed"),

@@ -294,13 +294,23 @@ impl AioBdev {
     }
 
     /// A future's first poll: stages its I/O (token: a fresh slot, woken by `waker`) for the
-    /// next `progress`. Returns the slot.
+    /// next `progress`, `buf` giving its buffer and block count. Returns the slot and the
+    /// block count. `buf` runs with the state borrowed, after the slot is taken: the values
+    /// it gives go straight into the staged entry instead of waiting in stack spills across
+    /// the slot's allocation (7 instructions an I/O).
     #[inline]
-    pub(crate) fn stage(&self, op: Op, lba: u64, nblocks: u32, buf: IoBuf, waker: &Waker) -> u32 {
+    pub(crate) fn stage(
+        &self,
+        op: Op,
+        lba: u64,
+        buf: impl FnOnce() -> (IoBuf, u32),
+        waker: &Waker,
+    ) -> (u32, u32) {
         let mut st = self.state.borrow_mut();
         let slot = st.slots.alloc(waker);
+        let (buf, nblocks) = buf();
         st.staged.push(op, lba, nblocks, buf, slot);
-        slot
+        (slot, nblocks)
     }
 
     /// A later poll of the future in `slot`: its outcome once done or refused.
