@@ -13,7 +13,6 @@
 //! wakers, [`crate::spawn_local`] and [`crate::sleep`] find it from inside a task.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::rc::Rc;
@@ -21,6 +20,7 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use super::join::{self, JoinHandle};
+use super::runqueue::RunQueue;
 use super::slab::{Key, Slab};
 use super::task::{ExecId, Header, TaskFuture};
 use super::timer::Timers;
@@ -89,7 +89,7 @@ pub(crate) struct Executor {
     /// One reference to each task inserted here, until it finished and left the run queue.
     tasks: RefCell<Slab<Arc<Header>>>,
     /// Tasks to poll, each at most once (`Header::claim_local`), each alive (in `tasks`).
-    run_queue: RefCell<VecDeque<*const Header>>,
+    run_queue: RunQueue,
     /// Tasks not finished (`tasks` may still hold finished ones waiting on the run queue).
     live: Cell<usize>,
     timers: RefCell<Timers>,
@@ -107,7 +107,7 @@ impl Executor {
             shared,
             index,
             tasks: RefCell::new(Slab::default()),
-            run_queue: RefCell::new(VecDeque::new()),
+            run_queue: RunQueue::default(),
             live: Cell::new(0),
             timers: RefCell::new(Timers::default()),
             now: Cell::new(now),
@@ -151,20 +151,20 @@ impl Executor {
     pub(crate) fn schedule(&self, task: &Arc<Header>) {
         if task.claim_local() {
             // `Arc::as_ptr`: the pointer keeps the provenance of the whole `Arc` (see `run`).
-            self.run_queue.borrow_mut().push_back(Arc::as_ptr(task));
+            self.run_queue.push(Arc::as_ptr(task));
         }
     }
 
     /// Whether the task step has anything to do this turn (checked every turn: cheap).
     #[inline]
     pub(crate) fn has_work(&self, inbox: &Inbox<Message>, now: u64) -> bool {
-        !self.run_queue.borrow().is_empty() || now >= self.next_timer.get() || inbox.has_wakes()
+        !self.run_queue.is_empty() || now >= self.next_timer.get() || inbox.has_wakes()
     }
 
     /// Whether tasks are queued to run (the reactor must not sleep).
     #[inline]
     pub(crate) fn has_runnable(&self) -> bool {
-        !self.run_queue.borrow().is_empty()
+        !self.run_queue.is_empty()
     }
 
     /// The group this executor's reactor belongs to.
@@ -195,18 +195,15 @@ impl Executor {
                 self.schedule(&task);
             }
         }
-        let queued = self.run_queue.borrow().len().min(budget);
+        let queued = self.run_queue.len().min(budget);
         let mut polls = 0;
-        for _ in 0..queued {
-            let Some(task) = self.run_queue.borrow_mut().pop_front() else {
-                break;
-            };
+        self.run_queue.pop_each(queued, |task| {
             // SAFETY: a header on the run queue is `Arc::as_ptr` of one in `tasks`, which
             // holds that reference until the queue hands it out (see `finish`), so it is
             // alive; the `ManuallyDrop` leaves its count alone.
             let task = ManuallyDrop::new(unsafe { Arc::from_raw(task) });
             polls += u64::from(self.poll(&task));
-        }
+        });
         polls
     }
 
@@ -276,7 +273,7 @@ impl Executor {
             // The run queue may point at these: it is cleared below and never read again.
             drop(tasks);
         }
-        self.run_queue.borrow_mut().clear();
+        self.run_queue.clear();
         let timers = std::mem::take(&mut *self.timers.borrow_mut());
         drop(timers);
         self.next_timer.set(u64::MAX);

@@ -5,7 +5,8 @@
 //! | file | one job |
 //! |---|---|
 //! | `mod.rs` | the public API (`ReactorCtx::spawn`, `ReactorsHandle::spawn_on`, [`spawn_local`], [`yield_now`]) and its contract |
-//! | `executor.rs` | a reactor's tasks, run queue (of task headers) and timers; the task step of a turn; stop |
+//! | `executor.rs` | a reactor's tasks, run queue and timers; the task step of a turn; stop |
+//! | `runqueue.rs` | the run queue of task headers (two vectors swapped per batch: a push and a pop touch no borrow flag) |
 //! | `task.rs` | the task header wakers share (owner, key, queued flags), the future it holds, and the waker |
 //! | `wakelist.rs` | the intrusive lock-free list of tasks woken from other threads |
 //! | `join.rs` | [`JoinHandle`], the completer a task carries (its body), blocking join |
@@ -49,6 +50,7 @@
 
 mod executor;
 mod join;
+mod runqueue;
 mod slab;
 mod task;
 mod timer;

@@ -1,0 +1,88 @@
+//! A reactor's run queue: the headers of its queued tasks, first in, first out, on the reactor's
+//! thread only.
+//!
+//! Two vectors instead of one ring: wakes push onto `incoming`; the task step runs `batch` from
+//! `pos` on and, once through it, swaps the two (the emptied batch keeps its storage and takes
+//! the next wakes). A push is a vector push and a pop a pointer read, with no `RefCell` borrow
+//! and no wrap-around arithmetic. Tasks left in `batch` by the budget stay first in line.
+//!
+//! The cells are plain: only the reactor's thread reaches the queue (it lives in the `!Sync`
+//! executor), `push` calls nothing but the allocator, and [`RunQueue::pop_each`] holds no
+//! reference into the cells while it calls out, so no two references to one vector overlap.
+
+use std::cell::{Cell, UnsafeCell};
+
+use super::task::Header;
+
+#[derive(Default)]
+pub(crate) struct RunQueue {
+    /// Woken since `batch` was taken; behind it in line.
+    incoming: UnsafeCell<Vec<*const Header>>,
+    /// Taken from `incoming`; `batch[pos..]` not run yet.
+    batch: UnsafeCell<Vec<*const Header>>,
+    pos: Cell<usize>,
+}
+
+impl RunQueue {
+    /// Queues `task` behind the others.
+    #[inline]
+    pub(crate) fn push(&self, task: *const Header) {
+        // SAFETY: see the module comment: no other reference to `incoming` is alive (`pop_each`
+        // holds none while it calls out) and `Vec::push` does not reach the queue.
+        unsafe { (*self.incoming.get()).push(task) };
+    }
+
+    /// Tasks queued.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        // SAFETY: shared reads while no mutable reference is alive (module comment).
+        unsafe { (*self.batch.get()).len() - self.pos.get() + (*self.incoming.get()).len() }
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Hands the first `n` (at most) queued tasks to `run`, oldest first; `run` may push.
+    /// Returns how many were handed out. While `run` is called, the rest of its batch is not
+    /// counted by [`RunQueue::len`].
+    #[inline]
+    pub(crate) fn pop_each(&self, n: usize, mut run: impl FnMut(*const Header)) -> usize {
+        let mut left = n;
+        while left > 0 {
+            // The batch moves out while `run` is called, so no reference into a cell is held.
+            // SAFETY: no other reference to `batch` is alive (module comment).
+            let mut batch = std::mem::take(unsafe { &mut *self.batch.get() });
+            let mut pos = self.pos.replace(0);
+            if pos == batch.len() {
+                batch.clear();
+                // SAFETY: as above, for `incoming`.
+                std::mem::swap(&mut batch, unsafe { &mut *self.incoming.get() });
+                pos = 0;
+            }
+            let end = batch.len().min(pos + left);
+            for &task in &batch[pos..end] {
+                run(task);
+            }
+            left -= end - pos;
+            // SAFETY: as above; `run` is done and nothing else refers to `batch`.
+            unsafe { *self.batch.get() = batch };
+            self.pos.set(end);
+            if end == pos {
+                break;
+            }
+        }
+        n - left
+    }
+
+    /// Forgets every queued task.
+    pub(crate) fn clear(&self) {
+        // SAFETY: as in `push`; `clear` calls out to nothing.
+        unsafe {
+            (*self.incoming.get()).clear();
+            (*self.batch.get()).clear();
+        }
+        self.pos.set(0);
+    }
+}
