@@ -34,16 +34,21 @@ thread_local! {
     /// `CURRENT`'s executor as a plain pointer (null when none), for the local wake path: a
     /// thread-local without a destructor is one load, with no registration check or borrow.
     static CURRENT_PTR: Cell<*const Executor> = const { Cell::new(std::ptr::null()) };
+    /// `CURRENT`'s id ([`ExecId::NONE`] when none): a local wake compares it with its task's
+    /// owner, one load and one compare.
+    static CURRENT_ID: Cell<ExecId> = const { Cell::new(ExecId::NONE) };
 }
 
 /// Makes `exec` the executor of this (reactor) thread.
 pub(crate) fn install(exec: Rc<Executor>) {
     CURRENT_PTR.set(Rc::as_ptr(&exec));
+    CURRENT_ID.set(exec.id);
     CURRENT.with(|c| *c.borrow_mut() = Some(exec));
 }
 
 /// Forgets this thread's executor (after [`Executor::shutdown`]).
 pub(crate) fn uninstall() {
+    CURRENT_ID.set(ExecId::NONE);
     CURRENT_PTR.set(std::ptr::null());
     let exec = CURRENT.try_with(|c| c.borrow_mut().take()).ok().flatten();
     drop(exec);
@@ -65,19 +70,16 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Executor) -> R) -> Option<R> {
 /// The local wake path: queues `task` if this thread runs its executor; false otherwise.
 #[inline]
 pub(crate) fn schedule_if_owner(task: &Arc<Header>) -> bool {
-    let exec = CURRENT_PTR.get();
-    if exec.is_null() {
+    if CURRENT_ID.get() != task.owner() {
         return false;
     }
-    // SAFETY: a non-null `CURRENT_PTR` is the executor `CURRENT` holds an `Rc` of: `install`
-    // sets both, `uninstall` clears the pointer before it drops the `Rc`; both thread-locals
+    // SAFETY: `CURRENT_ID` is an executor's id (a task's owner is never `NONE`) only while
+    // `CURRENT_PTR` is that executor, which `CURRENT` holds an `Rc` of: `install` sets the
+    // pointer first, `uninstall` clears the id first and drops the `Rc` last; the thread-locals
     // belong to this thread, and the executor is only ever used through shared references.
-    let exec = unsafe { &*exec };
-    let mine = exec.id == task.owner();
-    if mine {
-        exec.schedule(task);
-    }
-    mine
+    let exec = unsafe { &*CURRENT_PTR.get() };
+    exec.schedule(task);
+    true
 }
 
 /// One reactor's executor.

@@ -29,7 +29,12 @@ impl RunQueue {
     pub(crate) fn push(&self, task: *const Header) {
         // SAFETY: see the module comment: no other reference to `incoming` is alive (`pop_each`
         // holds none while it calls out) and `Vec::push` does not reach the queue.
-        unsafe { (*self.incoming.get()).push(task) };
+        let incoming = unsafe { &mut *self.incoming.get() };
+        if incoming.len() == incoming.capacity() {
+            // Out of line: the wake path keeps no registers across a call, so needs no frame.
+            return grow_and_push(incoming, task);
+        }
+        incoming.push(task);
     }
 
     /// Tasks queued.
@@ -85,4 +90,11 @@ impl RunQueue {
         }
         self.pos.set(0);
     }
+}
+
+/// `push` into a full vector (until the queue has grown to its peak).
+#[cold]
+#[inline(never)]
+fn grow_and_push(incoming: &mut Vec<*const Header>, task: *const Header) {
+    incoming.push(task);
 }

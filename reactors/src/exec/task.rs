@@ -40,19 +40,26 @@ mod local {
     pub(super) const DONE_QUEUED: u8 = 4;
 }
 
-/// Identifies an executor: its group and its reactor's index there.
+/// Identifies an executor in one word, so a local wake compares one: its group's id above
+/// [`ExecId::INDEX_BITS`], its reactor's index there below. Never [`ExecId::NONE`]: group ids
+/// start at 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ExecId {
-    group: u64,
-    index: u32,
-}
+pub(crate) struct ExecId(u64);
 
 impl ExecId {
+    /// No executor (a thread that is not a reactor's).
+    pub(crate) const NONE: ExecId = ExecId(0);
+    /// Room for the reactor index: far more reactors than a machine has cores.
+    const INDEX_BITS: u32 = 24;
+
     pub(crate) fn new(shared: &Shared, index: usize) -> ExecId {
-        ExecId {
-            group: shared.id(),
-            index: index as u32,
-        }
+        let group = shared.id();
+        assert!(index < 1 << Self::INDEX_BITS, "reactor index {index} over 2^24");
+        assert!(
+            group != 0 && group < 1 << (64 - Self::INDEX_BITS),
+            "group id {group} out of range"
+        );
+        ExecId(group << Self::INDEX_BITS | index as u64)
     }
 }
 
@@ -60,6 +67,8 @@ impl ExecId {
 pub(crate) struct Header {
     shared: Arc<Shared>,
     owner: ExecId,
+    /// The owning reactor's index in `shared`.
+    index: u32,
     /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
     key: LocalU64,
     /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
@@ -95,6 +104,7 @@ impl Header {
     pub(crate) fn new(shared: Arc<Shared>, index: usize) -> Header {
         Header {
             owner: ExecId::new(&shared, index),
+            index: index as u32,
             shared,
             key: LocalU64::new(Key::NONE.to_bits()),
             local: AtomicU8::new(local::NEW),
@@ -111,7 +121,7 @@ impl Header {
 
     /// The owning reactor's inbox.
     pub(crate) fn inbox(&self) -> &Inbox<Message> {
-        &self.shared.slot(self.owner.index as usize).inbox
+        &self.shared.slot(self.index as usize).inbox
     }
 
     /// Fails with [`ReactorError::WouldDeadlock`] on a reactor thread of the task's group.
@@ -243,7 +253,10 @@ impl Header {
         }
     }
 
-    /// The cross-core path: queue on the owner's inbox wake list (waking it if asleep).
+    /// The cross-core path: queue on the owner's inbox wake list (waking it if asleep). Out of
+    /// line, so the local path needs no stack frame.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn wake_remote(self: &Arc<Self>) {
         if self.claim_remote() {
             self.inbox().push_wake(self);
@@ -260,6 +273,7 @@ mod waker {
     use std::task::{RawWaker, RawWakerVTable, Waker};
 
     use super::Header;
+    use super::executor;
 
     static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
 
@@ -295,7 +309,17 @@ mod waker {
     }
 
     fn wake_by_ref(data: *const ()) {
-        header(data).wake_by_ref();
+        if !executor::schedule_if_owner(&header(data)) {
+            wake_remote(data);
+        }
+    }
+
+    /// Out of line, with the data pointer, not a reference to an `Arc` on the stack: the local
+    /// path then needs no stack frame.
+    #[cold]
+    #[inline(never)]
+    fn wake_remote(data: *const ()) {
+        header(data).wake_remote();
     }
 
     fn drop(data: *const ()) {
