@@ -67,9 +67,9 @@ pub(crate) fn with_current<R>(f: impl FnOnce(&Executor) -> R) -> Option<R> {
         .flatten()
 }
 
-/// The local wake path: queues `task` if this thread runs its executor; false otherwise.
+/// Runs `f` with this thread's executor if it owns `task`; false otherwise.
 #[inline]
-pub(crate) fn schedule_if_owner(task: &Arc<Header>) -> bool {
+fn if_owner(task: &Header, f: impl FnOnce(&Executor)) -> bool {
     if CURRENT_ID.get() != task.owner() {
         return false;
     }
@@ -77,9 +77,20 @@ pub(crate) fn schedule_if_owner(task: &Arc<Header>) -> bool {
     // `CURRENT_PTR` is that executor, which `CURRENT` holds an `Rc` of: `install` sets the
     // pointer first, `uninstall` clears the id first and drops the `Rc` last; the thread-locals
     // belong to this thread, and the executor is only ever used through shared references.
-    let exec = unsafe { &*CURRENT_PTR.get() };
-    exec.schedule(task);
+    f(unsafe { &*CURRENT_PTR.get() });
     true
+}
+
+/// The local wake path: queues `task` if this thread runs its executor; false otherwise.
+#[inline]
+pub(crate) fn schedule_if_owner(task: &Arc<Header>) -> bool {
+    if_owner(task, |exec| exec.schedule(task))
+}
+
+/// [`crate::JoinHandle::abort`] on the task's own thread: queues it to be dropped; false on
+/// any other thread.
+pub(crate) fn abort_if_owner(task: &Arc<Header>) -> bool {
+    if_owner(task, |exec| exec.schedule_abort(task))
 }
 
 /// One reactor's executor.
@@ -130,7 +141,7 @@ impl Executor {
     }
 
     /// Adds a task whose header was made for this executor (here or by `spawn_on`) and queues
-    /// its first poll (which drops it unpolled if it was aborted meanwhile).
+    /// its first poll, or its drop if it was aborted meanwhile.
     pub(crate) fn insert(&self, header: Arc<Header>, future: TaskFuture) {
         assert_eq!(
             header.owner(),
@@ -144,7 +155,11 @@ impl Executor {
         let key = self.tasks.borrow_mut().insert(Arc::clone(&header));
         header.set_inserted(key);
         self.live.set(self.live.get() + 1);
-        self.schedule(&header);
+        if header.is_aborted() {
+            self.schedule_abort(&header);
+        } else {
+            self.schedule(&header);
+        }
     }
 
     /// The local wake path: queues `task` unless it is queued already, not inserted yet (its
@@ -153,6 +168,13 @@ impl Executor {
     pub(crate) fn schedule(&self, task: &Arc<Header>) {
         if task.claim_local() {
             // `Arc::as_ptr`: the pointer keeps the provenance of the whole `Arc` (see `run`).
+            self.run_queue.push(Arc::as_ptr(task));
+        }
+    }
+
+    /// The owner saw `task`'s abort: queues it (unless queued) to be dropped, not polled.
+    fn schedule_abort(&self, task: &Arc<Header>) {
+        if task.claim_aborted() {
             self.run_queue.push(Arc::as_ptr(task));
         }
     }
@@ -192,47 +214,69 @@ impl Executor {
             self.fire_timers(now);
         }
         if inbox.has_wakes() {
-            for task in inbox.take_wakes() {
-                task.release_remote();
-                self.schedule(&task);
-            }
+            self.take_remote_wakes(inbox);
         }
         let queued = self.run_queue.len().min(budget);
-        let mut polls = 0;
-        self.run_queue.pop_each(queued, |task| {
+        // Counted the rare way: tasks handed out but not polled.
+        let mut dropped = 0;
+        let handed = self.run_queue.pop_each(queued, |task| {
             // SAFETY: a header on the run queue is `Arc::as_ptr` of one in `tasks`, which
             // holds that reference until the queue hands it out (see `finish`), so it is
             // alive; the `ManuallyDrop` leaves its count alone.
             let task = ManuallyDrop::new(unsafe { Arc::from_raw(task) });
-            polls += u64::from(self.poll(&task));
+            if !self.poll(&task) {
+                dropped += 1;
+            }
         });
-        polls
+        (handed - dropped) as u64
+    }
+
+    /// Queues the tasks woken from other threads (an abort among them is seen here).
+    #[cold]
+    fn take_remote_wakes(&self, inbox: &Inbox<Message>) {
+        for task in inbox.take_wakes() {
+            task.release_remote();
+            if task.is_aborted() {
+                self.schedule_abort(&task);
+            } else {
+                self.schedule(&task);
+            }
+        }
     }
 
     /// Polls `task`, just taken off the run queue; returns whether it was polled.
     #[inline]
     fn poll(&self, task: &Arc<Header>) -> bool {
         if !task.release_local() {
-            // Finished while queued: the queue's hold on it ends here.
-            self.free(task.key());
-            return false;
-        }
-        if task.is_aborted() {
-            self.finish(task);
+            self.drop_dequeued(task);
             return false;
         }
         // SAFETY: this is the task's owner thread (only this executor's tasks are queued here),
         // and no poll of the task is running: polls happen only in `run`, which no poll can
-        // reach (it is the reactor's, not a task's).
+        // reach (it is the reactor's, not a task's); `release_local` returned true.
         if unsafe { task.poll() }.is_ready() {
             self.finish(task);
         }
         true
     }
 
+    /// A task the run queue handed out that is not to be polled: aborted (its future is
+    /// dropped now) or finished while queued (the queue's hold on it ends here).
+    #[cold]
+    #[inline(never)]
+    fn drop_dequeued(&self, task: &Arc<Header>) {
+        if task.release_dead() {
+            self.finish(task);
+        } else {
+            self.free(task.key());
+        }
+    }
+
     /// Drops the task's future (its destructors may use the executor) and, unless the task is
     /// on the run queue, frees its slab entry. `task` is borrowed as an `Arc`, not as the
     /// header: freeing the entry may free the header, which a `&Header` argument must outlive.
+    /// Out of line: once per task, not per poll.
+    #[inline(never)]
     fn finish(&self, task: &Arc<Header>) {
         let key = task.key();
         // SAFETY: as in `poll`: the owner thread, outside any poll of this task.

@@ -38,6 +38,10 @@ mod local {
     /// Finished while on the run queue (it woke itself in its last poll): its slab entry stays
     /// until the queue hands it out, so a queued header is always alive.
     pub(super) const DONE_QUEUED: u8 = 4;
+    /// Aborted (seen by the owner) while on the run queue, or queued for it: dropped, not
+    /// polled, when the queue hands it out. The owner sees an abort once, as a wake (its own or
+    /// a remote one), so a poll does not read the cross-thread `aborted` flag.
+    pub(super) const ABORTED_QUEUED: u8 = 5;
 }
 
 /// Identifies an executor in one word, so a local wake compares one: its group's id above
@@ -54,7 +58,10 @@ impl ExecId {
 
     pub(crate) fn new(shared: &Shared, index: usize) -> ExecId {
         let group = shared.id();
-        assert!(index < 1 << Self::INDEX_BITS, "reactor index {index} over 2^24");
+        assert!(
+            index < 1 << Self::INDEX_BITS,
+            "reactor index {index} over 2^24"
+        );
         assert!(
             group != 0 && group < 1 << (64 - Self::INDEX_BITS),
             "group id {group} out of range"
@@ -152,21 +159,45 @@ impl Header {
         true
     }
 
-    /// Owner thread, on taking the task off the run queue: wakes from here on queue it again.
-    /// False if it finished while queued (the caller then frees its slab entry).
+    /// Owner thread, on taking the task off the run queue: true if it is to be polled (wakes
+    /// from here on queue it again); false if it finished or was aborted while queued (the
+    /// caller then calls [`Header::release_dead`]).
     #[inline]
     pub(crate) fn release_local(&self) -> bool {
-        let live = self.local.load(LOCAL) == local::QUEUED;
-        self.local
-            .store(if live { local::IDLE } else { local::DONE }, LOCAL);
-        live
+        if self.local.load(LOCAL) != local::QUEUED {
+            return false;
+        }
+        self.local.store(local::IDLE, LOCAL);
+        true
+    }
+
+    /// Owner thread, on taking off the run queue a task [`Header::release_local`] refused: true
+    /// if it was aborted (the caller drops its body), false if it finished while queued (the
+    /// caller frees its slab entry).
+    pub(crate) fn release_dead(&self) -> bool {
+        let aborted = self.local.load(LOCAL) == local::ABORTED_QUEUED;
+        let state = if aborted { local::IDLE } else { local::DONE };
+        self.local.store(state, LOCAL);
+        aborted
+    }
+
+    /// Owner thread, having seen [`Header::is_aborted`]: the run queue is to hand the task out
+    /// to be dropped, not polled. True if the caller must queue it (it was not queued). A task
+    /// not inserted yet is left to the insert (which reads the flag), a finished one alone.
+    pub(crate) fn claim_aborted(&self) -> bool {
+        let state = self.local.load(LOCAL);
+        if state == local::IDLE || state == local::QUEUED {
+            self.local.store(local::ABORTED_QUEUED, LOCAL);
+        }
+        state == local::IDLE
     }
 
     /// Owner thread, once the body is taken: later wakes are ignored. True if the task is not
     /// on the run queue (the caller frees its slab entry now; else the queue's consumer does).
     #[inline]
     pub(crate) fn set_done(&self) -> bool {
-        let queued = self.local.load(LOCAL) == local::QUEUED;
+        let state = self.local.load(LOCAL);
+        let queued = state == local::QUEUED || state == local::ABORTED_QUEUED;
         let state = if queued {
             local::DONE_QUEUED
         } else {
@@ -188,20 +219,21 @@ impl Header {
     }
 
     /// Polls the task's future with a waker lent from this header (built in place: no
-    /// reference count traffic unless the future clones it); `Ready` also when it has no body.
+    /// reference count traffic unless the future clones it).
     ///
     /// # Safety
     ///
-    /// On the owner reactor's thread, not from inside a poll of this task.
+    /// On the owner reactor's thread, not from inside a poll of this task, and after
+    /// [`Header::release_local`] returned true: the task is inserted and not finished, so it has
+    /// its body (given before the task leaves `NEW`, taken just before it becomes `DONE`).
     #[inline]
     pub(crate) unsafe fn poll(self: &Arc<Self>) -> Poll<()> {
         // SAFETY: only the owner thread reaches `body`, and this poll is not nested in another
         // one of this task, so this is the only reference to it until the poll returns; the
         // future may drop or take other tasks' bodies (their own cells), never this one (a
         // task's body is taken only by its own poll's caller or at shutdown, outside polls).
-        let Some(body) = (unsafe { &mut *self.body.get() }) else {
-            return Poll::Ready(());
-        };
+        // The body is there (the caller's precondition).
+        let body = unsafe { (*self.body.get()).as_mut().unwrap_unchecked() };
         let waker = waker::borrowed(self);
         body.future.as_mut().poll(&mut Context::from_waker(&waker))
     }
@@ -234,11 +266,15 @@ impl Header {
         self.queued_remote.swap(false, Ordering::Acquire);
     }
 
-    /// Asks the executor to drop the task instead of polling it again, and wakes it.
+    /// Asks the executor to drop the task instead of polling it again: on the owner's thread
+    /// at once, from others with a remote wake, on which the owner reads the flag.
     pub(crate) fn abort(self: &Arc<Self>) {
-        // Pairs with the acquire in `is_aborted`, read by the owner when it takes the wake.
+        // Pairs with the acquire in `is_aborted`, read by the owner when it takes the wake (or
+        // inserts the task).
         self.aborted.store(true, Ordering::Release);
-        self.wake_by_ref();
+        if !executor::abort_if_owner(self) {
+            self.wake_remote();
+        }
     }
 
     pub(crate) fn is_aborted(&self) -> bool {

@@ -381,6 +381,99 @@ fn abort_cancels_and_dropping_the_handle_detaches() {
 }
 
 #[test]
+fn an_abort_on_the_owner_drops_a_queued_or_running_task_unpolled() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), ReactorsOptions::default()).unwrap();
+    let core = reactors.cores()[0];
+    let log: DropLog = Arc::default();
+    let l = log.clone();
+    // A task's result once a few turns passed (an abort takes one), `None` if unfinished.
+    async fn settled<T>(handle: JoinHandle<T>) -> Option<Result<T, ReactorError>> {
+        for _ in 0..3 {
+            yield_now().await;
+        }
+        match handle.is_finished() {
+            true => Some(handle.await),
+            false => None,
+        }
+    }
+    let outcome = reactors
+        .spawn_on(core, move || async move {
+            // Woken (on the run queue), then aborted before its turn: never polled again.
+            let polls = Rc::new(Cell::new(0u32));
+            let kept: Rc<RefCell<Option<Waker>>> = Rc::default();
+            let (p, k, guard) = (polls.clone(), kept.clone(), DropGuard(l, "queued"));
+            let queued = spawn_local(poll_fn(move |cx| {
+                let _ = &guard;
+                p.set(p.get() + 1);
+                *k.borrow_mut() = Some(cx.waker().clone());
+                Poll::<()>::Pending
+            }));
+            yield_now().await;
+            kept.borrow_mut().take().unwrap().wake();
+            queued.abort();
+            let queued = (settled(queued).await, polls.get());
+
+            // Aborts itself in a poll that stays pending: dropped instead of polled again.
+            let mine: Rc<RefCell<Option<JoinHandle<()>>>> = Rc::default();
+            let (m, polls) = (mine.clone(), Rc::new(Cell::new(0u32)));
+            let p = polls.clone();
+            let handle = spawn_local(poll_fn(move |_| {
+                p.set(p.get() + 1);
+                m.borrow().as_ref().unwrap().abort();
+                Poll::<()>::Pending
+            }));
+            *mine.borrow_mut() = Some(handle);
+            yield_now().await;
+            let handle = mine.borrow_mut().take().unwrap();
+            let pending_self = (settled(handle).await, polls.get());
+
+            // Aborts itself, then finishes in the same poll: the output stands.
+            let mine: Rc<RefCell<Option<JoinHandle<u32>>>> = Rc::default();
+            let m = mine.clone();
+            let handle = spawn_local(async move {
+                m.borrow().as_ref().unwrap().abort();
+                9
+            });
+            *mine.borrow_mut() = Some(handle);
+            yield_now().await;
+            let handle = mine.borrow_mut().take().unwrap();
+            let finished = settled(handle).await;
+
+            // The same, detached (it drops its own handle): the run queue's entry is what keeps
+            // it until handed out (under Miri, freeing it at finish is a use after free there).
+            let mine: Rc<RefCell<Option<JoinHandle<()>>>> = Rc::default();
+            let m = mine.clone();
+            *mine.borrow_mut() = Some(spawn_local(async move {
+                let me = m.borrow_mut().take().unwrap();
+                me.abort();
+            }));
+            for _ in 0..3 {
+                yield_now().await;
+            }
+            (queued, pending_self, finished)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let ((queued, queued_polls), (pending_self, self_polls), finished) = outcome;
+    assert!(matches!(
+        queued,
+        Some(Err(ReactorError::TaskAborted { .. }))
+    ));
+    assert_eq!(queued_polls, 1);
+    assert_eq!(log.lock().unwrap().as_slice(), &[("queued", Some(core))]);
+    assert!(matches!(
+        pending_self,
+        Some(Err(ReactorError::TaskAborted { .. }))
+    ));
+    assert_eq!(self_polls, 1);
+    assert!(matches!(finished, Some(Ok(9))));
+    assert_eq!(reactors.run_on(core, |ctx| ctx.tasks()).unwrap(), 0);
+    reactors.stop().unwrap();
+}
+
+#[test]
 fn unfinished_tasks_are_dropped_on_their_own_core_at_stop() {
     let _s = serial();
     let reactors = Reactors::start(all_cores(), interrupt_opts(Duration::from_millis(1))).unwrap();
