@@ -71,13 +71,13 @@ impl ExecId {
 }
 
 /// What wakers of a task share.
+///
+/// `repr(C)`, hot fields first: a local wake reads `owner` and writes `local`, a dispatch reads
+/// `local` and `body`; together 32 bytes, so in one cache line for most placements of the
+/// allocation (the compiler's order put them 45 bytes apart, always across two lines).
+#[repr(C)]
 pub(crate) struct Header {
-    shared: Arc<Shared>,
     owner: ExecId,
-    /// The owning reactor's index in `shared`.
-    index: u32,
-    /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
-    key: LocalU64,
     /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
     /// (plain `mov`s), and not part of the cross-thread protocol (std atomics, also under loom).
     local: AtomicU8,
@@ -85,11 +85,16 @@ pub(crate) struct Header {
     queued_remote: AtomicBool,
     /// [`crate::JoinHandle::abort`] was called.
     aborted: AtomicBool,
-    /// The wake list's link ([`super::wakelist`]).
-    pub(super) next: AtomicPtr<Header>,
+    /// The owning reactor's index in `shared`.
+    index: u32,
     /// The task's body: `None` until inserted and once finished. Owner thread only (see the
     /// `Send`/`Sync` impls).
     body: UnsafeCell<Option<Body>>,
+    /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
+    key: LocalU64,
+    /// The wake list's link ([`super::wakelist`]).
+    pub(super) next: AtomicPtr<Header>,
+    shared: Arc<Shared>,
 }
 
 /// What only the owner thread touches: the future.
