@@ -32,7 +32,7 @@ impl RunQueue {
         let incoming = unsafe { &mut *self.incoming.get() };
         if incoming.len() == incoming.capacity() {
             // Out of line: the wake path keeps no registers across a call, so needs no frame.
-            return grow_and_push(incoming, task);
+            return grow_and_push(task, incoming);
         }
         incoming.push(task);
     }
@@ -92,9 +92,10 @@ impl RunQueue {
     }
 }
 
-/// `push` into a full vector (until the queue has grown to its peak).
+/// `push` into a full vector (until the queue has grown to its peak). The task comes first:
+/// the wake path has it in the first argument register already.
 #[cold]
 #[inline(never)]
-fn grow_and_push(incoming: &mut Vec<*const Header>, task: *const Header) {
+fn grow_and_push(task: *const Header, incoming: &mut Vec<*const Header>) {
     incoming.push(task);
 }
