@@ -99,3 +99,47 @@ impl RunQueue {
 fn grow_and_push(task: *const Header, incoming: &mut Vec<*const Header>) {
     incoming.push(task);
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A stand-in header address (never dereferenced).
+    fn task(n: usize) -> *const Header {
+        std::ptr::without_provenance(n * 64)
+    }
+
+    fn pop(q: &RunQueue, n: usize, push_on: Option<(usize, usize)>) -> Vec<usize> {
+        let mut out = Vec::new();
+        q.pop_each(n, |t| {
+            let t = t.addr() / 64;
+            if let Some((seen, pushed)) = push_on
+                && seen == t
+            {
+                q.push(task(pushed));
+            }
+            out.push(t);
+        });
+        out
+    }
+
+    #[test]
+    fn first_in_first_out_across_batches_and_budgets() {
+        let q = RunQueue::default();
+        assert!(q.is_empty());
+        (1..=5).for_each(|n| q.push(task(n)));
+        assert_eq!(q.len(), 5);
+        // A budget of 3 leaves 4 and 5 first in line; 6, woken while 2 runs, goes behind them.
+        assert_eq!(pop(&q, 3, Some((2, 6))), [1, 2, 3]);
+        assert_eq!(q.len(), 3);
+        q.push(task(7));
+        assert_eq!(pop(&q, 4, Some((5, 8))), [4, 5, 6, 7]);
+        // Only what was queued is handed out, however large the budget.
+        assert_eq!(pop(&q, 10, None), [8]);
+        assert_eq!(pop(&q, 10, None), []);
+        assert!(q.is_empty());
+        q.push(task(9));
+        q.clear();
+        assert!(q.is_empty());
+    }
+}
