@@ -117,3 +117,17 @@ fn loom_wake_racing_with_close_leaks_nothing() {
         assert_eq!(Arc::strong_count(&header), 1);
     });
 }
+
+/// An abort from another thread: the owner reads the flag when it takes the wake (not at each
+/// poll), so the abort must be visible once the wake is.
+#[test]
+fn loom_remote_abort_is_seen_when_its_wake_is_taken() {
+    model(None, || {
+        let (shared, header) = task();
+        let h = header.clone();
+        let aborter = thread::spawn(move || h.abort());
+        let polls = reactor(&shared, &header, || header.is_aborted());
+        aborter.join().unwrap();
+        assert!(polls <= 2);
+    });
+}
