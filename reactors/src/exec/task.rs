@@ -73,9 +73,11 @@ impl ExecId {
 /// What wakers of a task share.
 ///
 /// `repr(C)`, hot fields first: a local wake reads `owner` and writes `local`, a dispatch reads
-/// `local` and `body`; together 32 bytes, so in one cache line for most placements of the
-/// allocation (the compiler's order put them 45 bytes apart, always across two lines).
-#[repr(C)]
+/// `local` and `body`; together 32 bytes (the compiler's order put them 45 bytes apart).
+/// Aligned to a cache line: in its `Arc` the two counters take a line of their own (touched by
+/// waker clones and drops, never per wake), and the whole header (56 bytes) is one line, so a
+/// wake and a dispatch touch one line of the header wherever the allocator put it.
+#[repr(C, align(64))]
 pub(crate) struct Header {
     owner: ExecId,
     /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
@@ -96,6 +98,11 @@ pub(crate) struct Header {
     pub(super) next: AtomicPtr<Header>,
     shared: Arc<Shared>,
 }
+
+// One line: a field added past it would put the header across two again. (Loom's atomics are
+// larger.)
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Header>() == 64);
 
 /// What only the owner thread touches: the future.
 pub(crate) struct Body {
