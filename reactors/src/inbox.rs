@@ -29,10 +29,9 @@
 //! watched fds). `make loom` runs them.
 
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::exec::{Header, WakeList, Wakes};
+use crate::exec::{TaskRef, WakeList, Wakes};
 use crate::fdwatch::{FdWatches, Woken};
 
 use self::sync::{AtomicBool, AtomicUsize, Event, Ordering, Queue, fence, spin};
@@ -247,9 +246,9 @@ impl<T> Inbox<T> {
 
     /// Waker side (a thread other than the reactor's): queues `task` for the reactor's next
     /// turn and wakes the reactor if it sleeps — the same handshake as [`Inbox::push`]. The
-    /// caller has claimed the task's remote flag ([`Header::claim_remote`]), so a task is in the
+    /// caller has claimed the task's remote flag (`Header::claim_remote`), so a task is in the
     /// list at most once. A closed inbox (reactor gone) drops the wake.
-    pub(crate) fn push_wake(&self, task: &Arc<Header>) {
+    pub(crate) fn push_wake(&self, task: &TaskRef) {
         if !self.wakes.push(task) {
             return;
         }

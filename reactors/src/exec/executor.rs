@@ -1,7 +1,7 @@
 //! A reactor's executor: its tasks, run queue and timers, all on the reactor's thread.
 //!
-//! The executor owns its tasks through a [`Slab`] of their headers (which hold their futures);
-//! the run queue holds header pointers, so a wake and the poll after it touch the task alone. A
+//! The executor owns its tasks through a [`Slab`] of references to them (a task is one
+//! allocation, its header followed by its future); the run queue holds header pointers, so a wake and the poll after it touch the task alone. A
 //! header on the run queue is always in the slab: a task that finishes while queued keeps its
 //! entry until the queue hands it out. A task's future is polled in place with no `RefCell`
 //! borrow held, so it may spawn, wake, abort and drop other tasks. Each turn ([`Executor::run`]) the
@@ -22,7 +22,7 @@ use std::task::Waker;
 use super::join::{self, JoinHandle};
 use super::runqueue::RunQueue;
 use super::slab::{Key, Slab};
-use super::task::{ExecId, Header, TaskFuture};
+use super::task::{ExecId, Header, NewTask, TaskRef};
 use super::timer::Timers;
 use crate::group::Shared;
 use crate::inbox::Inbox;
@@ -83,13 +83,13 @@ fn if_owner(task: &Header, f: impl FnOnce(&Executor)) -> bool {
 
 /// The local wake path: queues `task` if this thread runs its executor; false otherwise.
 #[inline]
-pub(crate) fn schedule_if_owner(task: &Arc<Header>) -> bool {
+pub(crate) fn schedule_if_owner(task: &TaskRef) -> bool {
     if_owner(task, |exec| exec.schedule(task))
 }
 
 /// [`crate::JoinHandle::abort`] on the task's own thread: queues it to be dropped; false on
 /// any other thread.
-pub(crate) fn abort_if_owner(task: &Arc<Header>) -> bool {
+pub(crate) fn abort_if_owner(task: &TaskRef) -> bool {
     if_owner(task, |exec| exec.schedule_abort(task))
 }
 
@@ -100,7 +100,7 @@ pub(crate) struct Executor {
     index: usize,
     core: u32,
     /// One reference to each task inserted here, until it finished and left the run queue.
-    tasks: RefCell<Slab<Arc<Header>>>,
+    tasks: RefCell<Slab<TaskRef>>,
     /// Tasks to poll, each at most once (`Header::claim_local`), each alive (in `tasks`).
     run_queue: RunQueue,
     /// Tasks not finished (`tasks` may still hold finished ones waiting on the run queue).
@@ -134,25 +134,29 @@ impl Executor {
         F: Future + 'static,
         F::Output: 'static,
     {
-        let header = Arc::new(Header::new(Arc::clone(&self.shared), self.index));
-        let (handle, completer) = join::pair(self.core, Arc::clone(&header));
-        self.insert(header, Box::pin(completer.run(future)));
+        let task = NewTask::new(Arc::clone(&self.shared), self.index);
+        let (handle, completer) = join::pair(self.core, task.task().clone());
+        self.insert(task, completer.run(future));
         handle
     }
 
-    /// Adds a task whose header was made for this executor (here or by `spawn_on`) and queues
-    /// its first poll, or its drop if it was aborted meanwhile.
-    pub(crate) fn insert(&self, header: Arc<Header>, future: TaskFuture) {
+    /// Adds a task made for this executor (here or by `spawn_on`) with its future and queues its
+    /// first poll, or its drop if it was aborted meanwhile.
+    pub(crate) fn insert<F: Future<Output = ()>>(&self, task: NewTask<F>, future: F) {
         assert_eq!(
-            header.owner(),
+            task.task().owner(),
             self.id,
             "a task inserted on another executor"
         );
-        // SAFETY: `&self` is on this executor's thread (it is `!Sync`), the header's owner
-        // (asserted), and the header is not inserted yet (`spawn` and `spawn_on` insert a new
-        // header once).
-        unsafe { header.insert_body(future) };
-        let key = self.tasks.borrow_mut().insert(Arc::clone(&header));
+        // SAFETY: `&self` is on this executor's thread (it is `!Sync`), the task's owner
+        // (asserted).
+        let header = unsafe { task.put_future(future) };
+        self.insert_task(header);
+    }
+
+    /// `insert`'s part that does not depend on the future's type.
+    fn insert_task(&self, header: TaskRef) {
+        let key = self.tasks.borrow_mut().insert(header.clone());
         header.set_inserted(key);
         self.live.set(self.live.get() + 1);
         if header.is_aborted() {
@@ -165,17 +169,18 @@ impl Executor {
     /// The local wake path: queues `task` unless it is queued already, not inserted yet (its
     /// first poll is queued at insert) or finished. `task` must be one of this executor's.
     #[inline]
-    pub(crate) fn schedule(&self, task: &Arc<Header>) {
+    pub(crate) fn schedule(&self, task: &TaskRef) {
         if task.claim_local() {
-            // `Arc::as_ptr`: the pointer keeps the provenance of the whole `Arc` (see `run`).
-            self.run_queue.push(Arc::as_ptr(task));
+            // The `TaskRef`'s pointer: it keeps the provenance of the whole allocation (see
+            // `run`).
+            self.run_queue.push(task.as_ptr());
         }
     }
 
     /// The owner saw `task`'s abort: queues it (unless queued) to be dropped, not polled.
-    fn schedule_abort(&self, task: &Arc<Header>) {
+    fn schedule_abort(&self, task: &TaskRef) {
         if task.claim_aborted() {
-            self.run_queue.push(Arc::as_ptr(task));
+            self.run_queue.push(task.as_ptr());
         }
     }
 
@@ -220,10 +225,10 @@ impl Executor {
         // Counted the rare way: tasks handed out but not polled.
         let mut dropped = 0;
         let handed = self.run_queue.pop_each(queued, |task| {
-            // SAFETY: a header on the run queue is `Arc::as_ptr` of one in `tasks`, which
-            // holds that reference until the queue hands it out (see `finish`), so it is
-            // alive; the `ManuallyDrop` leaves its count alone.
-            let task = ManuallyDrop::new(unsafe { Arc::from_raw(task) });
+            // SAFETY: a header on the run queue is the pointer of a `TaskRef` in `tasks`,
+            // which holds that reference until the queue hands it out (see `finish`), so it
+            // is alive; the `ManuallyDrop` leaves its count alone.
+            let task = ManuallyDrop::new(unsafe { TaskRef::from_raw(task) });
             if !self.poll(&task) {
                 dropped += 1;
             }
@@ -246,7 +251,7 @@ impl Executor {
 
     /// Polls `task`, just taken off the run queue; returns whether it was polled.
     #[inline]
-    fn poll(&self, task: &Arc<Header>) -> bool {
+    fn poll(&self, task: &TaskRef) -> bool {
         if !task.release_local() {
             self.drop_dequeued(task);
             return false;
@@ -264,7 +269,7 @@ impl Executor {
     /// dropped now) or finished while queued (the queue's hold on it ends here).
     #[cold]
     #[inline(never)]
-    fn drop_dequeued(&self, task: &Arc<Header>) {
+    fn drop_dequeued(&self, task: &TaskRef) {
         if task.release_dead() {
             self.finish(task);
         } else {
@@ -273,17 +278,17 @@ impl Executor {
     }
 
     /// Drops the task's future (its destructors may use the executor) and, unless the task is
-    /// on the run queue, frees its slab entry. `task` is borrowed as an `Arc`, not as the
-    /// header: freeing the entry may free the header, which a `&Header` argument must outlive.
+    /// on the run queue, frees its slab entry. `task` is borrowed as a `TaskRef`, not as the
+    /// header: freeing the entry may free the task, which a `&Header` argument must outlive.
     /// Out of line: once per task, not per poll.
     #[inline(never)]
-    fn finish(&self, task: &Arc<Header>) {
+    fn finish(&self, task: &TaskRef) {
         let key = task.key();
-        // SAFETY: as in `poll`: the owner thread, outside any poll of this task.
-        let body = unsafe { task.take_body() };
         let free = task.set_done();
         self.live.set(self.live.get() - 1);
-        drop(body);
+        // SAFETY: as in `poll`: the owner thread, outside any poll of this task. No borrow of
+        // the executor is held; the slab keeps the task alive.
+        unsafe { task.drop_future() };
         if free {
             self.free(key);
         }
@@ -305,16 +310,14 @@ impl Executor {
                 break;
             }
             for task in &tasks {
+                task.set_done();
                 // SAFETY: the owner thread (`tasks` are this executor's), and no poll is
                 // running: the reactor shuts down between turns, or while unwinding from a
                 // panicking poll whose frame is gone.
-                let body = unsafe { task.take_body() };
-                task.set_done();
-                if body.is_some() {
+                if unsafe { task.drop_future() } {
                     dropped += 1;
                     self.live.set(self.live.get() - 1);
                 }
-                drop(body);
             }
             // The run queue may point at these: it is cleared below and never read again.
             drop(tasks);

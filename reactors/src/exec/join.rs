@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
-use super::task::Header;
+use super::task::TaskRef;
 use crate::error::ReactorError;
 
 enum State<T> {
@@ -49,14 +49,14 @@ impl<T> JoinCell<T> {
 }
 
 /// A handle and the completer of a task that will run on `core`.
-pub(crate) fn pair<T>(core: u32, header: Arc<Header>) -> (JoinHandle<T>, Completer<T>) {
+pub(crate) fn pair<T>(core: u32, header: TaskRef) -> (JoinHandle<T>, Completer<T>) {
     let cell = Arc::new(JoinCell {
         core,
         state: Mutex::new(State::Running(None)),
     });
     let completer = Completer {
         cell: Some(Arc::clone(&cell)),
-        header: Arc::clone(&header),
+        header: header.clone(),
     };
     (JoinHandle { cell, header }, completer)
 }
@@ -64,7 +64,7 @@ pub(crate) fn pair<T>(core: u32, header: Arc<Header>) -> (JoinHandle<T>, Complet
 /// Carried by a task: stores its output, or on drop the reason it has none.
 pub(crate) struct Completer<T> {
     cell: Option<Arc<JoinCell<T>>>,
-    header: Arc<Header>,
+    header: TaskRef,
 }
 
 impl<T> Completer<T> {
@@ -81,8 +81,8 @@ impl<T> Completer<T> {
 /// the user's future twice (argument and awaited local) and adds a state of its own, so every
 /// poll touched one more cache line of a twice larger task.
 ///
-/// Aligned to a cache line (the task's box is then too): a `Run` of n lines touches n, where a
-/// 16-byte aligned one straddles one more (the benchmark's ~110 bytes: 2 lines, not 3).
+/// Aligned to a cache line (its place in the task is then too): a `Run` of n lines touches n,
+/// where a 16-byte aligned one straddles one more (the benchmark's ~110 bytes: 2 lines, not 3).
 #[repr(align(64))]
 pub(crate) struct Run<F: Future> {
     /// Pinned with the `Run` (structural pinning: see `poll`).
@@ -144,7 +144,7 @@ impl<T> Drop for Completer<T> {
 #[must_use = "dropping a JoinHandle detaches the task; await it, join it or abort it"]
 pub struct JoinHandle<T> {
     cell: Arc<JoinCell<T>>,
-    header: Arc<Header>,
+    header: TaskRef,
 }
 
 impl<T> JoinHandle<T> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::thread;
 
-use super::task::Header;
+use super::task::{Header, NewTask, TaskRef};
 use crate::coremask::CoreMask;
 use crate::fdwatch::FdWatches;
 use crate::group::Shared;
@@ -27,11 +27,11 @@ fn model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
 }
 
 /// A one-reactor group and the header of a task on it.
-fn task() -> (Arc<Shared>, Arc<Header>) {
+fn task() -> (Arc<Shared>, TaskRef) {
     let mask = CoreMask::from_cores([0]).unwrap();
     let shared = Arc::new(Shared::new(mask, None).unwrap());
-    let header = Arc::new(Header::new(Arc::clone(&shared), 0));
-    (shared, header)
+    let task = NewTask::<std::future::Pending<()>>::new(Arc::clone(&shared), 0);
+    (shared, task.task().clone())
 }
 
 /// The reactor: polls the task until `ready` says it is done, waiting for a wake between polls.
@@ -112,9 +112,9 @@ fn loom_wake_racing_with_close_leaks_nothing() {
         header.inbox().close_and_quiesce();
         waker.join().unwrap();
         // The list's reference is gone either way, and later wakes are refused.
-        assert_eq!(Arc::strong_count(&header), 1);
+        assert_eq!(header.strong_count(), 1);
         header.wake_remote();
-        assert_eq!(Arc::strong_count(&header), 1);
+        assert_eq!(header.strong_count(), 1);
     });
 }
 

@@ -7,7 +7,7 @@
 //! | `mod.rs` | the public API (`ReactorCtx::spawn`, `ReactorsHandle::spawn_on`, [`spawn_local`], [`yield_now`]) and its contract |
 //! | `executor.rs` | a reactor's tasks, run queue and timers; the task step of a turn; stop |
 //! | `runqueue.rs` | the run queue of task headers (two vectors swapped per batch: a push and a pop touch no borrow flag) |
-//! | `task.rs` | the task header wakers share (owner, key, queued flags), the future it holds, and the waker |
+//! | `task.rs` | a task's one allocation: the header wakers share (owner, key, queued flags), the future after it; the reference to it and the waker |
 //! | `wakelist.rs` | the intrusive lock-free list of tasks woken from other threads |
 //! | `join.rs` | [`JoinHandle`], the completer a task carries (its body), blocking join |
 //! | `timer.rs` | [`sleep`] and the per-reactor timer heap |
@@ -25,8 +25,8 @@
 //!   during the step (by [`yield_now`], or by a poller reaping its I/O) runs on the next turn, so
 //!   tasks cannot starve pollers and I/O submitted by tasks is flushed by the pollers of the same
 //!   turn. A reactor with queued tasks does not sleep.
-//! - **Wakers** point at the task's header (which holds the future), a reference counted the
-//!   `Arc` way; a poll lends one built in place. On the task's own reactor a wake pushes the
+//! - **Wakers** point at the task's header (which its future follows, in one allocation), a
+//!   reference counted the `Arc` way; a poll lends one built in place. On the task's own reactor a wake pushes the
 //!   header on the local run queue (a thread-local lookup, plain loads and stores, no reference
 //!   count traffic). From any other thread it claims the header's remote flag and links the
 //!   header onto the reactor's inbox wake list (one CAS), waking the reactor if it sleeps in
@@ -44,7 +44,8 @@
 //! - **Panics**: a panicking task panics its reactor, as a panicking poller does: the group
 //!   stops, the reactor's tasks are dropped while it unwinds, and their handles yield
 //!   [`crate::ReactorError::Panicked`].
-//! - **Costs**: spawning allocates (the boxed future, the header, the handle's cell); polling,
+//! - **Costs**: spawning allocates twice (the task — header and future — and the handle's
+//!   cell); polling,
 //!   waking and timers do not once the reactor's slab, run queue and timer heap have grown to
 //!   their peak size.
 
@@ -68,7 +69,8 @@ use std::task::{Context, Poll};
 
 pub(crate) use executor::{Executor, install, uninstall};
 pub use join::JoinHandle;
-pub(crate) use task::Header;
+use task::NewTask;
+pub(crate) use task::TaskRef;
 pub use timer::{Sleep, sleep};
 pub(crate) use wakelist::{WakeList, Wakes};
 
@@ -174,12 +176,11 @@ impl ReactorsHandle {
         F::Output: Send + 'static,
     {
         let index = self.shared().index(core)?;
-        let header = Arc::new(Header::new(Arc::clone(self.shared()), index));
-        let (handle, completer) = join::pair(core, Arc::clone(&header));
+        let task = NewTask::new(Arc::clone(self.shared()), index);
+        let (handle, completer) = join::pair(core, task.task().clone());
         self.send(core, move |ctx| {
             let future = make();
-            ctx.executor()
-                .insert(header, Box::pin(completer.run(future)));
+            ctx.executor().insert(task, completer.run(future));
         })?;
         Ok(handle)
     }

@@ -1,8 +1,9 @@
-//! A task: its header, which wakers share (behind an `Arc`, on any thread) — which reactor owns
-//! the task, the task's key there, the flags that keep it queued at most once — and its body
-//! (the boxed future), which only the owning reactor's thread touches. The header holds the
-//! body, and wakers are built from the header's address, so a wake and the poll after it touch
-//! the header and the future only, not a slab slot and a task box as well.
+//! A task: one allocation, an `Arc` of its header — which wakers share, on any thread: which
+//! reactor owns the task, the task's key there, the flags that keep it queued at most once, the
+//! function that polls it — followed by its future, which only the owning reactor's thread
+//! touches. References to it ([`TaskRef`]) and wakers are the header's address, so a wake and
+//! the poll after it touch the header's line and the future's only, with no pointer to chase
+//! between them.
 //!
 //! A wake on the owning reactor's thread pushes the header on the local run queue (plain loads
 //! and stores on `local`, which only that thread touches); a wake from any other thread claims
@@ -11,9 +12,13 @@
 
 use std::cell::UnsafeCell;
 use std::future::Future;
+use std::marker::PhantomData;
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ops::Deref;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64 as LocalU64};
+use std::sync::atomic::{AtomicBool as LocalBool, AtomicU8, AtomicU64 as LocalU64};
 use std::task::{Context, Poll};
 
 use super::executor;
@@ -33,7 +38,7 @@ mod local {
     pub(super) const IDLE: u8 = 1;
     /// On the run queue.
     pub(super) const QUEUED: u8 = 2;
-    /// Finished (body dropped), not on the run queue: wakes are ignored.
+    /// Finished (future dropped), not on the run queue: wakes are ignored.
     pub(super) const DONE: u8 = 3;
     /// Finished while on the run queue (it woke itself in its last poll): its slab entry stays
     /// until the queue hands it out, so a queued header is always alive.
@@ -70,13 +75,14 @@ impl ExecId {
     }
 }
 
-/// What wakers of a task share.
+/// What wakers of a task share: the start of the task's one allocation ([`TaskRef`]), which its
+/// future follows.
 ///
 /// `repr(C)`, hot fields first: a local wake reads `owner` and writes `local`, a dispatch reads
-/// `local` and `body`; together 32 bytes (the compiler's order put them 45 bytes apart).
-/// Aligned to a cache line: in its `Arc` the two counters take a line of their own (touched by
-/// waker clones and drops, never per wake), and the whole header (56 bytes) is one line, so a
-/// wake and a dispatch touch one line of the header wherever the allocator put it.
+/// `local` and calls `poll` (the compiler's order put them 45 bytes apart). Aligned to a cache
+/// line: in the `Arc` the two counters take a line of their own (touched by waker clones and
+/// drops, never per wake), the whole header (56 bytes) is one line, and the future starts on the
+/// next.
 #[repr(C, align(64))]
 pub(crate) struct Header {
     owner: ExecId,
@@ -87,11 +93,16 @@ pub(crate) struct Header {
     queued_remote: AtomicBool,
     /// [`crate::JoinHandle::abort`] was called.
     aborted: AtomicBool,
+    /// Whether the cell holds its future: from the insert until the task finishes. Owner
+    /// thread only (as `local`).
+    has_future: LocalBool,
     /// The owning reactor's index in `shared`.
     index: u32,
-    /// The task's body: `None` until inserted and once finished. Owner thread only (see the
-    /// `Send`/`Sync` impls).
-    body: UnsafeCell<Option<Body>>,
+    /// Polls the future behind this header (its type's [`Cell::poll`]): a dispatch loads no
+    /// other pointer.
+    poll: unsafe fn(*const Header, &mut Context<'_>) -> Poll<()>,
+    /// The rest of what depends on the future's type.
+    vtable: &'static Vtable,
     /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
     key: LocalU64,
     /// The wake list's link ([`super::wakelist`]).
@@ -104,24 +115,114 @@ pub(crate) struct Header {
 #[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Header>() == 64);
 
-/// What only the owner thread touches: the future.
-pub(crate) struct Body {
-    future: TaskFuture,
+/// A task's operations that depend on its future's type (one per type, static).
+struct Vtable {
+    clone_ref: unsafe fn(*const Header),
+    drop_ref: unsafe fn(*const Header),
+    drop_future: unsafe fn(*const Header),
+    #[cfg(all(test, loom))]
+    strong_count: unsafe fn(*const Header) -> usize,
 }
 
-// SAFETY: everything but `body` is `Send + Sync` (atomics, `Arc<Shared>`). `body`, which holds
-// the `!Send` future, is only reached through `insert_body`, `poll` and `take_body`, whose
-// callers must be on the owner reactor's thread; the executor takes the body out when the task
-// finishes and, at the latest, when it shuts down or drops (on its thread), so the header may
-// then end its life on any thread without touching the future.
-unsafe impl Send for Header {}
-// SAFETY: as for `Send`: shared references on other threads touch only the atomic fields.
-unsafe impl Sync for Header {}
+/// A task's one allocation (in an `Arc`): the header, then the future. The future is written on
+/// the owner's thread at insert (`spawn_on` allocates the cell on another), dropped in place
+/// there when the task finishes.
+#[repr(C)]
+struct Cell<F> {
+    header: Header,
+    future: UnsafeCell<MaybeUninit<F>>,
+}
 
-impl Header {
-    /// The header of a task that will live on the reactor at `index` of `shared`.
-    pub(crate) fn new(shared: Arc<Shared>, index: usize) -> Header {
-        Header {
+impl<F: Future<Output = ()>> Cell<F> {
+    const VTABLE: Vtable = Vtable {
+        clone_ref: Self::clone_ref,
+        drop_ref: Self::drop_ref,
+        drop_future: Self::drop_future,
+        #[cfg(all(test, loom))]
+        strong_count: Self::strong_count,
+    };
+
+    /// # Safety (of each function below)
+    ///
+    /// `header` is a [`TaskRef`]'s pointer (`Arc::into_raw` of an `Arc<Cell<F>>`, cast to its
+    /// first field), alive; the future functions are called on the owner's thread, as
+    /// [`TaskRef`]'s methods document.
+    unsafe fn poll(header: *const Header, cx: &mut Context<'_>) -> Poll<()> {
+        let cell = header.cast::<Cell<F>>();
+        // SAFETY: the caller (`TaskRef::poll`) is on the owner thread, not nested in a poll of
+        // this task, and the future is there: this is the only reference to it until the poll
+        // returns. It is never moved: written in place at insert, dropped in place.
+        unsafe {
+            let future = (*(*cell).future.get()).assume_init_mut();
+            Pin::new_unchecked(future).poll(cx)
+        }
+    }
+
+    unsafe fn drop_future(header: *const Header) {
+        let cell = header.cast::<Cell<F>>();
+        // SAFETY: `TaskRef::drop_future`: the owner thread, outside any poll of this task, the
+        // future there, and marked gone before (a panicking destructor leaks, never drops twice).
+        unsafe { (*(*cell).future.get()).assume_init_drop() }
+    }
+
+    unsafe fn clone_ref(header: *const Header) {
+        // SAFETY: `header` is `Arc::into_raw` of a live `Arc<Cell<F>>` (see above).
+        unsafe { Arc::increment_strong_count(header.cast::<Cell<F>>()) }
+    }
+
+    unsafe fn drop_ref(header: *const Header) {
+        // SAFETY: as in `clone_ref`; the caller gives up the reference it owned.
+        unsafe { Arc::decrement_strong_count(header.cast::<Cell<F>>()) }
+    }
+
+    #[cfg(all(test, loom))]
+    unsafe fn strong_count(header: *const Header) -> usize {
+        // SAFETY: as in `clone_ref`; the `ManuallyDrop` leaves the count alone.
+        let cell = ManuallyDrop::new(unsafe { Arc::from_raw(header.cast::<Cell<F>>()) });
+        Arc::strong_count(&cell)
+    }
+}
+
+impl<F> Drop for Cell<F> {
+    /// The executor drops a task's future on its thread before it lets go of the task (when
+    /// it finishes, at shutdown); a future still here escaped that (a shutdown cut short) and
+    /// goes with the cell.
+    fn drop(&mut self) {
+        if *self.header.has_future.get_mut() {
+            // SAFETY: the future is there (`has_future`), and nothing else can reach it (the
+            // cell's last reference is going).
+            unsafe { self.future.get_mut().assume_init_drop() };
+        }
+    }
+}
+
+/// A counted reference to a task (what an `Arc` of its cell is, type-erased): the slab's, a
+/// handle's, a waker's, the wake list's. Its pointer is the header's, with the provenance of the
+/// whole allocation (from `Arc::into_raw`), so the future behind the header is reachable
+/// through it.
+pub(crate) struct TaskRef {
+    ptr: NonNull<Header>,
+}
+
+// SAFETY: a `TaskRef` shares the header, which is `Send + Sync`; the future behind it is only
+// reached by the owner thread (`TaskRef`'s unsafe methods), and dropping the last reference
+// drops no future (the executor dropped it, see `Cell`'s `Drop`).
+unsafe impl Send for TaskRef {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for TaskRef {}
+
+/// A task made for an executor, its future not written yet: typed, so the insert writes a
+/// future of the type its cell was made for. `Send` (the future is not there): `spawn_on` makes
+/// it on the caller's thread and sends it to the owner's.
+pub(crate) struct NewTask<F> {
+    task: TaskRef,
+    _future: PhantomData<fn(F)>,
+}
+
+impl<F: Future<Output = ()>> NewTask<F> {
+    /// A task that will live on the reactor at `index` of `shared`.
+    pub(crate) fn new(shared: Arc<Shared>, index: usize) -> NewTask<F> {
+        let header = Header {
             owner: ExecId::new(&shared, index),
             index: index as u32,
             shared,
@@ -129,11 +230,172 @@ impl Header {
             local: AtomicU8::new(local::NEW),
             queued_remote: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
+            has_future: LocalBool::new(false),
             next: AtomicPtr::new(std::ptr::null_mut()),
-            body: UnsafeCell::new(None),
+            poll: Cell::<F>::poll,
+            vtable: &Cell::<F>::VTABLE,
+        };
+        let cell = Arc::new(Cell {
+            header,
+            future: UnsafeCell::new(MaybeUninit::<F>::uninit()),
+        });
+        let ptr = Arc::into_raw(cell).cast::<Header>().cast_mut();
+        // SAFETY: `Arc::into_raw` is never null.
+        let ptr = unsafe { NonNull::new_unchecked(ptr) };
+        NewTask {
+            task: TaskRef { ptr },
+            _future: PhantomData,
         }
     }
 
+    /// The task (for its handle, and wakes before the insert, which it ignores).
+    pub(crate) fn task(&self) -> &TaskRef {
+        &self.task
+    }
+
+    /// Writes the task's future; the task is then ready to insert.
+    ///
+    /// # Safety
+    ///
+    /// On the owner reactor's thread (the future is `!Send`).
+    pub(crate) unsafe fn put_future(self, future: F) -> TaskRef {
+        let cell = self.task.as_ptr().cast::<Cell<F>>();
+        // SAFETY: the cell was made for an `F` (`new`), and nothing else touches its future
+        // yet: no poll or drop of a future that is not there (`has_future` is false); the
+        // caller is on the thread that may own it.
+        unsafe { (*(*cell).future.get()).write(future) };
+        self.task.has_future.store(true, LOCAL);
+        self.task
+    }
+}
+
+impl TaskRef {
+    /// The header's address, with the allocation's provenance (for the run queue and wakers).
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *const Header {
+        self.ptr.as_ptr()
+    }
+
+    /// Gives up the reference as a pointer ([`TaskRef::from_raw`] takes it back).
+    pub(crate) fn into_raw(self) -> *const Header {
+        ManuallyDrop::new(self).as_ptr()
+    }
+
+    /// Takes back a reference given up by [`TaskRef::into_raw`].
+    ///
+    /// # Safety
+    ///
+    /// `ptr` came from `into_raw` (or is [`TaskRef::as_ptr`] of a live reference, when the
+    /// result stays in a `ManuallyDrop`), and its reference is taken back once.
+    #[inline]
+    pub(crate) unsafe fn from_raw(ptr: *const Header) -> TaskRef {
+        // SAFETY: the caller's: a `TaskRef`'s pointer, never null.
+        let ptr = unsafe { NonNull::new_unchecked(ptr.cast_mut()) };
+        TaskRef { ptr }
+    }
+
+    /// References alive (tests).
+    #[cfg(all(test, loom))]
+    pub(crate) fn strong_count(&self) -> usize {
+        // SAFETY: the vtable of this cell's type, with its pointer.
+        unsafe { (self.vtable.strong_count)(self.as_ptr()) }
+    }
+
+    /// Polls the task's future with a waker lent from this reference (built in place: no
+    /// reference count traffic unless the future clones it).
+    ///
+    /// # Safety
+    ///
+    /// On the owner reactor's thread, not from inside a poll of this task, and after
+    /// [`Header::release_local`] returned true: the task is inserted and not finished, so it has
+    /// its future (written before the task leaves `NEW`, dropped just before it becomes `DONE`).
+    #[inline]
+    pub(crate) unsafe fn poll(&self) -> Poll<()> {
+        let waker = waker::borrowed(self);
+        // SAFETY: the caller's; `poll` is the function of this cell's future type.
+        unsafe { (self.poll)(self.as_ptr(), &mut Context::from_waker(&waker)) }
+    }
+
+    /// Drops the task's future in place, if it has one; returns whether it had. Its destructors
+    /// may use the executor (no borrow of it may be held).
+    ///
+    /// # Safety
+    ///
+    /// On the owner reactor's thread, not from inside a poll of this task.
+    pub(crate) unsafe fn drop_future(&self) -> bool {
+        if !self.has_future.load(LOCAL) {
+            return false;
+        }
+        // First: a destructor that panics leaves the rest of the future leaked, not dropped
+        // again by the cell.
+        self.has_future.store(false, LOCAL);
+        // SAFETY: the caller's, and the future was there.
+        unsafe { (self.vtable.drop_future)(self.as_ptr()) };
+        true
+    }
+
+    /// Asks the executor to drop the task instead of polling it again: on the owner's thread
+    /// at once, from others with a remote wake, on which the owner reads the flag.
+    pub(crate) fn abort(&self) {
+        // Pairs with the acquire in `is_aborted`, read by the owner when it takes the wake (or
+        // inserts the task).
+        self.aborted.store(true, Ordering::Release);
+        if !executor::abort_if_owner(self) {
+            self.wake_remote();
+        }
+    }
+
+    /// Queues the task: on the owner's run queue from its own thread, else through its inbox.
+    #[inline]
+    pub(crate) fn wake_by_ref(&self) {
+        if !executor::schedule_if_owner(self) {
+            self.wake_remote();
+        }
+    }
+
+    /// The cross-core path: queue on the owner's inbox wake list (waking it if asleep). Out of
+    /// line, so the local path needs no stack frame.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn wake_remote(&self) {
+        if self.claim_remote() {
+            self.inbox().push_wake(self);
+        }
+    }
+}
+
+impl Clone for TaskRef {
+    fn clone(&self) -> TaskRef {
+        // SAFETY: the vtable of this cell's type, with its pointer, alive (`self` holds it).
+        unsafe { (self.vtable.clone_ref)(self.as_ptr()) };
+        TaskRef { ptr: self.ptr }
+    }
+}
+
+impl Drop for TaskRef {
+    fn drop(&mut self) {
+        // SAFETY: as in `clone`; this reference is given up.
+        unsafe { (self.vtable.drop_ref)(self.as_ptr()) }
+    }
+}
+
+impl Deref for TaskRef {
+    type Target = Header;
+
+    #[inline]
+    fn deref(&self) -> &Header {
+        // SAFETY: the header is alive while this reference is.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+// SAFETY: everything is `Send + Sync` but `poll` and `vtable`'s function pointers (plain
+// data); the future behind the header is reached only by the owner thread.
+unsafe impl Send for Header {}
+// SAFETY: as for `Send`: shared references on other threads touch only the atomic fields.
+unsafe impl Sync for Header {}
+
+impl Header {
     pub(crate) fn owner(&self) -> ExecId {
         self.owner
     }
@@ -153,7 +415,7 @@ impl Header {
         Key::from_bits(self.key.load(LOCAL))
     }
 
-    /// Owner thread: the task is in the slab under `key` with its body; wakes queue it from
+    /// Owner thread: the task is in the slab under `key` with its future; wakes queue it from
     /// now on (the caller queues its first poll).
     pub(crate) fn set_inserted(&self, key: Key) {
         self.key.store(key.to_bits(), LOCAL);
@@ -184,7 +446,7 @@ impl Header {
     }
 
     /// Owner thread, on taking off the run queue a task [`Header::release_local`] refused: true
-    /// if it was aborted (the caller drops its body), false if it finished while queued (the
+    /// if it was aborted (the caller drops its future), false if it finished while queued (the
     /// caller frees its slab entry).
     pub(crate) fn release_dead(&self) -> bool {
         let aborted = self.local.load(LOCAL) == local::ABORTED_QUEUED;
@@ -204,8 +466,9 @@ impl Header {
         state == local::IDLE
     }
 
-    /// Owner thread, once the body is taken: later wakes are ignored. True if the task is not
-    /// on the run queue (the caller frees its slab entry now; else the queue's consumer does).
+    /// Owner thread, as the task finishes (before its future is dropped): later wakes are
+    /// ignored. True if the task is not on the run queue (the caller frees its slab entry now;
+    /// else the queue's consumer does).
     #[inline]
     pub(crate) fn set_done(&self) -> bool {
         let state = self.local.load(LOCAL);
@@ -217,48 +480,6 @@ impl Header {
         };
         self.local.store(state, LOCAL);
         !queued
-    }
-
-    /// Gives the task its body.
-    ///
-    /// # Safety
-    ///
-    /// On the owner reactor's thread (the body is `!Send`), before the task is inserted.
-    pub(crate) unsafe fn insert_body(&self, future: TaskFuture) {
-        // SAFETY: the caller is on the owner thread, the only one that touches `body`, and no
-        // poll or take of this body is running (it has none yet).
-        unsafe { *self.body.get() = Some(Body { future }) };
-    }
-
-    /// Polls the task's future with a waker lent from this header (built in place: no
-    /// reference count traffic unless the future clones it).
-    ///
-    /// # Safety
-    ///
-    /// On the owner reactor's thread, not from inside a poll of this task, and after
-    /// [`Header::release_local`] returned true: the task is inserted and not finished, so it has
-    /// its body (given before the task leaves `NEW`, taken just before it becomes `DONE`).
-    #[inline]
-    pub(crate) unsafe fn poll(self: &Arc<Self>) -> Poll<()> {
-        // SAFETY: only the owner thread reaches `body`, and this poll is not nested in another
-        // one of this task, so this is the only reference to it until the poll returns; the
-        // future may drop or take other tasks' bodies (their own cells), never this one (a
-        // task's body is taken only by its own poll's caller or at shutdown, outside polls).
-        // The body is there (the caller's precondition).
-        let body = unsafe { (*self.body.get()).as_mut().unwrap_unchecked() };
-        let waker = waker::borrowed(self);
-        body.future.as_mut().poll(&mut Context::from_waker(&waker))
-    }
-
-    /// Takes the task's body (to drop it outside any borrow: its destructors may use the
-    /// executor).
-    ///
-    /// # Safety
-    ///
-    /// On the owner reactor's thread, not from inside a poll of this task.
-    pub(crate) unsafe fn take_body(&self) -> Option<Body> {
-        // SAFETY: as in `poll`: the owner thread, and no poll of this task holds the body.
-        unsafe { (*self.body.get()).take() }
     }
 
     /// Remote waker: marks the task queued on the wake list; false if it already was (then the
@@ -278,105 +499,70 @@ impl Header {
         self.queued_remote.swap(false, Ordering::Acquire);
     }
 
-    /// Asks the executor to drop the task instead of polling it again: on the owner's thread
-    /// at once, from others with a remote wake, on which the owner reads the flag.
-    pub(crate) fn abort(self: &Arc<Self>) {
-        // Pairs with the acquire in `is_aborted`, read by the owner when it takes the wake (or
-        // inserts the task).
-        self.aborted.store(true, Ordering::Release);
-        if !executor::abort_if_owner(self) {
-            self.wake_remote();
-        }
-    }
-
     pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
     }
-
-    /// Queues the task: on the owner's run queue from its own thread, else through its inbox.
-    #[inline]
-    pub(crate) fn wake_by_ref(self: &Arc<Self>) {
-        if !executor::schedule_if_owner(self) {
-            self.wake_remote();
-        }
-    }
-
-    /// The cross-core path: queue on the owner's inbox wake list (waking it if asleep). Out of
-    /// line, so the local path needs no stack frame.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn wake_remote(self: &Arc<Self>) {
-        if self.claim_remote() {
-            self.inbox().push_wake(self);
-        }
-    }
 }
 
-/// A task's [`Waker`]: its data pointer is the task's header in its `Arc` (what
-/// `Arc::into_raw` gives), so a poll lends one built in place, and a wake on the owner's thread
-/// is one direct call with no reference count traffic (std's `Wake` adapter adds a call).
+/// A task's [`Waker`]: its data pointer is the task's [`TaskRef`] pointer, so a poll lends one
+/// built in place, and a wake on the owner's thread is one direct call with no reference count
+/// traffic (std's `Wake` adapter adds a call).
 mod waker {
     use std::mem::ManuallyDrop;
-    use std::sync::Arc;
     use std::task::{RawWaker, RawWakerVTable, Waker};
 
-    use super::Header;
+    use super::TaskRef;
     use super::executor;
 
     static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
 
-    /// A waker for `header` valid while the borrow lasts (it owns no reference; a clone does).
+    /// A waker for `task` valid while the borrow lasts (it owns no reference; a clone does).
     #[inline]
-    pub(super) fn borrowed(header: &Arc<Header>) -> ManuallyDrop<Waker> {
-        // `Arc::as_ptr`, not a reference's address: the pointer must keep the provenance of
-        // the whole allocation, reference counts included, for `Arc::from_raw` in `header`.
-        let raw = RawWaker::new(Arc::as_ptr(header).cast(), &VTABLE);
-        // SAFETY: `VTABLE`'s functions are called with this data pointer, `Arc::as_ptr` of an
-        // `Arc<Header>` alive while `header` is borrowed; the `ManuallyDrop` keeps the unowned
-        // reference from being released, and clones take references of their own.
+    pub(super) fn borrowed(task: &TaskRef) -> ManuallyDrop<Waker> {
+        let raw = RawWaker::new(task.as_ptr().cast(), &VTABLE);
+        // SAFETY: `VTABLE`'s functions are called with this data pointer, a `TaskRef`'s pointer
+        // alive while `task` is borrowed; the `ManuallyDrop` keeps the unowned reference from
+        // being released, and clones take references of their own.
         ManuallyDrop::new(unsafe { Waker::from_raw(raw) })
     }
 
-    /// Borrows the header behind a waker's data pointer, as an `Arc` it must not drop.
+    /// Borrows the task behind a waker's data pointer, as a reference it must not drop.
     #[inline]
-    fn header(data: *const ()) -> ManuallyDrop<Arc<Header>> {
-        // SAFETY: every waker of this vtable holds `Arc::as_ptr` of a live `Arc<Header>`
-        // (`borrowed`, `clone`); the `ManuallyDrop` leaves its reference count alone.
-        ManuallyDrop::new(unsafe { Arc::from_raw(data.cast::<Header>()) })
+    fn task(data: *const ()) -> ManuallyDrop<TaskRef> {
+        // SAFETY: every waker of this vtable holds a live `TaskRef`'s pointer (`borrowed`,
+        // `clone`); the `ManuallyDrop` leaves its reference count alone.
+        ManuallyDrop::new(unsafe { TaskRef::from_raw(data.cast()) })
     }
 
     fn clone(data: *const ()) -> RawWaker {
-        // The clone owns a reference: the copy's is forgotten, to be released by `drop`/`wake`.
-        std::mem::forget(Arc::clone(&header(data)));
+        // The clone owns a reference: the copy's is given up, to be released by `drop`/`wake`.
+        let _ = TaskRef::clone(&task(data)).into_raw();
         RawWaker::new(data, &VTABLE)
     }
 
     fn wake(data: *const ()) {
-        let header = ManuallyDrop::into_inner(header(data));
-        header.wake_by_ref();
+        let task = ManuallyDrop::into_inner(task(data));
+        task.wake_by_ref();
     }
 
     fn wake_by_ref(data: *const ()) {
-        if !executor::schedule_if_owner(&header(data)) {
+        if !executor::schedule_if_owner(&task(data)) {
             wake_remote(data);
         }
     }
 
-    /// Out of line, with the data pointer, not a reference to an `Arc` on the stack: the local
-    /// path then needs no stack frame.
+    /// Out of line, with the data pointer, not a reference to a `TaskRef` on the stack: the
+    /// local path then needs no stack frame.
     #[cold]
     #[inline(never)]
     fn wake_remote(data: *const ()) {
-        header(data).wake_remote();
+        task(data).wake_remote();
     }
 
     fn drop(data: *const ()) {
-        std::mem::drop(ManuallyDrop::into_inner(header(data)));
+        std::mem::drop(ManuallyDrop::into_inner(task(data)));
     }
 }
 
 /// The ordering of the owner-only fields: they never synchronize with anything.
 const LOCAL: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxed;
-
-/// A task's future, type-erased: the user's future wrapped with its completer.
-pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = ()>>>;

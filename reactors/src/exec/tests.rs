@@ -778,3 +778,30 @@ fn steady_state_wakes_polls_and_timers_do_not_allocate() {
     );
     reactors.stop().unwrap();
 }
+
+#[test]
+fn spawning_allocates_the_task_and_its_handles_cell_only() {
+    let _s = serial();
+    let reactors = Reactors::start(one_core(), ReactorsOptions::default()).unwrap();
+    let spawned = reactors
+        .spawn_on(reactors.cores()[0], || async {
+            // Warm-up: the slab and the run queue grow to what the counted spawn needs.
+            for _ in 0..2 {
+                let warm: Vec<_> = (0..4).map(|i| spawn_local(async move { i })).collect();
+                for handle in warm {
+                    handle.await.unwrap();
+                }
+            }
+            // A future larger than a line, holding a value that needs dropping.
+            let payload = [7u8; 100];
+            let held = Rc::new(3);
+            let before = allocs();
+            let handle = spawn_local(async move { payload[99] as u32 + *held });
+            let allocations = allocs() - before;
+            (allocations, handle.await.unwrap())
+        })
+        .unwrap();
+    // One for the task (header and future together), one for the handle's cell.
+    assert_eq!(spawned.join().unwrap(), (2, 10));
+    reactors.stop().unwrap();
+}

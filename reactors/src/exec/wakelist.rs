@@ -6,12 +6,11 @@
 //! Only the reactor removes, and only everything at once (`swap` to null), so the stack has no
 //! ABA problem: a pusher's CAS compares the head pointer only, never reads through it, and links
 //! its header in front of whatever the head is when the CAS succeeds. Each header on the list
-//! holds one strong reference (`Arc::into_raw` on push, `Arc::from_raw` when handed out).
+//! holds one reference (`TaskRef::into_raw` on push, `TaskRef::from_raw` when handed out).
 
 use std::ptr;
-use std::sync::Arc;
 
-use super::task::Header;
+use super::task::{Header, TaskRef};
 use crate::inbox::sync::{AtomicPtr, Ordering};
 
 /// `head` of a closed list: never a header's address (no allocation sits at the dangling,
@@ -37,12 +36,12 @@ impl WakeList {
     }
 
     /// Pushes `task` (whose remote flag the caller claimed); false if the list is closed.
-    pub(crate) fn push(&self, task: &Arc<Header>) -> bool {
+    pub(crate) fn push(&self, task: &TaskRef) -> bool {
         let mut head = self.head.load(Ordering::Relaxed);
         if head == closed() {
             return false;
         }
-        let node = Arc::into_raw(Arc::clone(task)).cast_mut();
+        let node = task.clone().into_raw().cast_mut();
         loop {
             task.next.store(head, Ordering::Relaxed);
             // Release: the link and the waker's writes before this wake are visible to the
@@ -53,8 +52,8 @@ impl WakeList {
             {
                 Ok(_) => return true,
                 Err(now) if now == closed() => {
-                    // SAFETY: `node` came from `Arc::into_raw` above and was never published.
-                    drop(unsafe { Arc::from_raw(node) });
+                    // SAFETY: `node` came from `into_raw` above and was never published.
+                    drop(unsafe { TaskRef::from_raw(node) });
                     return false;
                 }
                 Err(now) => head = now,
@@ -120,16 +119,16 @@ impl Default for Wakes {
 }
 
 impl Iterator for Wakes {
-    type Item = Arc<Header>;
+    type Item = TaskRef;
 
-    fn next(&mut self) -> Option<Arc<Header>> {
+    fn next(&mut self) -> Option<TaskRef> {
         if self.next.is_null() {
             return None;
         }
         // SAFETY: `next` is a node taken off the list (see `WakeList::take`); its strong
         // reference is handed out exactly once, here, and the link is read before the caller
         // can release the header's remote flag and let a pusher rewrite it.
-        let task = unsafe { Arc::from_raw(self.next) };
+        let task = unsafe { TaskRef::from_raw(self.next) };
         self.next = task.next.load(Ordering::Relaxed);
         Some(task)
     }
