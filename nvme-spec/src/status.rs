@@ -29,6 +29,8 @@ pub mod sc {
     pub const DATA_TRANSFER_ERROR: u8 = 0x04;
     pub const INTERNAL_ERROR: u8 = 0x06;
     pub const ABORT_REQUESTED: u8 = 0x07;
+    /// The command's submission queue was deleted (Delete I/O SQ) before it completed.
+    pub const ABORTED_SQ_DELETION: u8 = 0x08;
     pub const INVALID_NAMESPACE: u8 = 0x0b;
     pub const COMMAND_SEQUENCE_ERROR: u8 = 0x0c;
     pub const DATA_SGL_LENGTH_INVALID: u8 = 0x0f;
@@ -161,6 +163,11 @@ impl Status {
     /// Whether the command succeeded.
     pub const fn is_success(self) -> bool {
         self.sct() == sct::GENERIC && self.sc() == sc::SUCCESS
+    }
+
+    /// Whether Delete I/O SQ aborted the command (generic status 08h).
+    pub fn is_sq_deletion_abort(self) -> bool {
+        self.sct() == sct::GENERIC && self.sc() == sc::ABORTED_SQ_DELETION
     }
 
     /// Whether the host may retry the command (SPDK's `nvme_completion_is_retry`): only

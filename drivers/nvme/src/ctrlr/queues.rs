@@ -35,6 +35,10 @@ pub(crate) fn set_num_queues_sqe(count: u16) -> Sqe {
 pub(crate) const CREATE_CQ: &str = "Create I/O Completion Queue";
 pub(crate) const CREATE_SQ: &str = "Create I/O Submission Queue";
 
+/// What Delete I/O Submission / Completion Queue are called in errors.
+pub(crate) const DELETE_SQ: &str = "Delete I/O Submission Queue";
+pub(crate) const DELETE_CQ: &str = "Delete I/O Completion Queue";
+
 /// Create I/O Completion Queue `qid` of `entries` on the ring at `cq_iova` (physically
 /// contiguous, polled: interrupts disabled).
 pub(crate) fn create_cq_sqe(qid: u16, entries: u32, cq_iova: u64) -> Sqe {
@@ -94,6 +98,13 @@ impl QidMap {
         u16::try_from(qid).ok()
     }
 
+    /// The first ID in use after `qid`.
+    fn in_use_after(&self, qid: u16) -> Option<u16> {
+        let from = usize::from(qid) + 1;
+        let i = self.used.get(from..)?.iter().position(|&u| u)?;
+        u16::try_from(from + i).ok()
+    }
+
     fn free(&mut self, qid: u16) {
         if let Some(used) = self.used.get_mut(usize::from(qid)).filter(|_| qid != 0) {
             *used = false;
@@ -109,6 +120,12 @@ impl CtrlrInner {
             ctrlr: self.name.clone(),
             granted: self.io_queues,
         })
+    }
+
+    /// The first I/O queue ID in use after `qid` (0: the first of all).
+    pub(crate) fn next_qid_in_use(&self, qid: u16) -> Option<u16> {
+        let q = self.qids.lock().unwrap_or_else(|p| p.into_inner());
+        q.in_use_after(qid)
     }
 
     /// Returns an I/O queue ID.
@@ -142,12 +159,12 @@ impl CtrlrInner {
 
     /// Deletes I/O SQ `qid` (before its CQ).
     pub(crate) fn delete_sq(&self, qid: u16) -> Result<(), NvmeError> {
-        self.delete_queue(admin_opc::DELETE_IO_SQ, qid, "Delete I/O Submission Queue")
+        self.delete_queue(admin_opc::DELETE_IO_SQ, qid, DELETE_SQ)
     }
 
     /// Deletes I/O CQ `qid` (after its SQ).
     pub(crate) fn delete_cq(&self, qid: u16) -> Result<(), NvmeError> {
-        self.delete_queue(admin_opc::DELETE_IO_CQ, qid, "Delete I/O Completion Queue")
+        self.delete_queue(admin_opc::DELETE_IO_CQ, qid, DELETE_CQ)
     }
 
     /// Deletes one I/O queue: `opc` is Delete I/O SQ or CQ.

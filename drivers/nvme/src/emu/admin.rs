@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::State;
 use super::queues::{Cq, Sq};
 use crate::spec::{
-    IdentifyController, IdentifyNamespace, LbaFormat, Sqe, Status, admin_opc, cns, fid, sct,
+    IdentifyController, IdentifyNamespace, LbaFormat, Sqe, Status, admin_opc, cns, fid, sc, sct,
 };
 
 impl State {
@@ -93,8 +93,20 @@ impl State {
                 if qid == 0 || qid >= nq || self.sqs[qid].take().is_none() {
                     return bad_qid;
                 }
-                // Commands of a deleted SQ are gone (the spec aborts them).
-                self.held.retain(|h| usize::from(h.post.sqid) != qid);
+                self.stats.sq_deletions += 1;
+                // Commands of a deleted SQ that a fault holds complete as aborted (as QEMU's
+                // controller cancels what it still runs); those never fetched are gone.
+                let sqid = qid as u16;
+                let mut i = 0;
+                while i < self.held.len() {
+                    if self.held[i].post.sqid == sqid {
+                        let h = self.held.swap_remove(i);
+                        let aborted = Status::new(sct::GENERIC, sc::ABORTED_SQ_DELETION, false);
+                        self.post(h.cqid, sqid, h.post.cid, aborted, 0, db);
+                    } else {
+                        i += 1;
+                    }
+                }
                 (Status::SUCCESS, 0)
             }
             admin_opc::DELETE_IO_CQ => {

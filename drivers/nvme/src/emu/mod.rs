@@ -130,6 +130,8 @@ pub struct EmuStats {
     pub aborts_hit: u64,
     /// Controller resets (CC.EN 1 → 0).
     pub disables: u64,
+    /// I/O submission queues deleted (Delete I/O SQ).
+    pub sq_deletions: u64,
     /// Random completion entries written by [`Emu::scribble_cq`].
     pub scribbled: u64,
     /// Completions posted.

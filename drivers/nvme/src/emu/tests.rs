@@ -607,7 +607,9 @@ fn fault_failed_abort_resets_the_controller() {
     let st = w.run(&writes(64, 1));
     assert!(st.iter().all(|s| s.is_success()), "{st:?}");
     let (s, e) = (w.q.stats(), emu.stats());
-    assert_eq!((e.dropped, e.disables), (1, 1));
+    // The reset deleted the queue first: the dropped write came back aborted, then was
+    // resubmitted.
+    assert_eq!((e.dropped, e.sq_deletions, e.disables), (1, 1, 1));
     assert_eq!(
         (s.timeouts, s.aborts, s.aborts_failed, s.resets),
         (1, 1, 1, 1)
@@ -1352,7 +1354,13 @@ fn emu_start_reset_is_driven_by_the_queue_pairs() {
     let (mut timer, mut done) = (CallTimer::default(), Vec::new());
     w.submit_writes(0..4, 2, &mut timer);
     w.c.start_reset().unwrap();
-    assert_eq!(emu.stats().disables, 1, "started at once");
+    assert!(w.c.inner.reset_in_progress(), "started at once");
+    // The queues are deleted before the controller is disabled, by the queue pairs' polls.
+    assert_eq!(
+        (emu.stats().sq_deletions, emu.stats().disables),
+        (0, 0),
+        "nothing waited for"
+    );
     // Asking again while it is in progress does nothing.
     w.c.start_reset().unwrap();
     w.poll_until_resetting(&mut timer, &mut done);
@@ -1360,8 +1368,66 @@ fn emu_start_reset_is_driven_by_the_queue_pairs() {
     w.poll_until_done(8, &mut timer, &mut done);
     assert!((0..8).all(|t| w.rqs[t].status == IoStatus::Success));
     assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
-    assert_eq!((emu.stats().disables, w.q.stats().resets), (1, 1));
+    let e = emu.stats();
+    assert_eq!((e.sq_deletions, e.disables, w.q.stats().resets), (1, 1, 1));
     for t in 0..8 {
+        w.acked[t] = Some(2);
+    }
+    w.verify_by_reading();
+}
+
+#[test]
+fn emu_reset_aborts_commands_in_the_device_by_deleting_their_queue() {
+    let emu = Emu::new(EmuConfig::default());
+    emu.set_inline(false);
+    let mut w = Workload::new(&emu, fast_opts(), 8);
+    w.run(&writes(8, 1));
+    // Four writes of version 2 the device holds (fetched, never executed), then a reset.
+    emu.inject(FaultRule::new(Fault::Drop).times(Some(4)));
+    let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+    w.submit_writes(0..4, 2, &mut timer);
+    emu.step();
+    assert_eq!(emu.held(), 4);
+    w.c.start_reset().unwrap();
+    w.poll_until_done(4, &mut timer, &mut done);
+    // Delete I/O SQ completed them as aborted; the queue pair resubmitted each once.
+    let (s, e) = (w.q.stats(), emu.stats());
+    assert_eq!((emu.held(), e.sq_deletions, e.disables), (0, 1, 1));
+    assert_eq!((s.resets, s.recovered, s.errors), (1, 4, 0), "{s:?}");
+    assert!((0..4).all(|t| w.rqs[t].status == IoStatus::Success));
+    for t in 0..4 {
+        w.acked[t] = Some(2);
+    }
+    w.verify_by_reading();
+}
+
+#[test]
+fn fault_reset_disables_a_controller_that_does_not_delete_its_queues() {
+    let emu = stepped_emu_with_ready_delay(Duration::ZERO);
+    let mut w = Workload::new(&emu, fast_opts(), 8);
+    w.run(&writes(8, 1));
+    emu.inject(
+        FaultRule::new(Fault::Drop)
+            .admin()
+            .opcode(admin_opc::DELETE_IO_SQ),
+    );
+    let (mut timer, mut done) = (CallTimer::default(), Vec::new());
+    w.submit_writes(0..4, 2, &mut timer);
+    let t0 = Instant::now();
+    w.c.start_reset().unwrap();
+    w.poll_until_resetting(&mut timer, &mut done);
+    // Waits out the deletion budget (1 s), polled, never waited for, then resets anyway.
+    while done.len() < 4 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "hang: {done:?}");
+        emu.step();
+        timer.time(|| w.q.poll(&mut w.rqs, &mut done, 64));
+    }
+    assert!(t0.elapsed() >= Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
+    let e = emu.stats();
+    assert_eq!((e.sq_deletions, e.disables, w.q.stats().resets), (0, 1, 1));
+    assert!((0..4).all(|t| w.rqs[t].status == IoStatus::Success));
+    for t in 0..4 {
         w.acked[t] = Some(2);
     }
     w.verify_by_reading();

@@ -115,6 +115,10 @@ impl NvmeQpair {
         let idx = usize::from(tag);
         if st.is_success() {
             rqs[idx].status = IoStatus::Success;
+        } else if st.is_sq_deletion_abort() && self.ctrlr.reset_in_progress() {
+            // The reset's own Delete I/O SQ, seen by a poll that began before the reset: the
+            // command stays outstanding and is resubmitted once the queues are back.
+            return false;
         } else if self.trk.slots[idx].aborted {
             // The completion of a command aborted after a timeout: resubmit within budget.
             if self.requeue(rqs, idx) {
