@@ -1064,6 +1064,14 @@ impl CallTimer {
 }
 
 impl Workload {
+    /// Records that units `tags` (unit = tag) now hold `version`, then reads every unit back.
+    fn verify_acked(&mut self, tags: std::ops::Range<usize>, version: u64) {
+        for t in tags {
+            self.acked[t] = Some(version);
+        }
+        self.verify_by_reading();
+    }
+
     /// Writes of `version` to units `tags` (unit = tag), submitted in one batch.
     fn submit_writes(&mut self, tags: std::ops::Range<usize>, version: u64, timer: &mut CallTimer) {
         let list: Vec<u16> = tags.clone().map(|t| t as u16).collect();
@@ -1288,10 +1296,7 @@ fn fault_reset_never_waits_for_the_admin_queue_lock() {
     assert_eq!(emu.io_queues(), (2, 2));
     assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
     drop(qb);
-    for t in 0..4 {
-        w.acked[t] = Some(2);
-    }
-    w.verify_by_reading();
+    w.verify_acked(0..4, 2);
 }
 
 /// Writes of version 2 to units 0..8 on a controller that fails while the first four are in
@@ -1323,10 +1328,7 @@ fn fault_slow_queue_creation_after_a_reset_does_not_block_the_poller() {
     let s = w.q.stats();
     assert_eq!((s.resets, s.recovered), (1, 4));
     assert_eq!(w.emu.stats().delayed, 2);
-    for t in 0..8 {
-        w.acked[t] = Some(2);
-    }
-    w.verify_by_reading();
+    w.verify_acked(0..8, 2);
 }
 
 #[test]
@@ -1370,10 +1372,7 @@ fn emu_start_reset_is_driven_by_the_queue_pairs() {
     assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
     let e = emu.stats();
     assert_eq!((e.sq_deletions, e.disables, w.q.stats().resets), (1, 1, 1));
-    for t in 0..8 {
-        w.acked[t] = Some(2);
-    }
-    w.verify_by_reading();
+    w.verify_acked(0..8, 2);
 }
 
 #[test]
@@ -1395,10 +1394,7 @@ fn emu_reset_aborts_commands_in_the_device_by_deleting_their_queue() {
     assert_eq!((emu.held(), e.sq_deletions, e.disables), (0, 1, 1));
     assert_eq!((s.resets, s.recovered, s.errors), (1, 4, 0), "{s:?}");
     assert!((0..4).all(|t| w.rqs[t].status == IoStatus::Success));
-    for t in 0..4 {
-        w.acked[t] = Some(2);
-    }
-    w.verify_by_reading();
+    w.verify_acked(0..4, 2);
 }
 
 #[test]
@@ -1417,20 +1413,13 @@ fn fault_reset_disables_a_controller_that_does_not_delete_its_queues() {
     w.c.start_reset().unwrap();
     w.poll_until_resetting(&mut timer, &mut done);
     // Waits out the deletion budget (1 s), polled, never waited for, then resets anyway.
-    while done.len() < 4 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "hang: {done:?}");
-        emu.step();
-        timer.time(|| w.q.poll(&mut w.rqs, &mut done, 64));
-    }
+    w.poll_until_done(4, &mut timer, &mut done);
     assert!(t0.elapsed() >= Duration::from_secs(1), "{:?}", t0.elapsed());
     assert!(timer.max < MAX_CALL, "a call took {:?}", timer.max);
     let e = emu.stats();
     assert_eq!((e.sq_deletions, e.disables, w.q.stats().resets), (0, 1, 1));
     assert!((0..4).all(|t| w.rqs[t].status == IoStatus::Success));
-    for t in 0..4 {
-        w.acked[t] = Some(2);
-    }
-    w.verify_by_reading();
+    w.verify_acked(0..4, 2);
 }
 
 #[test]
@@ -1552,10 +1541,7 @@ fn emu_blocking_reset_returns_when_done_and_io_goes_on() {
     assert_eq!(emu.stats().disables, 1);
     assert_eq!(w.run(&writes(8, 2)), vec![IoStatus::Success; 8]);
     assert_eq!(w.q.stats().resets, 1);
-    for t in 0..8 {
-        w.acked[t] = Some(2);
-    }
-    w.verify_by_reading();
+    w.verify_acked(0..8, 2);
     emu.set_ready_delays(Duration::MAX, Duration::MAX);
     let e = w.c.reset().unwrap_err();
     assert!(matches!(e, NvmeError::ControllerFatal { .. }), "{e}");
