@@ -329,6 +329,8 @@ pub struct IdentifyNamespace {
     pub nabsn: u16,
     pub nabo: u16,
     pub nabspf: u16,
+    /// Namespace optimal I/O boundary, blocks (0: none): reads and writes that do not cross
+    /// a multiple of it perform best (an Intel stripe, a flash die).
     pub noiob: u16,
     pub nvmcap: [u8; 16],
     /// Preferred write granularity, 0-based blocks (valid with NSFEAT_OPTPERF).
@@ -355,6 +357,7 @@ const _: () = assert!(size_of::<IdentifyNamespace>() == IDENTIFY_LEN);
 const _: () = assert!(id_ns::FLBAS == 26);
 const _: () = assert!(id_ns::NMIC == 30);
 const _: () = assert!(id_ns::NAWUPF == 36);
+const _: () = assert!(id_ns::NOIOB == 46);
 const _: () = assert!(offset_of!(IdentifyNamespace, nvmcap) == 48);
 const _: () = assert!(id_ns::NPWG == 64);
 const _: () = assert!(id_ns::NOWS == 72);
@@ -435,6 +438,7 @@ pub mod id_ns {
     pub const NMIC: usize = offset_of!(IdentifyNamespace, nmic);
     pub const DLFEAT: usize = offset_of!(IdentifyNamespace, dlfeat);
     pub const NAWUPF: usize = offset_of!(IdentifyNamespace, nawupf);
+    pub const NOIOB: usize = offset_of!(IdentifyNamespace, noiob);
     pub const NPWG: usize = offset_of!(IdentifyNamespace, npwg);
     pub const NPWA: usize = offset_of!(IdentifyNamespace, npwa);
     pub const NPDG: usize = offset_of!(IdentifyNamespace, npdg);

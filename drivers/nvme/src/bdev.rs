@@ -45,8 +45,9 @@ impl NvmeBdev {
             queues: ctrlr.opts.queues,
             max_queue_depth: max_depth,
             max_transfer_blocks: max_blocks as u32,
-            // NOIOB is not read yet (Identify Namespace bytes 102-103 when NSFEAT bit 4).
-            boundary_blocks: 0,
+            // NOIOB: the block layer splits at it, as Linux (chunk_sectors) and SPDK
+            // (optimal_io_boundary) do.
+            boundary_blocks: ns.boundary_blocks,
         };
         NvmeBdev { info, ns, ctrlr }
     }

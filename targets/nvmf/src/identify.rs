@@ -270,6 +270,12 @@ pub fn identify_ns(ns: &Namespace, opts: &TransportOpts) -> Vec<u8> {
         .u8(id_ns::FLBAS, 0)
         .u8(id_ns::NMIC, IdentifyNamespace::NMIC_SHARED)
         .u16(id_ns::NOWS, nows)
+        // The bdev's boundary (an NVMe bdev's own NOIOB), when it fits: Linux's host splits
+        // at it (chunk_sectors), as pmio's block layer would anyway.
+        .u16(
+            id_ns::NOIOB,
+            u16::try_from(info.boundary_blocks).unwrap_or(0),
+        )
         .bytes(id_ns::NGUID, &ns.nguid)
         .u8(id_ns::LBAF0_LBADS, lbads);
     if let Some(eui64) = ns.eui64 {
@@ -458,7 +464,7 @@ pub(crate) mod testutil {
     use crate::subsystem::{ListenAddr, Subsystem, SubsystemParams};
 
     /// A bdev that only has facts: enough for Identify.
-    pub struct FactsOnly(BdevInfo);
+    pub struct FactsOnly(pub BdevInfo);
 
     impl BlockDevice for FactsOnly {
         fn info(&self) -> &BdevInfo {
@@ -518,9 +524,11 @@ pub(crate) mod testutil {
 
 #[cfg(test)]
 mod tests {
-    use pmio::OpSet;
+    use std::sync::Arc;
 
-    use super::testutil::{bdev, nvm_subsys};
+    use pmio::{BlockDevice, OpSet};
+
+    use super::testutil::{FactsOnly, bdev, nvm_subsys};
     use super::*;
     use crate::subsystem::ListenAddr;
 
@@ -670,6 +678,7 @@ mod tests {
         assert_eq!(d[30], 1, "NMIC shared");
         assert_eq!(d[33], 0, "DLFEAT: nothing claimed");
         assert_eq!(u16_at(&d, 72), 31, "NOWS: 128 KiB in 4 KiB blocks, 0-based");
+        assert_eq!(u16_at(&d, 46), 0, "NOIOB: the bdev has no boundary");
         assert_eq!(&d[104..120], &ns.nguid, "NGUID");
         assert_eq!(&d[120..128], &eui, "EUI64");
         assert_eq!(u32_at(&d, 128), 12 << 16, "LBAF0: LBADS 12, no metadata");
@@ -682,6 +691,27 @@ mod tests {
         let d = identify_ns(s512.namespace(1).unwrap(), &TransportOpts::default());
         assert_eq!(d[130], 9);
         assert_eq!(&d[120..128], &[0; 8], "no EUI-64 given");
+    }
+
+    #[test]
+    fn identify_namespace_reports_the_bdevs_boundary_as_noiob() {
+        let with_boundary = |blocks| {
+            let mut info = bdev("B", 512, 1 << 20, OpSet::ALL).info().clone();
+            info.boundary_blocks = blocks;
+            let dev: Arc<dyn BlockDevice> = Arc::new(FactsOnly(info));
+            let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
+            s.add_ns(dev, 0, None, None, None).unwrap();
+            u16_at(
+                &identify_ns(s.namespace(1).unwrap(), &TransportOpts::default()),
+                46,
+            )
+        };
+        assert_eq!(with_boundary(256), 256, "an NVMe bdev's NOIOB passed on");
+        assert_eq!(
+            with_boundary(1 << 16),
+            0,
+            "too large for the field: none reported"
+        );
     }
 
     #[test]

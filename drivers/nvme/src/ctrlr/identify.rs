@@ -18,6 +18,8 @@ pub struct Namespace {
     pub metadata: u16,
     /// NGUID (all zero when the controller reports none).
     pub nguid: [u8; 16],
+    /// NOIOB: I/O should not cross a multiple of this many blocks (0: no boundary).
+    pub boundary_blocks: u32,
 }
 
 impl Namespace {
@@ -109,6 +111,7 @@ impl Init {
                     block_shift: fmt.lbads(),
                     metadata: fmt.ms(),
                     nguid: ns.nguid,
+                    boundary_blocks: u32::from(ns.noiob),
                 });
             }
             self.ns_index += 1;

@@ -42,6 +42,7 @@ impl State {
                         let mut ns = IdentifyNamespace::zeroed();
                         ns.nsze = self.cfg.blocks;
                         ns.ncap = ns.nsze;
+                        ns.noiob = self.cfg.noiob;
                         ns.lbaf[0] = LbaFormat(u32::from(self.cfg.block_shift) << 16);
                         // SAFETY: plain 4096-byte integer structure.
                         page = unsafe { std::mem::transmute::<IdentifyNamespace, [u8; 4096]>(ns) };

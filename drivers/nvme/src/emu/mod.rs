@@ -83,6 +83,8 @@ pub struct EmuConfig {
     /// How long CSTS.RDY takes to follow a change of CC.EN (a real controller resets and
     /// initialises meanwhile). Default zero: at once. See also [`Emu::set_ready_delays`].
     pub ready_delay: Duration,
+    /// Namespace 1's NOIOB, blocks (0: no optimal I/O boundary).
+    pub noiob: u16,
     /// The VS register. Below 1.1 (`0x0001_0100`) the controller behaves as NVMe 1.0: it has no
     /// active namespace list (Identify CNS 02h is an invalid field).
     pub version: u32,
@@ -98,6 +100,7 @@ impl Default for EmuConfig {
             max_io_queues: 8,
             to: 1,
             ready_delay: Duration::ZERO,
+            noiob: 0,
             version: 0x0001_0400,
         }
     }

@@ -1546,3 +1546,65 @@ fn emu_blocking_reset_returns_when_done_and_io_goes_on() {
     let e = w.c.reset().unwrap_err();
     assert!(matches!(e, NvmeError::ControllerFatal { .. }), "{e}");
 }
+
+#[test]
+fn emu_noiob_is_the_bdevs_boundary_and_the_block_layer_splits_at_it() {
+    use pmio::bdev::{BdevQueue, BdevQueueOptions, BlockDevice};
+    use pmio::plug::Plug;
+
+    let emu = Emu::new(EmuConfig {
+        noiob: 8,
+        ..EmuConfig::default()
+    });
+    let c = attach(&emu, fast_opts());
+    let dev: Arc<dyn BlockDevice> = c.bdev(1).unwrap();
+    assert_eq!(dev.info().boundary_blocks, 8, "NOIOB");
+    let buf = Buf::new(&c, 16 << 10);
+    let pattern: Vec<u8> = (0..8 << 10).map(|i| (i * 11 + 1) as u8).collect();
+    buf.fill(0, &pattern);
+    let mut q = BdevQueue::open(
+        dev,
+        BdevQueueOptions {
+            depth: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut plug = Plug::default();
+    q.register_plug(&mut plug);
+    // 16 blocks at LBA 4 cross blocks 8 and 16: three commands of 4, 8 and 4 blocks, then
+    // the same read back in three.
+    for (op, off) in [(Op::Write, 0), (Op::Read, 8 << 10)] {
+        let io = Io {
+            op,
+            lba: 4,
+            nblocks: 16,
+            buf: buf.io(off, 8 << 10),
+            ..Io::default()
+        };
+        let before = emu.stats().io_commands;
+        plug.begin();
+        q.expect(&mut plug, &io);
+        q.submit(&mut plug, &io).unwrap();
+        plug.finish();
+        q.flush();
+        let mut done = Vec::new();
+        let t0 = Instant::now();
+        while q.outstanding() > 0 {
+            assert!(t0.elapsed() < Duration::from_secs(5), "hang");
+            q.poll(8, |rq| done.push((rq.lba, rq.nblocks, rq.status)));
+        }
+        assert_eq!(
+            done,
+            vec![(4, 16, IoStatus::Success)],
+            "{op:?}: one completion"
+        );
+        assert_eq!(
+            emu.stats().io_commands - before,
+            3,
+            "{op:?}: split at NOIOB"
+        );
+    }
+    assert_eq!(emu.disk(4 * 512, 8 << 10), pattern);
+    assert_eq!(buf.bytes(8 << 10, 8 << 10), &pattern[..]);
+}
