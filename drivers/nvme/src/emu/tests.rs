@@ -1476,6 +1476,54 @@ fn fault_reset_with_queue_pairs_on_two_threads() {
     }
 }
 
+/// Resets from another thread, one after another, while a queue pair on this one keeps I/O
+/// in flight (some of it held by the controller): each reset deletes the queue under the
+/// polling queue pair, whose poll may be reaping when the aborts land. Every I/O succeeds once,
+/// the data is each unit's last version, and no completion is an error or a duplicate.
+#[test]
+fn fault_resets_from_another_thread_under_io() {
+    let emu = Emu::new(EmuConfig::default());
+    let opts = NvmeOptions {
+        // A command may be caught by several resets in a row here; the budget is not what
+        // this test is about.
+        recovery_retries: u8::MAX,
+        ..fast_opts()
+    };
+    let c = attach(&emu, opts);
+    emu.inject(FaultRule::new(Fault::Delay(Duration::from_micros(300))).rate(0.1, None));
+    let stats = std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            let ctrlr = Controller {
+                inner: c.inner.clone(),
+            };
+            let mut w = Workload::on(&emu, ctrlr, 16);
+            w.threaded = true;
+            for round in 1..=20 {
+                let mut ios: Vec<_> = (0..128).map(|u| (Op::Write, u, round)).collect();
+                ios.extend((0..128).map(|u| (Op::Read, u, 0)));
+                let st = w.run(&ios);
+                assert!(st.iter().all(|s| s.is_success()), "round {round}: {st:?}");
+            }
+            w.verify_by_reading();
+            w.q.stats()
+        });
+        let mut resets = 0u64;
+        while !worker.is_finished() {
+            c.reset().unwrap();
+            resets += 1;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        let st = worker.join().unwrap();
+        assert!(resets >= 2, "{resets} resets");
+        st
+    });
+    let e = emu.stats();
+    assert!(stats.resets >= 1, "{stats:?}");
+    assert_eq!((stats.errors, stats.duplicates), (0, 0), "{stats:?}");
+    // A reset that found the queues not yet recreated after the one before deleted nothing.
+    assert!(e.sq_deletions >= 1, "{e:?}");
+}
+
 /// Closing a queue pair while it recreates its queues after a reset (its Create I/O CQ or SQ
 /// still pending) deletes what the controller has of them and leaks nothing: the controller
 /// is left without I/O queues, and the rings' DMA mapping goes with the queue pair (a leaked

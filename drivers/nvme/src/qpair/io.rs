@@ -115,9 +115,12 @@ impl NvmeQpair {
         let idx = usize::from(tag);
         if st.is_success() {
             rqs[idx].status = IoStatus::Success;
-        } else if st.is_sq_deletion_abort() && self.ctrlr.reset_in_progress() {
-            // The reset's own Delete I/O SQ, seen by a poll that began before the reset: the
-            // command stays outstanding and is resubmitted once the queues are back.
+        } else if st.is_sq_deletion_abort()
+            && self.ctrlr.reset_gen.load(Ordering::Acquire) != self.reset_gen
+        {
+            // A reset's own Delete I/O SQ, seen by a poll that began before the reset (which
+            // may even be over by now): the command stays outstanding and is resubmitted once
+            // this queue pair has recreated its queues.
             return false;
         } else if self.trk.slots[idx].aborted {
             // The completion of a command aborted after a timeout: resubmit within budget.
