@@ -81,9 +81,9 @@ impl<T> Completer<T> {
 /// the user's future twice (argument and awaited local) and adds a state of its own, so every
 /// poll touched one more cache line of a twice larger task.
 ///
-/// Aligned to a cache line (its place in the task is then too): a `Run` of n lines touches n,
-/// where a 16-byte aligned one straddles one more (the benchmark's ~110 bytes: 2 lines, not 3).
-#[repr(align(64))]
+/// The user's future first (`repr(C)`): it follows the task header's hot fields on their line
+/// (see `task::Header`), and the completer, touched once at the end, comes after it.
+#[repr(C)]
 pub(crate) struct Run<F: Future> {
     /// Pinned with the `Run` (structural pinning: see `poll`).
     future: F,

@@ -75,20 +75,26 @@ impl ExecId {
     }
 }
 
-/// What wakers of a task share: the start of the task's one allocation ([`TaskRef`]), which its
-/// future follows.
+/// What wakers of a task share, in the task's one allocation ([`TaskRef`]) just before its
+/// future.
 ///
-/// `repr(C)`, hot fields first: a local wake reads `owner` and writes `local`, a dispatch reads
-/// `local` and calls `poll` (the compiler's order put them 45 bytes apart). Aligned to a cache
-/// line: in the `Arc` the two counters take a line of their own (touched by waker clones and
-/// drops, never per wake), the whole header (56 bytes) is one line, and the future starts on the
-/// next.
-#[repr(C, align(64))]
+/// `repr(C)`, the fields every wake and dispatch touch last: a local wake reads `owner` and
+/// writes `local`, a dispatch reads `local` and calls `poll`. The cell places the header so that
+/// these hot fields start a cache line and the future follows them on it: a task whose future
+/// is up to 104 bytes touches two lines per wake and poll, not three (its own line for the
+/// header and the future's after it). The cold fields (remote wakes, abort, insert, finish)
+/// end the line before, beside nothing hot.
+#[repr(C)]
 pub(crate) struct Header {
-    owner: ExecId,
-    /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
-    /// (plain `mov`s), and not part of the cross-thread protocol (std atomics, also under loom).
-    local: AtomicU8,
+    shared: Arc<Shared>,
+    /// The rest of what depends on the future's type.
+    vtable: &'static Vtable,
+    /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
+    key: LocalU64,
+    /// The wake list's link ([`super::wakelist`]).
+    pub(super) next: AtomicPtr<Header>,
+    /// The owning reactor's index in `shared`.
+    index: u32,
     /// On the owner's inbox wake list; claimed by remote wakers, released by the owner.
     queued_remote: AtomicBool,
     /// [`crate::JoinHandle::abort`] was called.
@@ -96,24 +102,26 @@ pub(crate) struct Header {
     /// Whether the cell holds its future: from the insert until the task finishes. Owner
     /// thread only (as `local`).
     has_future: LocalBool,
-    /// The owning reactor's index in `shared`.
-    index: u32,
+    // The hot fields, from a line's start on (`Cell::pad`).
+    owner: ExecId,
     /// Polls the future behind this header (its type's [`Cell::poll`]): a dispatch loads no
     /// other pointer.
     poll: unsafe fn(*const Header, &mut Context<'_>) -> Poll<()>,
-    /// The rest of what depends on the future's type.
-    vtable: &'static Vtable,
-    /// The task's slab key ([`Key::NONE`] until inserted). Owner thread only.
-    key: LocalU64,
-    /// The wake list's link ([`super::wakelist`]).
-    pub(super) next: AtomicPtr<Header>,
-    shared: Arc<Shared>,
+    /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
+    /// (plain `mov`s), and not part of the cross-thread protocol (std atomics, also under loom).
+    local: AtomicU8,
 }
 
-// One line: a field added past it would put the header across two again. (Loom's atomics are
+/// Where the header's hot fields start in it.
+const HOT_AT: usize = std::mem::offset_of!(Header, owner);
+/// The padding before the header in a cell: puts the hot fields at a line's start.
+const PAD: usize = (64 - HOT_AT % 64) % 64;
+
+// The cold fields fill the line before the hot ones, which take 24 bytes of theirs (a field
+// added to the cold ones would push the header across a line's start). (Loom's atomics are
 // larger.)
 #[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<Header>() == 64);
+const _: () = assert!(HOT_AT == 40 && std::mem::size_of::<Header>() == 64);
 
 /// A task's operations that depend on its future's type (one per type, static).
 struct Vtable {
@@ -124,13 +132,29 @@ struct Vtable {
     strong_count: unsafe fn(*const Header) -> usize,
 }
 
-/// A task's one allocation (in an `Arc`): the header, then the future. The future is written on
-/// the owner's thread at insert (`spawn_on` allocates the cell on another), dropped in place
-/// there when the task finishes.
-#[repr(C)]
+/// A task's one allocation (in an `Arc`): padding, the header, then the future. Line-aligned,
+/// with the padding that puts the header's hot fields at the start of the line the future
+/// begins on (see [`Header`]). The future is written on the owner's thread at insert
+/// (`spawn_on` allocates the cell on another), dropped in place there when the task finishes.
+#[repr(C, align(64))]
 struct Cell<F> {
+    pad: [u8; PAD],
     header: Header,
     future: UnsafeCell<MaybeUninit<F>>,
+}
+
+/// Where the header is in a cell of any future type (the fields before it do not depend on
+/// it).
+const HEADER_AT: usize = std::mem::offset_of!(Cell<()>, header);
+
+impl<F> Cell<F> {
+    /// The cell of a [`TaskRef`]'s pointer (which points at its header, with the provenance of
+    /// the whole allocation).
+    #[inline]
+    fn of(header: *const Header) -> *const Cell<F> {
+        const { assert!(std::mem::offset_of!(Cell<F>, header) == HEADER_AT) };
+        header.wrapping_byte_sub(HEADER_AT).cast()
+    }
 }
 
 impl<F: Future<Output = ()>> Cell<F> {
@@ -144,11 +168,11 @@ impl<F: Future<Output = ()>> Cell<F> {
 
     /// # Safety (of each function below)
     ///
-    /// `header` is a [`TaskRef`]'s pointer (`Arc::into_raw` of an `Arc<Cell<F>>`, cast to its
-    /// first field), alive; the future functions are called on the owner's thread, as
+    /// `header` is a [`TaskRef`]'s pointer (`Arc::into_raw` of an `Arc<Cell<F>>`, moved to its
+    /// `header` field), alive; the future functions are called on the owner's thread, as
     /// [`TaskRef`]'s methods document.
     unsafe fn poll(header: *const Header, cx: &mut Context<'_>) -> Poll<()> {
-        let cell = header.cast::<Cell<F>>();
+        let cell = Self::of(header);
         // SAFETY: the caller (`TaskRef::poll`) is on the owner thread, not nested in a poll of
         // this task, and the future is there: this is the only reference to it until the poll
         // returns. It is never moved: written in place at insert, dropped in place.
@@ -159,26 +183,26 @@ impl<F: Future<Output = ()>> Cell<F> {
     }
 
     unsafe fn drop_future(header: *const Header) {
-        let cell = header.cast::<Cell<F>>();
+        let cell = Self::of(header);
         // SAFETY: `TaskRef::drop_future`: the owner thread, outside any poll of this task, the
         // future there, and marked gone before (a panicking destructor leaks, never drops twice).
         unsafe { (*(*cell).future.get()).assume_init_drop() }
     }
 
     unsafe fn clone_ref(header: *const Header) {
-        // SAFETY: `header` is `Arc::into_raw` of a live `Arc<Cell<F>>` (see above).
-        unsafe { Arc::increment_strong_count(header.cast::<Cell<F>>()) }
+        // SAFETY: the cell is `Arc::into_raw` of a live `Arc<Cell<F>>` (see above).
+        unsafe { Arc::increment_strong_count(Self::of(header)) }
     }
 
     unsafe fn drop_ref(header: *const Header) {
         // SAFETY: as in `clone_ref`; the caller gives up the reference it owned.
-        unsafe { Arc::decrement_strong_count(header.cast::<Cell<F>>()) }
+        unsafe { Arc::decrement_strong_count(Self::of(header)) }
     }
 
     #[cfg(all(test, loom))]
     unsafe fn strong_count(header: *const Header) -> usize {
         // SAFETY: as in `clone_ref`; the `ManuallyDrop` leaves the count alone.
-        let cell = ManuallyDrop::new(unsafe { Arc::from_raw(header.cast::<Cell<F>>()) });
+        let cell = ManuallyDrop::new(unsafe { Arc::from_raw(Self::of(header)) });
         Arc::strong_count(&cell)
     }
 }
@@ -236,11 +260,16 @@ impl<F: Future<Output = ()>> NewTask<F> {
             vtable: &Cell::<F>::VTABLE,
         };
         let cell = Arc::new(Cell {
+            pad: [0; PAD],
             header,
             future: UnsafeCell::new(MaybeUninit::<F>::uninit()),
         });
-        let ptr = Arc::into_raw(cell).cast::<Header>().cast_mut();
-        // SAFETY: `Arc::into_raw` is never null.
+        // The header's address, derived from the whole cell's pointer (its provenance).
+        let ptr = Arc::into_raw(cell)
+            .wrapping_byte_add(HEADER_AT)
+            .cast::<Header>()
+            .cast_mut();
+        // SAFETY: inside the `Arc`'s allocation, so never null.
         let ptr = unsafe { NonNull::new_unchecked(ptr) };
         NewTask {
             task: TaskRef { ptr },
@@ -259,7 +288,7 @@ impl<F: Future<Output = ()>> NewTask<F> {
     ///
     /// On the owner reactor's thread (the future is `!Send`).
     pub(crate) unsafe fn put_future(self, future: F) -> TaskRef {
-        let cell = self.task.as_ptr().cast::<Cell<F>>();
+        let cell = Cell::<F>::of(self.task.as_ptr());
         // SAFETY: the cell was made for an `F` (`new`), and nothing else touches its future
         // yet: no poll or drop of a future that is not there (`has_future` is false); the
         // caller is on the thread that may own it.
