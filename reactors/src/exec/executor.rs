@@ -8,6 +8,9 @@
 //! reactor fires the due timers, moves the tasks woken from other threads onto the run queue, and
 //! polls at most `task_budget` queued tasks, each at most once: a task woken during the turn
 //! (`yield_now`, an I/O completion reaped by a poller) runs on the next turn, after the pollers.
+//! Queued tasks of one future type in a row are polled by one call of that type's task step
+//! ([`Executor::run_same`] in it, their poll inlined in its loop): no indirect call, stack frame
+//! and register saves per task.
 //!
 //! The executor is installed in a thread-local for the reactor thread's lifetime; that is how
 //! wakers, [`crate::spawn_local`] and [`crate::sleep`] find it from inside a task.
@@ -22,7 +25,7 @@ use std::task::Waker;
 use super::join::{self, JoinHandle};
 use super::runqueue::RunQueue;
 use super::slab::{Key, Slab};
-use super::task::{ExecId, Header, NewTask, TaskRef};
+use super::task::{ExecId, Header, NewTask, RunFn, TaskRef};
 use super::timer::Timers;
 use crate::group::Shared;
 use crate::inbox::Inbox;
@@ -224,16 +227,55 @@ impl Executor {
         let queued = self.run_queue.len().min(budget);
         // Counted the rare way: tasks handed out but not polled.
         let mut dropped = 0;
-        let handed = self.run_queue.pop_each(queued, |task| {
-            // SAFETY: a header on the run queue is the pointer of a `TaskRef` in `tasks`,
-            // which holds that reference until the queue hands it out (see `finish`), so it
-            // is alive; the `ManuallyDrop` leaves its count alone.
-            let task = ManuallyDrop::new(unsafe { TaskRef::from_raw(task) });
-            if !self.poll(&task) {
-                dropped += 1;
-            }
+        let handed = self.run_queue.pop_each(queued, |tasks| {
+            // SAFETY: a header on the run queue is alive (see `run_same`), and its run function
+            // is its own future type's; this is the executor that owns the queued tasks.
+            unsafe { ((*tasks[0]).run_fn())(self, tasks, &mut dropped) }
         });
         (handed - dropped) as u64
+    }
+
+    /// A future type's task step ([`RunFn`], the body of each type's): takes the tasks at the
+    /// front of `batch` whose run function is `run` (at least the first), polls each that is
+    /// to be polled with `poll`, inlined here, and finishes those that are done; counts in
+    /// `dropped` those handed out unpolled. Returns how many it took.
+    ///
+    /// # Safety
+    ///
+    /// `batch` is a run of this executor's run queue (headers of its tasks, alive: each is
+    /// the pointer of a `TaskRef` in `tasks`, which holds that reference until the queue hands
+    /// it out, see `finish`), on its thread; its first task's run function is `run`, and `poll`
+    /// polls the cells of `run`'s future type.
+    #[inline(always)]
+    pub(crate) unsafe fn run_same(
+        &self,
+        batch: &[*const Header],
+        run: RunFn,
+        dropped: &mut usize,
+        poll: impl Fn(*const Header, &mut std::task::Context<'_>) -> std::task::Poll<()>,
+    ) -> usize {
+        let mut taken = 0;
+        for &ptr in batch {
+            // SAFETY: alive (the caller's); the `ManuallyDrop` leaves its count alone.
+            let task = ManuallyDrop::new(unsafe { TaskRef::from_raw(ptr) });
+            if taken > 0 && !std::ptr::fn_addr_eq(task.run_fn(), run) {
+                break;
+            }
+            taken += 1;
+            if !task.release_local() {
+                self.drop_dequeued(&task);
+                *dropped += 1;
+                continue;
+            }
+            // SAFETY: this is the task's owner thread (only this executor's tasks are queued
+            // here), and no poll of the task is running: polls happen only in `run`, which no
+            // poll can reach (it is the reactor's, not a task's); `release_local` returned
+            // true; `poll` is its type's (the run function is).
+            if unsafe { task.poll_with(&poll) }.is_ready() {
+                self.finish(&task);
+            }
+        }
+        taken
     }
 
     /// Queues the tasks woken from other threads (an abort among them is seen here).
@@ -247,22 +289,6 @@ impl Executor {
                 self.schedule(&task);
             }
         }
-    }
-
-    /// Polls `task`, just taken off the run queue; returns whether it was polled.
-    #[inline]
-    fn poll(&self, task: &TaskRef) -> bool {
-        if !task.release_local() {
-            self.drop_dequeued(task);
-            return false;
-        }
-        // SAFETY: this is the task's owner thread (only this executor's tasks are queued here),
-        // and no poll of the task is running: polls happen only in `run`, which no poll can
-        // reach (it is the reactor's, not a task's); `release_local` returned true.
-        if unsafe { task.poll() }.is_ready() {
-            self.finish(task);
-        }
-        true
     }
 
     /// A task the run queue handed out that is not to be polled: aborted (its future is

@@ -49,11 +49,16 @@ impl RunQueue {
         self.len() == 0
     }
 
-    /// Hands the first `n` (at most) queued tasks to `run`, oldest first; `run` may push.
-    /// Returns how many were handed out. While `run` is called, the rest of its batch is not
-    /// counted by [`RunQueue::len`].
+    /// Hands the first `n` (at most) queued tasks to `run`, oldest first, as slices of what is
+    /// left of them: `run` takes some from the front (at least one) and returns how many; it
+    /// may push. Returns how many were handed out. While `run` is called, the rest of its batch
+    /// is not counted by [`RunQueue::len`].
     #[inline]
-    pub(crate) fn pop_each(&self, n: usize, mut run: impl FnMut(*const Header)) -> usize {
+    pub(crate) fn pop_each(
+        &self,
+        n: usize,
+        mut run: impl FnMut(&[*const Header]) -> usize,
+    ) -> usize {
         let mut left = n;
         while left > 0 {
             // The batch moves out while `run` is called, so no reference into a cell is held.
@@ -67,8 +72,11 @@ impl RunQueue {
                 pos = 0;
             }
             let end = batch.len().min(pos + left);
-            for &task in &batch[pos..end] {
-                run(task);
+            let mut next = pos;
+            while next < end {
+                let took = run(&batch[next..end]);
+                debug_assert!((1..=end - next).contains(&took), "took {took} tasks");
+                next += took;
             }
             left -= end - pos;
             // SAFETY: as above; `run` is done and nothing else refers to `batch`.
@@ -111,14 +119,15 @@ mod tests {
 
     fn pop(q: &RunQueue, n: usize, push_on: Option<(usize, usize)>) -> Vec<usize> {
         let mut out = Vec::new();
-        q.pop_each(n, |t| {
-            let t = t.addr() / 64;
+        q.pop_each(n, |tasks| {
+            let t = tasks[0].addr() / 64;
             if let Some((seen, pushed)) = push_on
                 && seen == t
             {
                 q.push(task(pushed));
             }
             out.push(t);
+            1
         });
         out
     }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool as LocalBool, AtomicU8, AtomicU64 as LocalU64};
 use std::task::{Context, Poll};
 
-use super::executor;
+use super::executor::{self, Executor};
 use super::slab::Key;
 use crate::error::ReactorError;
 use crate::group::Shared;
@@ -104,13 +104,19 @@ pub(crate) struct Header {
     has_future: LocalBool,
     // The hot fields, from a line's start on (`Cell::pad`).
     owner: ExecId,
-    /// Polls the future behind this header (its type's [`Cell::poll`]): a dispatch loads no
-    /// other pointer.
-    poll: unsafe fn(*const Header, &mut Context<'_>) -> Poll<()>,
+    /// Runs this task and those behind it on the run queue of its future type (its type's
+    /// [`Cell::run`]): a dispatch loads no other pointer.
+    run: RunFn,
     /// A `local::*` state. Owner thread only: relaxed loads and stores, no read-modify-write
     /// (plain `mov`s), and not part of the cross-thread protocol (std atomics, also under loom).
     local: AtomicU8,
 }
+
+/// A future type's task step: runs the tasks at the front of a run queue's batch whose run
+/// function this is (the first one's), polling each in its turn with their future's poll
+/// inlined (one call, not one per task); returns how many it took, and counts those it
+/// dropped unpolled (see [`super::executor::Executor::run_same`]).
+pub(crate) type RunFn = unsafe fn(&Executor, &[*const Header], &mut usize) -> usize;
 
 /// Where the header's hot fields start in it.
 const HOT_AT: usize = std::mem::offset_of!(Header, owner);
@@ -171,15 +177,23 @@ impl<F: Future<Output = ()>> Cell<F> {
     /// `header` is a [`TaskRef`]'s pointer (`Arc::into_raw` of an `Arc<Cell<F>>`, moved to its
     /// `header` field), alive; the future functions are called on the owner's thread, as
     /// [`TaskRef`]'s methods document.
+    #[inline(always)]
     unsafe fn poll(header: *const Header, cx: &mut Context<'_>) -> Poll<()> {
         let cell = Self::of(header);
-        // SAFETY: the caller (`TaskRef::poll`) is on the owner thread, not nested in a poll of
+        // SAFETY: the caller (`TaskRef::poll_with`) is on the owner thread, not nested in a poll of
         // this task, and the future is there: this is the only reference to it until the poll
         // returns. It is never moved: written in place at insert, dropped in place.
         unsafe {
             let future = (*(*cell).future.get()).assume_init_mut();
             Pin::new_unchecked(future).poll(cx)
         }
+    }
+
+    /// `RunFn`: see there; the caller's as `Executor::run_same`'s.
+    unsafe fn run(exec: &Executor, batch: &[*const Header], dropped: &mut usize) -> usize {
+        // SAFETY: the caller's; `poll` is given headers of this run function, so of cells of
+        // this future type.
+        unsafe { exec.run_same(batch, Self::run, dropped, |h, cx| Self::poll(h, cx)) }
     }
 
     unsafe fn drop_future(header: *const Header) {
@@ -256,7 +270,7 @@ impl<F: Future<Output = ()>> NewTask<F> {
             aborted: AtomicBool::new(false),
             has_future: LocalBool::new(false),
             next: AtomicPtr::new(std::ptr::null_mut()),
-            poll: Cell::<F>::poll,
+            run: Cell::<F>::run,
             vtable: &Cell::<F>::VTABLE,
         };
         let cell = Arc::new(Cell {
@@ -330,19 +344,22 @@ impl TaskRef {
         unsafe { (self.vtable.strong_count)(self.as_ptr()) }
     }
 
-    /// Polls the task's future with a waker lent from this reference (built in place: no
-    /// reference count traffic unless the future clones it).
+    /// Polls the task's future with `poll` (its type's), with a waker lent from this reference
+    /// (built in place: no reference count traffic unless the future clones it).
     ///
     /// # Safety
     ///
     /// On the owner reactor's thread, not from inside a poll of this task, and after
     /// [`Header::release_local`] returned true: the task is inserted and not finished, so it has
-    /// its future (written before the task leaves `NEW`, dropped just before it becomes `DONE`).
-    #[inline]
-    pub(crate) unsafe fn poll(&self) -> Poll<()> {
+    /// its future (written before the task leaves `NEW`, dropped just before it becomes `DONE`);
+    /// `poll` is the poll function of its cell's future type.
+    #[inline(always)]
+    pub(crate) unsafe fn poll_with(
+        &self,
+        poll: impl Fn(*const Header, &mut Context<'_>) -> Poll<()>,
+    ) -> Poll<()> {
         let waker = waker::borrowed(self);
-        // SAFETY: the caller's; `poll` is the function of this cell's future type.
-        unsafe { (self.poll)(self.as_ptr(), &mut Context::from_waker(&waker)) }
+        poll(self.as_ptr(), &mut Context::from_waker(&waker))
     }
 
     /// Drops the task's future in place, if it has one; returns whether it had. Its destructors
@@ -427,6 +444,12 @@ unsafe impl Sync for Header {}
 impl Header {
     pub(crate) fn owner(&self) -> ExecId {
         self.owner
+    }
+
+    /// The task step of the task's future type.
+    #[inline]
+    pub(crate) fn run_fn(&self) -> RunFn {
+        self.run
     }
 
     /// The owning reactor's inbox.
