@@ -33,10 +33,6 @@ use crate::dma::DmaRegion;
 ///
 /// For devices that DMA (VFIO), the memory must also be DMA-able: use [`DmaRegion`] or a
 /// [`super::BufPool`] buffer.
-///
-/// A future's first poll calls `stable_mut_ptr` and `bytes_total` while it holds its handle's
-/// state (the I/O is staged in the same step): they must not use an [`super::AioBdev`]
-/// (doing so panics).
 pub unsafe trait IoBufMut: Unpin + 'static {
     /// The first byte. Stable for the value's life (see the trait's safety contract).
     fn stable_mut_ptr(&mut self) -> *mut u8;

@@ -66,6 +66,10 @@ impl<'a> InFlight<'a> {
             slot => {
                 let out = match self.bdev.poll_slot(slot, cx.waker()) {
                     Outcome::Pending => return Poll::Pending,
+                    Outcome::PendingOtherWaker => {
+                        self.bdev.new_waker(slot, cx.waker());
+                        return Poll::Pending;
+                    }
                     Outcome::Succeeded => Ok(()),
                     Outcome::Failed(status) => Err(self.failure(status)),
                     Outcome::Rejected(refused) => Err(refused),

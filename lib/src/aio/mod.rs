@@ -5,6 +5,7 @@
 //! | `mod.rs` | [`AioBdev`]: open, staging a future's I/O, [`AioBdev::progress`], close |
 //! | `future.rs` | the I/O futures ([`DataIo`], [`Cmd`]) and what dropping one in flight does |
 //! | `slots.rs` | the in-flight table: a slot per I/O, its waker, status or orphaned buffer |
+//! | `cell.rs` | the state's cell: the futures' quick steps, which store no borrow flag |
 //! | `staged.rs` | the I/Os submitted since the last progress, handed to the queue in runs |
 //! | `buf.rs` | [`IoBufMut`], the owned-buffer contract, and [`Slice`] |
 //! | `pool.rs` | [`BufPool`] and its [`PoolBuf`]s, owned DMA buffers from a pool |
@@ -37,7 +38,8 @@
 //!   keeps the waker of the task that used it last, and the task that frees a slot usually
 //!   takes it again: an I/O clones no waker in the steady state.
 //! - **Wakes from inside `progress`.** A completed future's waker is called while the handle
-//!   is borrowed: it must only schedule the task (every executor's waker does), not poll it.
+//!   is held: it must only schedule the task (every executor's waker does), not poll it (a
+//!   waker that uses the handle panics).
 //! - **One thread.** The handle is neither `Send` nor `Sync`: its queue belongs to the thread
 //!   (reactor) that opened it, and so do its futures.
 //!
@@ -63,6 +65,7 @@
 //! ```
 
 mod buf;
+mod cell;
 mod error;
 mod future;
 mod pool;
@@ -73,7 +76,6 @@ mod staged;
 mod tests;
 
 use std::any::Any;
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -87,6 +89,7 @@ use crate::bdev::{BdevError, BdevQueue, BdevQueueOptions, BlockDevice, Registry}
 use crate::hctx::HctxType;
 use crate::plug::{Plug, PlugOptions};
 use crate::request::{IoBuf, Op};
+use cell::StateCell;
 use slots::{Orphan, Outcome, Slots};
 use staged::Staged;
 
@@ -132,10 +135,10 @@ pub struct AioBdev {
     /// division (which cost 3 ns an I/O).
     block_shift: u32,
     num_blocks: u64,
-    state: RefCell<State>,
+    state: StateCell<State>,
 }
 
-/// What the futures and `progress` share (borrowed briefly, never across a future's poll).
+/// What the futures and `progress` share (held briefly, never across a future's poll).
 struct State {
     q: BdevQueue,
     plug: Plug,
@@ -189,7 +192,7 @@ impl AioBdev {
             block_size: q.block_size(),
             block_shift: q.block_size().trailing_zeros(),
             num_blocks: q.num_blocks(),
-            state: RefCell::new(State {
+            state: StateCell::new(State {
                 q,
                 plug,
                 slots: Slots::new(inflight),
@@ -217,13 +220,13 @@ impl AioBdev {
     /// I/Os of futures not yet completed: staged ones and those in the queue (those of
     /// dropped futures included).
     pub fn outstanding(&self) -> u32 {
-        let st = self.state.borrow();
+        let st = self.state.lock();
         st.q.outstanding() + st.staged.len() as u32
     }
 
     /// The queue's statistics so far (see [`BdevQueue::stats`]).
     pub fn stats(&self) -> crate::bdev::QueueStats {
-        *self.state.borrow().q.stats()
+        *self.state.lock().q.stats()
     }
 
     /// Reads `buf.bytes_total()` bytes (whole blocks) from block `lba` into `buf`; the future
@@ -259,7 +262,7 @@ impl AioBdev {
     /// futures (and those of refused I/O).
     #[inline]
     pub fn progress(&self) -> Progress {
-        let mut guard = self.state.borrow_mut();
+        let mut guard = self.state.lock();
         let State {
             q,
             plug,
@@ -295,9 +298,9 @@ impl AioBdev {
 
     /// A future's first poll: stages its I/O (token: a fresh slot, woken by `waker`) for the
     /// next `progress`, `buf` giving its buffer and block count. Returns the slot and the
-    /// block count. `buf` runs with the state borrowed, after the slot is taken: the values
-    /// it gives go straight into the staged entry instead of waiting in stack spills across
-    /// the slot's allocation (7 instructions an I/O).
+    /// block count. `buf` (the buffer's methods: calls out) runs between taking the slot and
+    /// pushing the entry, with the state let go: the values it gives go straight into the
+    /// entry instead of waiting in stack spills across the slot's allocation.
     #[inline]
     pub(crate) fn stage(
         &self,
@@ -306,23 +309,76 @@ impl AioBdev {
         buf: impl FnOnce() -> (IoBuf, u32),
         waker: &Waker,
     ) -> (u32, u32) {
-        let mut st = self.state.borrow_mut();
-        let slot = st.slots.alloc(waker);
+        // SAFETY: taking a slot calls nothing outside the module (its waker is compared with
+        // `waker`, not cloned).
+        let (slot, same_waker) = unsafe { self.state.quick(|st| st.slots.alloc(waker)) };
         let (buf, nblocks) = buf();
-        st.staged.push(op, lba, nblocks, buf, slot);
+        if same_waker {
+            // SAFETY: pushing the entry calls nothing outside the module (the list has room for
+            // every slot, and grows, rarely, through the global allocator only).
+            unsafe {
+                self.state
+                    .quick(|st| st.staged.push(op, lba, nblocks, buf, slot))
+            };
+        } else {
+            self.stage_new_waker(slot, op, lba, buf, nblocks, waker);
+        }
         (slot, nblocks)
     }
 
-    /// A later poll of the future in `slot`: its outcome once done or refused.
+    /// `stage` for a slot that keeps another task's waker: stores a clone of `waker` first
+    /// (the clone and the old one's drop are calls out, made with the state let go), then
+    /// stages the I/O (which cannot complete before).
+    #[cold]
+    #[inline(never)]
+    fn stage_new_waker(
+        &self,
+        slot: u32,
+        op: Op,
+        lba: u64,
+        buf: IoBuf,
+        nblocks: u32,
+        waker: &Waker,
+    ) {
+        let new = waker.clone();
+        let mut st = self.state.lock();
+        let old = st.slots.replace_waker(slot, new);
+        st.staged.push(op, lba, nblocks, buf, slot);
+        drop(st);
+        drop(old);
+    }
+
+    /// A later poll of the future in `slot`: its outcome once done or refused (on
+    /// [`Outcome::PendingOtherWaker`] the caller stores its waker with
+    /// [`AioBdev::new_waker`]).
     #[inline]
     fn poll_slot(&self, slot: u32, waker: &Waker) -> Outcome {
-        self.state.borrow_mut().slots.poll(slot, waker)
+        // SAFETY: looking at and freeing a slot call nothing outside the module (the waker is
+        // compared, not cloned).
+        unsafe { self.state.quick(|st| st.slots.poll(slot, waker)) }
+    }
+
+    /// A pending future polled by another task than the slot's waker wakes: stores a clone of
+    /// `waker` (calls out, with the state let go), and wakes it at once if the I/O completed
+    /// meanwhile (the old waker had the wake).
+    #[cold]
+    #[inline(never)]
+    fn new_waker(&self, slot: u32, waker: &Waker) {
+        let new = waker.clone();
+        let mut st = self.state.lock();
+        let old = st.slots.replace_waker(slot, new);
+        let waiting = st.slots.is_waiting(slot);
+        drop(st);
+        drop(old);
+        if !waiting {
+            waker.wake_by_ref();
+        }
     }
 
     /// The future in `slot` is dropped: an I/O still staged is withdrawn (its buffer goes at
     /// once), a submitted one keeps its buffer in the slot until it completes.
     pub(crate) fn abandon(&self, slot: u32, buf: Orphan) {
-        let mut st = self.state.borrow_mut();
+        let mut st = self.state.lock();
         let now = if st.staged.cancel(slot) {
             st.slots.withdraw(slot);
             Some(buf)

@@ -64,8 +64,11 @@ enum Aside {
 
 /// What a later poll of a future finds in its slot.
 pub(super) enum Outcome {
-    /// Still in flight (the poll's waker is stored).
+    /// Still in flight, and the slot's waker wakes the poll's task.
     Pending,
+    /// Still in flight, and the slot's waker wakes another task: the caller stores the poll's
+    /// ([`Slots::replace_waker`]; no clone here: that is a call out).
+    PendingOtherWaker,
     /// Done; the slot is freed.
     Succeeded,
     /// The device failed the I/O with this status; the slot is freed.
@@ -100,9 +103,11 @@ impl Slots {
         slots
     }
 
-    /// Takes a free slot and marks it in flight, woken through `waker`.
+    /// Takes a free slot and marks it in flight; true if the waker it keeps wakes the same task
+    /// as `waker`, else the caller stores a clone of `waker` ([`Slots::replace_waker`]) before
+    /// the I/O can complete (no clone here: that is a call out).
     #[inline]
-    pub(super) fn alloc(&mut self, waker: &Waker) -> u32 {
+    pub(super) fn alloc(&mut self, waker: &Waker) -> (u32, bool) {
         if self.free == NONE {
             self.grow();
         }
@@ -115,8 +120,20 @@ impl Slots {
         );
         self.free = slot.next;
         slot.state = State::InFlight;
-        set_waker(&mut slot.waker, waker);
-        i
+        (i, slot.waker.will_wake(waker))
+    }
+
+    /// Stores `waker` in slot `i`, returning the one it replaces (for the caller to drop once it
+    /// let go of the table: a destructor is a call out).
+    #[cold]
+    pub(super) fn replace_waker(&mut self, i: u32, waker: Waker) -> Waker {
+        std::mem::replace(&mut self.slots[i as usize].waker, waker)
+    }
+
+    /// Whether slot `i` still waits for its I/O (its waker not called yet).
+    #[cold]
+    pub(super) fn is_waiting(&self, i: u32) -> bool {
+        self.slots[i as usize].state == State::InFlight
     }
 
     /// Frees slot `i` (a result taken, or an abandoned slot done); its waker stays.
@@ -189,8 +206,7 @@ impl Slots {
     }
 
     /// The future of slot `i` is polled again: its outcome once done or refused (the slot is
-    /// freed), else `Pending` with `waker` stored (unless it wakes the same task as the one
-    /// stored).
+    /// freed), else whether the slot's waker is the poll's `waker`.
     #[inline]
     pub(super) fn poll(&mut self, i: u32, waker: &Waker) -> Outcome {
         let slot = held(&mut self.slots, i);
@@ -202,8 +218,11 @@ impl Slots {
         if slot.state != State::InFlight {
             return self.take_outcome(i);
         }
-        set_waker(&mut slot.waker, waker);
-        Outcome::Pending
+        if slot.waker.will_wake(waker) {
+            Outcome::Pending
+        } else {
+            Outcome::PendingOtherWaker
+        }
     }
 
     /// Frees failed or rejected slot `i`, returning what it kept aside.
@@ -286,28 +305,44 @@ fn held(slots: &mut [Slot], i: u32) -> &mut Slot {
     unsafe { slots.get_unchecked_mut(i as usize) }
 }
 
-/// Stores `waker` in `slot` unless the one there wakes the same task.
-#[inline]
-fn set_waker(slot: &mut Waker, waker: &Waker) {
-    if !slot.will_wake(waker) {
-        *slot = waker.clone();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task's waker (not a no-op one, which `will_wake` may not recognise).
+    struct Task;
+
+    impl std::task::Wake for Task {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
 
     #[test]
     fn slots_cycle_through_every_state_and_reuse_the_last_freed() {
         let mut s = Slots::new(2);
         let w = Waker::noop();
-        let (a, b) = (s.alloc(w), s.alloc(w));
+        let (a, b) = (s.alloc(w).0, s.alloc(w).0);
         assert_ne!(a, b);
-        assert!(matches!(s.poll(a, w), Outcome::Pending), "in flight");
+        // A slot keeps the waker stored in it, and says when a poll's wakes another task.
+        let task = Waker::from(std::sync::Arc::new(Task));
+        drop(s.replace_waker(a, task.clone()));
+        // What `will_wake` says of a clone (Miri may give a vtable two addresses).
+        let same = task.clone().will_wake(&task);
+        let pending = s.poll(a, &task);
+        assert!(
+            matches!(pending, Outcome::Pending) && same
+                || matches!(pending, Outcome::PendingOtherWaker) && !same,
+            "in flight"
+        );
+        assert!(matches!(s.poll(a, w), Outcome::PendingOtherWaker));
+        assert!(s.is_waiting(a));
         assert!(s.complete(a, IoStatus::Success).is_none());
+        assert!(!s.is_waiting(a));
         assert!(matches!(s.poll(a, w), Outcome::Succeeded));
-        assert_eq!(s.alloc(w), a, "the slot freed last is reused first");
+        assert_eq!(
+            s.alloc(&task),
+            (a, same),
+            "the slot freed last is reused first, with its waker"
+        );
         // An abandoned in-flight slot keeps the buffer until its completion hands it back.
         assert!(s.abandon(b, Some(Box::new(7u32))).is_none());
         let buf = s.complete(b, IoStatus::Errno(5));
@@ -317,21 +352,21 @@ mod tests {
             "the orphan's buffer is handed back at completion"
         );
         // A third I/O while two are in flight grows the table.
-        let c = s.alloc(w);
-        let d = s.alloc(w);
+        let c = s.alloc(w).0;
+        let d = s.alloc(w).0;
         assert_eq!(s.capacity(), 3);
         s.complete(c, IoStatus::Success);
         assert!(s.abandon(c, None).is_some(), "a done slot is freed at once");
         assert!(s.abandon(d, Some(Box::new(1u8))).is_none());
         assert_eq!(s.take_orphans().len(), 1);
         // A refusal is handed to the future once, and frees the slot.
-        let e = s.alloc(w);
+        let e = s.alloc(w).0;
         s.reject(e, SubmitError::Busy);
         assert!(matches!(s.poll(e, w), Outcome::Rejected(err) if err == SubmitError::Busy.into()));
-        assert_eq!(s.alloc(w), e);
+        assert_eq!(s.alloc(w).0, e);
         // A failure's status is handed to the future once, and frees the slot.
         s.complete(e, IoStatus::Errno(5));
         assert!(matches!(s.poll(e, w), Outcome::Failed(IoStatus::Errno(5))));
-        assert_eq!(s.alloc(w), e);
+        assert_eq!(s.alloc(w).0, e);
     }
 }

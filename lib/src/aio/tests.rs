@@ -291,6 +291,29 @@ fn ios_started_in_one_turn_share_one_doorbell_and_each_waker_is_woken() {
 }
 
 #[test]
+fn a_future_polled_by_another_task_is_woken_through_that_tasks_waker() {
+    let (bdev, _ctl) = open(8);
+    let drops = Rc::new(Cell::new(0));
+    let (first, second) = (
+        Arc::new(CountWake::default()),
+        Arc::new(CountWake::default()),
+    );
+    let mut io = bdev.read(TrackBuf::new(BS, 0, &drops), 0);
+    assert!(poll_once(&mut io, &Waker::from(Arc::clone(&first))).is_pending());
+    assert!(poll_once(&mut io, &Waker::from(Arc::clone(&second))).is_pending());
+    assert_eq!(bdev.progress().completed, 1);
+    assert_eq!(
+        (first.count(), second.count()),
+        (0, 1),
+        "the last poll's waker is woken"
+    );
+    let Poll::Ready((res, _buf)) = poll_once(&mut io, Waker::noop()) else {
+        panic!("woken future not ready");
+    };
+    res.unwrap();
+}
+
+#[test]
 fn dropping_futures_in_flight_frees_their_buffers_only_after_completion() {
     let (bdev, ctl) = open(8);
     ctl.lock().data.fill(0x5a);
