@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use pmio::bdev::{BdevQueue, BdevQueueOptions, SchedMode};
 use pmio::plug::Plug;
-use pmio::sched::{DeadlineOptions, SharedDeadline};
+use pmio::sched::SharedDeadline;
 use pmio::{BlockDevice, DmaRegion, Io, IoBuf, Op};
 use pmio_nvme::emu::{Emu, EmuConfig};
 use pmio_nvme::{Controller, NvmeOptions};
@@ -66,7 +66,7 @@ fn run(sched: bool, depth: u32, ops: u32, seed: u64) {
     let dev = c.bdev(1).expect("namespace 1");
     assert_eq!(dev.info().max_transfer_blocks, 128, "64 KiB MDTS");
     let mode = if sched {
-        let opts = DeadlineOptions::for_queues(depth, 1, dev.info().max_transfer_blocks, BS as u32);
+        let opts = dev.info().deadline_options(depth, 1);
         SchedMode::MqDeadline {
             dd: Arc::new(SharedDeadline::new(opts).unwrap()),
             owner: 0,

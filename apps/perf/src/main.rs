@@ -27,7 +27,7 @@ use anyhow::{Context, anyhow};
 use clap::Parser;
 use pmio::BlockDevice;
 use pmio::bdev::{Registry, SchedMode};
-use pmio::sched::{DeadlineOptions, SchedKind, SharedDeadline};
+use pmio::sched::{SchedKind, SharedDeadline};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, now_ns};
 use pmio_runtime::job::{
     Counts, JobSpec, Phase, Timing, Worker, WorkerOptions, WorkerReport, pattern,
@@ -210,16 +210,7 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
         }
         let i = dev.dev.info();
         let owners = pairs.iter().filter(|p| p.1 == d).count() as u16;
-        let dopts = DeadlineOptions {
-            // Merges stay within the device's boundary, as its I/O was split at it.
-            boundary_blocks: i.boundary_blocks,
-            ..DeadlineOptions::for_queues(
-                opts.hw_depth(),
-                owners,
-                i.max_transfer_blocks,
-                i.block_size,
-            )
-        };
+        let dopts = i.deadline_options(opts.hw_depth(), owners);
         let dd = SharedDeadline::new(dopts)
             .map_err(|e| Usage(format!("--sched mq-deadline on {}: {e}", i.name)))?;
         for (name, v) in opts.sched_opts() {

@@ -20,7 +20,7 @@
 //! "merged", "dispatched", "completed", "queued"}}}` (O(1) counters owned by the scheduler).
 
 use pmio::sched::deadline::MAX_NR_REQUESTS;
-use pmio::sched::{DeadlineOptions, SchedKind, Scheduler, SharedDeadline, TUNABLES};
+use pmio::sched::{SchedKind, Scheduler, SharedDeadline, TUNABLES};
 use pmio::{BdevInfo, PrioClass};
 use serde_json::{Map, Value, json};
 
@@ -88,12 +88,7 @@ fn new_deadline(
     per_owner: Option<u32>,
     params: &[(&str, u64)],
 ) -> Result<Scheduler, RpcError> {
-    let mut opts = DeadlineOptions::for_queues(
-        info.max_queue_depth,
-        owners,
-        info.max_transfer_blocks,
-        info.block_size,
-    );
+    let mut opts = info.deadline_options(info.max_queue_depth, owners);
     if let Some(nr) = per_owner {
         opts.nr_requests = nr
             .checked_mul(u32::from(owners))

@@ -9,6 +9,7 @@ use std::fmt;
 
 use crate::hctx::{HctxQueues, HctxType};
 use crate::request::{OpSet, Request};
+use crate::sched::DeadlineOptions;
 
 pub mod queue;
 pub mod registry;
@@ -104,6 +105,22 @@ pub struct BdevInfo {
 impl BdevInfo {
     pub fn size_bytes(&self) -> u64 {
         self.num_blocks * u64::from(self.block_size)
+    }
+
+    /// mq-deadline's defaults for this device opened by `owners` queues of `queue_depth`
+    /// ([`DeadlineOptions::for_queues`]) within its limits: its transfer limit, its block size
+    /// and its boundary (merges must not cross what the split respected), which opening a
+    /// queue under the scheduler checks.
+    pub fn deadline_options(&self, queue_depth: u32, owners: u16) -> DeadlineOptions {
+        DeadlineOptions {
+            boundary_blocks: self.boundary_blocks,
+            ..DeadlineOptions::for_queues(
+                queue_depth,
+                owners,
+                self.max_transfer_blocks,
+                self.block_size,
+            )
+        }
     }
 
     /// Checks the geometry and queue facts every driver must get right: a power-of-two block

@@ -257,6 +257,20 @@ fn merged_writes_case(max_depth: u32) {
     dd.teardown_check().unwrap();
 }
 
+/// A device with a boundary (an NVMe namespace's NOIOB) takes mq-deadline with the options its
+/// info gives; options that ignore the boundary are refused with an error that says why.
+#[test]
+fn deadline_options_from_the_device_info_keep_its_boundary() {
+    let (dev, _) = ram_limits(1024, 256, 16, 8);
+    let blind = Arc::new(SharedDeadline::new(DeadlineOptions::for_queues(8, 1, 16, BS)).unwrap());
+    let err = open_sched(Arc::clone(&dev), &blind, 8, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("8-block boundary"), "{err}");
+    let dd = Arc::new(SharedDeadline::new(dev.info().deadline_options(8, 1)).unwrap());
+    open_sched(dev, &dd, 8, 0).expect("the device's own limits open");
+}
+
 /// The children of a split I/O go through the scheduler like any request: a child merges with
 /// a neighbouring I/O (a child of another split, or a whole one) where the device's limits
 /// allow, never beyond them (the device asserts it), and every I/O completes once with its
@@ -269,11 +283,7 @@ fn split_children_merge_with_neighbours_within_the_device_limits() {
     // one ([24, 28)) may not join them across the boundary.
     for (boundary, second) in [(0u32, 4u32), (8, 8)] {
         let (dev, _) = ram_limits(1024, 256, 16, boundary);
-        let opts = DeadlineOptions {
-            boundary_blocks: boundary,
-            ..DeadlineOptions::for_queues(8, 1, 16, BS)
-        };
-        let dd = Arc::new(SharedDeadline::new(opts).unwrap());
+        let dd = Arc::new(SharedDeadline::new(dev.info().deadline_options(8, 1)).unwrap());
         let mut q = open_sched(Arc::clone(&dev), &dd, 8, 0).unwrap();
         let mut plug = Plug::default();
         let total = 20 + second as usize;
