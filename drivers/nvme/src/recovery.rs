@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use crate::admin::AdminQueue;
 use crate::ctrlr::{
-    CtrlrInner, DELETE_CQ, DELETE_SQ, SET_NUM_QUEUES, granted_queues, nvme_configure_admin,
-    nvme_disable, nvme_enable, nvme_ready, set_num_queues_sqe, try_lock,
+    CtrlrInner, DELETE_CQ, DELETE_SQ, SET_NUM_QUEUES, delete_queue_sqe, granted_queues,
+    nvme_configure_admin, nvme_disable, nvme_enable, nvme_ready, set_num_queues_sqe, try_lock,
 };
 use crate::error::NvmeError;
 use crate::regs::{Csts, off};
@@ -371,9 +371,7 @@ impl CtrlrInner {
         } else {
             (admin_opc::DELETE_IO_SQ, DELETE_SQ)
         };
-        let mut sqe = Sqe::new(opc, 0);
-        sqe.cdw10 = u32::from(qid);
-        let next = match self.admin_step(admin, cmd, sqe, what, now) {
+        let next = match self.admin_step(admin, cmd, delete_queue_sqe(opc, qid), what, now) {
             Ok(None) if now <= deadline => {
                 return Ok(Some(ResetStep::Quiescing {
                     qid,
@@ -428,14 +426,18 @@ impl CtrlrInner {
         Ok(())
     }
 
-    /// Advances admin command `cmd` without waiting: submits `sqe` unless it is submitted
+    /// Advances admin command `cmd`, which belongs to the controller as the reset that made
+    /// generation `reset_gen` left it, without waiting: submits `sqe` unless it is submitted
     /// already, then looks for its completion once. `None` while it is pending, also while
-    /// another thread holds the admin queue or a controller reset is in progress (the caller
-    /// follows the reset). Fails on an error status, after the admin timeout, on a fatal
-    /// controller status or a vanished device.
+    /// another thread holds the admin queue, and for good once the generation moved (a reset
+    /// in progress or done since: the caller follows it, starting over). Without that check a
+    /// caller preempted across a whole reset would recreate a queue of the generation before
+    /// in the new one, and its next attempt would find it there. Fails on an error status,
+    /// after the admin timeout, on a fatal controller status or a vanished device.
     #[cold]
     pub(crate) fn admin_try(
         &self,
+        reset_gen: u64,
         cmd: &mut PendingAdmin,
         sqe: Sqe,
         what: &'static str,
@@ -445,7 +447,9 @@ impl CtrlrInner {
         let Some(mut admin) = self.try_admin() else {
             return Ok(None);
         };
-        if self.reset_in_progress() {
+        // Under the admin queue's lock: a reset's steps take it too, so a command sent here
+        // goes out before the next reset deletes or disables anything.
+        if self.reset_gen.load(Ordering::Acquire) != reset_gen {
             return Ok(None);
         }
         self.admin_step(&mut admin, cmd, sqe, what, now)

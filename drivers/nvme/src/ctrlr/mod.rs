@@ -53,7 +53,7 @@ pub use init::{Init, InitState};
 pub use options::NvmeOptions;
 pub(crate) use queues::{
     CREATE_CQ, CREATE_SQ, DELETE_CQ, DELETE_SQ, SET_NUM_QUEUES, create_cq_sqe, create_sq_sqe,
-    granted_queues, set_num_queues_sqe,
+    delete_queue_sqe, granted_queues, set_num_queues_sqe,
 };
 
 /// What is particular to the controller's transport.

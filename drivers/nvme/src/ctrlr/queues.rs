@@ -39,6 +39,13 @@ pub(crate) const CREATE_SQ: &str = "Create I/O Submission Queue";
 pub(crate) const DELETE_SQ: &str = "Delete I/O Submission Queue";
 pub(crate) const DELETE_CQ: &str = "Delete I/O Completion Queue";
 
+/// Delete I/O SQ or CQ `qid` (`opc` says which).
+pub(crate) fn delete_queue_sqe(opc: u8, qid: u16) -> Sqe {
+    let mut sqe = Sqe::new(opc, 0);
+    sqe.cdw10 = u32::from(qid);
+    sqe
+}
+
 /// Create I/O Completion Queue `qid` of `entries` on the ring at `cq_iova` (physically
 /// contiguous, polled: interrupts disabled).
 pub(crate) fn create_cq_sqe(qid: u16, entries: u32, cq_iova: u64) -> Sqe {
@@ -169,9 +176,8 @@ impl CtrlrInner {
 
     /// Deletes one I/O queue: `opc` is Delete I/O SQ or CQ.
     fn delete_queue(&self, opc: u8, qid: u16, what: &'static str) -> Result<(), NvmeError> {
-        let mut sqe = Sqe::new(opc, 0);
-        sqe.cdw10 = u32::from(qid);
-        self.admin_exec(sqe, what).map(|_| ())
+        self.admin_exec(delete_queue_sqe(opc, qid), what)
+            .map(|_| ())
     }
 }
 

@@ -98,15 +98,10 @@ impl State {
                 // Commands of a deleted SQ that a fault holds complete as aborted (as QEMU's
                 // controller cancels what it still runs); those never fetched are gone.
                 let sqid = qid as u16;
-                let mut i = 0;
-                while i < self.held.len() {
-                    if self.held[i].post.sqid == sqid {
-                        let h = self.held.swap_remove(i);
-                        let aborted = Status::new(sct::GENERIC, sc::ABORTED_SQ_DELETION, false);
-                        self.post(h.cqid, sqid, h.post.cid, aborted, 0, db);
-                    } else {
-                        i += 1;
-                    }
+                let aborted: Vec<_> = self.held.extract_if(.., |h| h.post.sqid == sqid).collect();
+                let status = Status::new(sct::GENERIC, sc::ABORTED_SQ_DELETION, false);
+                for h in aborted {
+                    self.post(h.cqid, sqid, h.post.cid, status, 0, db);
                 }
                 (Status::SUCCESS, 0)
             }

@@ -1482,6 +1482,8 @@ fn fault_reset_with_queue_pairs_on_two_threads() {
 /// the data is each unit's last version, and no completion is an error or a duplicate.
 #[test]
 fn fault_resets_from_another_thread_under_io() {
+    // RUST_LOG=warn shows each reset and what a failed one met.
+    let _ = env_logger::builder().is_test(true).try_init();
     let emu = Emu::new(EmuConfig::default());
     let opts = NvmeOptions {
         // A command may be caught by several resets in a row here; the budget is not what
@@ -1491,12 +1493,18 @@ fn fault_resets_from_another_thread_under_io() {
     };
     let c = attach(&emu, opts);
     emu.inject(FaultRule::new(Fault::Delay(Duration::from_micros(300))).rate(0.1, None));
+    // The queue pair exists before the first reset: creating one during a reset is refused
+    // (`Resetting`), as SPDK's qpair allocation is.
+    let (created, queue_pair_ready) = std::sync::mpsc::channel();
     let stats = std::thread::scope(|s| {
         let worker = s.spawn(|| {
+            // Owned here: a panic before the send drops it, which ends the wait below.
+            let created = created;
             let ctrlr = Controller {
                 inner: c.inner.clone(),
             };
             let mut w = Workload::on(&emu, ctrlr, 16);
+            created.send(()).unwrap();
             w.threaded = true;
             for round in 1..=20 {
                 let mut ios: Vec<_> = (0..128).map(|u| (Op::Write, u, round)).collect();
@@ -1507,6 +1515,8 @@ fn fault_resets_from_another_thread_under_io() {
             w.verify_by_reading();
             w.q.stats()
         });
+        // A worker that failed before (its sender gone) is reported by `join` below.
+        let _ = queue_pair_ready.recv();
         let mut resets = 0u64;
         while !worker.is_finished() {
             c.reset().unwrap();

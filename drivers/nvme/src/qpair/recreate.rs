@@ -48,7 +48,10 @@ impl NvmeQpair {
         };
         loop {
             let (sqe, what) = self.create_sqe(r.sq);
-            match self.ctrlr.admin_try(&mut r.cmd, sqe, what, now) {
+            match self
+                .ctrlr
+                .admin_try(r.reset_gen, &mut r.cmd, sqe, what, now)
+            {
                 Ok(None) => {
                     self.recreating = Some(r);
                     self.set_state(QpairState::Resetting);
@@ -171,7 +174,7 @@ impl NvmeQpair {
                 }
                 match self
                     .ctrlr
-                    .admin_try(&mut r.cmd, sqe, what, self.trk.now_ns())
+                    .admin_try(r.reset_gen, &mut r.cmd, sqe, what, self.trk.now_ns())
                 {
                     Ok(Some(_)) => {
                         (cq, sq) = (true, r.sq);
