@@ -148,8 +148,8 @@ pub enum ConnectDataError {
     /// Fewer than [`CONNECT_DATA_LEN`] bytes (Data SGL Length Invalid).
     #[error("Connect data of {0} bytes, 1024 expected")]
     Short(usize),
-    /// An NQN that is empty, not NUL-terminated within 224 bytes or not UTF-8, at byte `at`
-    /// of the data (Connect Invalid Parameters, IATTR 1, IPO `at`).
+    /// An NQN not NUL-terminated within 224 bytes, or a SUBNQN that is empty or not UTF-8, at
+    /// byte `at` of the data (Connect Invalid Parameters, IATTR 1, IPO `at`).
     #[error("Connect data: bad NQN at byte {at}")]
     BadNqn { at: u16 },
 }
@@ -177,7 +177,7 @@ impl ConnectData {
             hostid,
             cntlid: le16(data, usize::from(connect_field::CNTLID)),
             subnqn: parse_nqn(data, connect_field::SUBNQN)?,
-            hostnqn: parse_nqn(data, connect_field::HOSTNQN)?,
+            hostnqn: parse_hostnqn(data)?,
         })
     }
 
@@ -199,17 +199,33 @@ impl ConnectData {
     }
 }
 
-fn parse_nqn(data: &[u8], at: u16) -> Result<String, ConnectDataError> {
+/// The NQN field at `at`: NUL-terminated within [`NQN_MAX_LEN`] + 1 bytes; `None` where it
+/// is not.
+fn nqn_field(data: &[u8], at: u16) -> Option<&[u8]> {
     let field = &data[usize::from(at)..usize::from(at) + connect_field::NQN_FIELD_LEN];
+    let len = field[..=NQN_MAX_LEN].iter().position(|&b| b == 0)?;
+    Some(&field[..len])
+}
+
+/// SUBNQN: a subsystem's name, so never empty and UTF-8 (no subsystem has another).
+fn parse_nqn(data: &[u8], at: u16) -> Result<String, ConnectDataError> {
     let bad = || ConnectDataError::BadNqn { at };
-    let len = field[..=NQN_MAX_LEN]
-        .iter()
-        .position(|&b| b == 0)
-        .filter(|&n| n > 0)
+    let nqn = nqn_field(data, at)
+        .filter(|n| !n.is_empty())
         .ok_or_else(bad)?;
-    std::str::from_utf8(&field[..len])
+    std::str::from_utf8(nqn)
         .map(str::to_string)
         .map_err(|_| bad())
+}
+
+/// HOSTNQN: only its NUL terminator is required, as SPDK's target requires it
+/// (`nvmf_ctrlr_cmd_connect`). spdk_nvme_perf sends an empty one unless its `-r` names a
+/// `hostnqn:`, and a target that allows any host admits that. Bytes that are not UTF-8 are
+/// kept as U+FFFD (the same bytes give the same string, which names no listed host).
+fn parse_hostnqn(data: &[u8]) -> Result<String, ConnectDataError> {
+    let at = connect_field::HOSTNQN;
+    let nqn = nqn_field(data, at).ok_or(ConnectDataError::BadNqn { at })?;
+    Ok(String::from_utf8_lossy(nqn).into_owned())
 }
 
 /// Discovery log page (log 70h): header and entry offsets (NVMe-oF 1.1, Figure "Discovery Log

@@ -58,4 +58,4 @@ pub use identify::{
 };
 pub use opcode::{admin_opc, cns, fctype, fid, lid, nvm_opc};
 pub use sqe::{SQE_LEN, SglDesc, Sqe, sgl_type};
-pub use status::{Status, sc, sct};
+pub use status::{Answering, Status, StatusAnswering, sc, sct};

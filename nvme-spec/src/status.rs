@@ -201,8 +201,31 @@ impl Status {
         Status::new(n.sct, n.sc, n.dnr)
     }
 
-    /// A short description of the status code (the spec's name), "unknown" when not listed.
+    /// A short description of the status code (the spec's name) as the answer to an admin or
+    /// NVM I/O command, "unknown" when not listed. A command-specific code's name depends on
+    /// the command it answers: [`Status::describe_for`] names it for another.
     pub fn describe(self) -> &'static str {
+        self.describe_for(Answering::Nvm)
+    }
+
+    /// The spec's name of the status as the answer to `cmd`: command-specific codes 80h and up
+    /// mean one thing for an NVM command and another for a fabrics Connect.
+    pub fn describe_for(self, cmd: Answering) -> &'static str {
+        if cmd == Answering::Connect
+            && self.sct() == sct::COMMAND_SPECIFIC
+            && let Some(name) = connect_status_name(self.sc())
+        {
+            return name;
+        }
+        self.describe_nvm()
+    }
+
+    /// The status shown as the answer to `cmd` (name, then its fields, as [`fmt::Display`]).
+    pub fn answering(self, cmd: Answering) -> StatusAnswering {
+        StatusAnswering { status: self, cmd }
+    }
+
+    fn describe_nvm(self) -> &'static str {
         match (self.sct(), self.sc()) {
             (sct::GENERIC, 0x00) => "successful completion",
             (sct::GENERIC, 0x01) => "invalid command opcode",
@@ -244,7 +267,8 @@ impl Status {
             (sct::COMMAND_SPECIFIC, 0x0f) => "feature not namespace specific",
             (sct::COMMAND_SPECIFIC, 0x1f) => "invalid controller identifier",
             // The NVM command set's meanings; a fabrics Connect gives 80h-84h its own
-            // (sc::CONNECT_*), which only the caller, knowing the command, can tell apart.
+            // (connect_status_name), which only the caller, knowing the command, can tell
+            // apart (Status::describe_for).
             (sct::COMMAND_SPECIFIC, 0x80) => "conflicting attributes",
             (sct::COMMAND_SPECIFIC, 0x81) => "invalid protection information",
             (sct::COMMAND_SPECIFIC, 0x82) => "attempted write to read only range",
@@ -263,16 +287,58 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
+/// The command a status answers, where that changes its name: SCT 1 codes 80h and up are
+/// defined per command (NVMe Base 2.0, Figure 103 onwards; NVMe-oF 1.1, Figure 21 for Connect).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answering {
+    /// An admin or NVM command set I/O command.
+    Nvm,
+    /// A fabrics Connect.
+    Connect,
+}
+
+/// The fabrics Connect's command-specific statuses (NVMe-oF 1.1, Figure 21).
+fn connect_status_name(sc: u8) -> Option<&'static str> {
+    Some(match sc {
+        sc::CONNECT_INCOMPATIBLE_FORMAT => "connect incompatible format",
+        sc::CONNECT_CONTROLLER_BUSY => "connect controller busy",
+        sc::CONNECT_INVALID_PARAMETERS => "connect invalid parameters",
+        sc::CONNECT_RESTART_DISCOVERY => "connect restart discovery",
+        sc::CONNECT_INVALID_HOST => "connect invalid host",
+        _ => return None,
+    })
+}
+
+/// A status shown with the name it has as the answer to one command ([`Status::answering`]).
+#[derive(Clone, Copy)]
+pub struct StatusAnswering {
+    status: Status,
+    cmd: Answering,
+}
+
+impl fmt::Display for StatusAnswering {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.status;
         write!(
             f,
             "{} (sct {:#x}, sc {:#04x}{})",
-            self.describe(),
-            self.sct(),
-            self.sc(),
-            if self.dnr() { ", dnr" } else { "" }
+            s.describe_for(self.cmd),
+            s.sct(),
+            s.sc(),
+            if s.dnr() { ", dnr" } else { "" }
         )
+    }
+}
+
+impl fmt::Debug for StatusAnswering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.answering(Answering::Nvm), f)
     }
 }
 
@@ -340,5 +406,33 @@ mod tests {
         assert_eq!(st.to_string(), "LBA out of range (sct 0x0, sc 0x80, dnr)");
         assert_eq!(format!("{st:?}"), st.to_string());
         assert_eq!(Status(0x7f).describe(), "unknown status");
+    }
+
+    #[test]
+    fn command_specific_names_come_from_the_command_answered() {
+        let st = Status::CONNECT_INVALID_PARAMETERS;
+        assert_eq!(
+            st.answering(Answering::Connect).to_string(),
+            "connect invalid parameters (sct 0x1, sc 0x82, dnr)"
+        );
+        assert_eq!(st.describe(), "attempted write to read only range");
+        assert_eq!(
+            Status::CONNECT_INVALID_HOST.describe_for(Answering::Connect),
+            "connect invalid host"
+        );
+        // Generic and shared command-specific codes keep their names for a Connect.
+        assert_eq!(
+            Status::INTERNAL_ERROR.describe_for(Answering::Connect),
+            "internal error"
+        );
+        assert_eq!(
+            Status::INVALID_QUEUE_IDENTIFIER.describe_for(Answering::Connect),
+            "invalid queue identifier"
+        );
+        // Generic 82h is not the Connect's command-specific 82h.
+        assert_eq!(
+            Status::NAMESPACE_NOT_READY.describe_for(Answering::Connect),
+            "namespace not ready"
+        );
     }
 }

@@ -42,6 +42,46 @@ fn attach_identifies_the_controller_and_its_namespace() {
     assert!(gone, "detach disconnects the controller");
 }
 
+/// spdk_nvme_perf sends an empty HOSTNQN unless its `-r` names a `hostnqn:`; SPDK's target
+/// admits it into a subsystem that allows any host (only the NUL terminator is required), and
+/// refuses it with Connect Invalid Host where hosts are listed. pmio's host sends the same
+/// Connect with `hostnqn: Some("")`.
+#[test]
+fn an_empty_host_nqn_is_admitted_where_any_host_is_allowed_and_refused_elsewhere() {
+    let t = Target::start();
+    let empty = TcpOptions {
+        hostnqn: Some(String::new()),
+        ..TcpOptions::default()
+    };
+    let ctrlr = tcp::connect("Nvme0", &t.addr(), empty.clone()).unwrap();
+    assert_eq!(ctrlr.hostnqn(), Some(""));
+    assert_eq!(t.hostnqns(), vec![String::new()]);
+    // Its I/O queues connect with the same empty NQN and carry data.
+    {
+        let bdev = ctrlr.bdev(1).unwrap();
+        let mut d = Driver::new(bdev.open_tcp_qpair(4).unwrap(), 4);
+        let mut data = pattern(4096, 7);
+        assert!(d.one(Op::Write, 64, &mut data).is_success());
+        let mut back = vec![0u8; 4096];
+        assert!(d.one(Op::Read, 64, &mut back).is_success());
+        assert!(back == data, "read back");
+    }
+    ctrlr.detach().unwrap();
+
+    t.admit(false, &["nqn.2014-08.org.nvmexpress:uuid:listed"]);
+    let refused = tcp::connect("Nvme1", &t.addr(), empty)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(refused.to_string().contains("Connect refused"), "{refused}");
+    // The listed host still gets in.
+    let listed = TcpOptions {
+        hostnqn: Some("nqn.2014-08.org.nvmexpress:uuid:listed".into()),
+        ..TcpOptions::default()
+    };
+    let ctrlr = tcp::connect("Nvme2", &t.addr(), listed).unwrap();
+    ctrlr.detach().unwrap();
+}
+
 /// Writes 4 KiB (in-capsule) and 128 KiB (R2T) at several places at once, reads them back.
 fn read_back(opts: TcpOptions) {
     let t = Target::start();

@@ -41,7 +41,8 @@ pub struct NvmfSpec {
 /// The help line of `--dev nvmf`.
 pub const HELP: &str = "nvmf:traddr=ADDR,trsvcid=PORT,subnqn=NQN[,ns=1,hostnqn=NQN,hdgst=0|1,\
 ddgst=0|1,queues=N,queue_size=N,ctrlr_loss_timeout_sec=S,reconnect_delay_sec=S,\
-fast_io_fail_timeout_sec=S,name=Nvme0] (NVMe/TCP; keys as spdk_nvme_perf -r, any case)";
+fast_io_fail_timeout_sec=S,name=Nvme0] (NVMe/TCP; keys as spdk_nvme_perf -r, any case; \
+hostnqn= sends an empty host NQN, as spdk_nvme_perf does without one)";
 
 /// Takes the `nvmf` keys out of `a`; `name` is the default controller name.
 pub fn parse(a: &mut SpecArgs, name: String) -> Result<NvmfSpec, String> {

@@ -14,7 +14,8 @@ use crate::error::NvmeError;
 use crate::regs::RegisterIo;
 use crate::spec::pdu::Digests;
 use crate::spec::{
-    CNTLID_DYNAMIC, ConnectCmd, ConnectData, Cqe, Sqe, property_get_sqe, property_set_sqe,
+    Answering, CNTLID_DYNAMIC, ConnectCmd, ConnectData, Cqe, Sqe, property_get_sqe,
+    property_set_sqe,
 };
 
 use super::conn::{Conn, ConnError};
@@ -81,7 +82,11 @@ pub(crate) fn connect_blocking(p: &ConnectParams<'_>) -> Result<(Conn, u32), Con
     match resp.get() {
         Some(cqe) if cqe.status().is_success() => Ok((conn, cqe.dw0)),
         Some(cqe) => {
-            log::error!("nvme-tcp: {} refused: {}", p.what, cqe.status());
+            log::error!(
+                "nvme-tcp: {} refused: {}",
+                p.what,
+                cqe.status().answering(Answering::Connect)
+            );
             Err(ConnError::Protocol {
                 what: "Fabrics Connect refused",
                 cid,

@@ -43,7 +43,9 @@ impl TcpTarget {
 /// parameters, the parts that apply), with SPDK's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpOptions {
-    /// Host NQN; `None`: a generated `nqn.2014-08.org.nvmexpress:uuid:<uuid>`.
+    /// Host NQN; `None`: a generated `nqn.2014-08.org.nvmexpress:uuid:<uuid>`. Empty: none
+    /// is sent (an empty HOSTNQN, as spdk_nvme_perf sends without `hostnqn:`), which a
+    /// subsystem admits only when it allows any host.
     pub hostnqn: Option<String>,
     /// Header digest (CRC32C over each PDU header). Default off.
     pub hdgst: bool,
@@ -100,10 +102,10 @@ impl TcpOptions {
             return bad(format!("queue_size {} not in 2..=65536", self.queue_size));
         }
         if let Some(nqn) = &self.hostnqn
-            && (nqn.is_empty() || nqn.len() > crate::spec::NQN_MAX_LEN)
+            && nqn.len() > crate::spec::NQN_MAX_LEN
         {
             return bad(format!(
-                "hostnqn {nqn:?} must be 1..={} bytes",
+                "hostnqn {nqn:?} must be at most {} bytes",
                 crate::spec::NQN_MAX_LEN
             ));
         }

@@ -144,6 +144,26 @@ impl Target {
         })
     }
 
+    /// Admits only the hosts listed (`false`) or any host (`true`), and lists `hosts`.
+    pub fn admit(&self, any: bool, hosts: &[&str]) {
+        let tgt = self.tgt.as_ref().expect("the target is up");
+        tgt.allow_any_host(NQN, any).unwrap();
+        for h in hosts {
+            tgt.add_host(NQN, h).unwrap();
+        }
+    }
+
+    /// Host NQNs of the controllers connected to the subsystem now.
+    pub fn hostnqns(&self) -> Vec<String> {
+        self.tgt.as_ref().map_or(Vec::new(), |t| {
+            t.controllers(NQN)
+                .unwrap()
+                .into_iter()
+                .map(|c| c.hostnqn)
+                .collect()
+        })
+    }
+
     /// Controllers connected to the subsystem now.
     pub fn controllers(&self) -> usize {
         self.tgt

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::ctrlr::ConnectCheck;
+use crate::spec::Answering;
 
 impl Conn {
     /// Fabrics Connect: the first command of every queue pair.
@@ -65,10 +66,10 @@ impl Conn {
     /// and SPDK disconnects it too): a host cannot pile up refusals the target must send.
     fn refuse_connect(&mut self, cid: u16, qid: u16, r: ConnectReject) {
         log::warn!(
-            "nvmf: connection {} ({}): Connect of queue {qid} refused: {:?}",
+            "nvmf: connection {} ({}): Connect of queue {qid} refused: {}",
             self.id,
             self.peer,
-            r.status
+            r.status.answering(Answering::Connect)
         );
         self.send_cqe(cid, qid, r.status, r.dw0, 0);
         self.close("its Connect was refused");

@@ -620,6 +620,13 @@ fn connect_data_parsing() {
     // 223 bytes and a NUL is the longest that parses.
     raw[512 + 223] = 0;
     assert_eq!(ConnectData::parse(&raw).unwrap().hostnqn.len(), 223);
+    // An empty host NQN parses (spdk_nvme_perf sends one); one that is not UTF-8 too, its
+    // bytes kept as U+FFFD.
+    let d = ConnectData::parse(&connect_data(SUBNQN, "", 0xFFFF)).unwrap();
+    assert_eq!(d.hostnqn, "");
+    let mut raw = connect_data(SUBNQN, "nqn.x", 0xFFFF);
+    raw[512 + 3] = 0xFF;
+    assert_eq!(ConnectData::parse(&raw).unwrap().hostnqn, "nqn\u{FFFD}x");
     // An empty subsystem NQN, and one that is not UTF-8: IPO 256.
     let mut raw = connect_data(SUBNQN, HOSTNQN, 0xFFFF);
     raw[256] = 0;
@@ -706,6 +713,30 @@ fn connect_admission() {
     assert_eq!(refused.status.0, 0x84 | (1 << 8) | (1 << 14));
     s.hosts.push(HOSTNQN.to_string());
     assert_eq!(admit_admin_connect(Some(&s), &h), Ok(()));
+}
+
+/// SPDK's rule (`spdk_nvmf_subsystem_host_allowed`): under allow_any_host every host NQN the
+/// data carries is admitted, an empty one too; otherwise only the listed ones, any other
+/// refused with Connect Invalid Host.
+#[test]
+fn connect_admission_of_empty_and_unlisted_host_nqns() {
+    let mut s = nvm_subsys(SUBNQN);
+    let empty = ConnectData::parse(&connect_data(SUBNQN, "", 0xFFFF)).unwrap();
+    let mut raw = connect_data(SUBNQN, HOSTNQN, 0xFFFF);
+    raw[512 + 4] = 0xC0;
+    let not_utf8 = ConnectData::parse(&raw).unwrap();
+    for h in [&empty, &not_utf8, &host()] {
+        assert_eq!(admit_admin_connect(Some(&s), h), Ok(()), "{:?}", h.hostnqn);
+    }
+    s.allow_any_host = false;
+    s.hosts.push(HOSTNQN.to_string());
+    for h in [&empty, &not_utf8] {
+        let r = admit_admin_connect(Some(&s), h).unwrap_err();
+        assert_eq!(r, ConnectReject::new(Status::CONNECT_INVALID_HOST));
+    }
+    assert_eq!(admit_admin_connect(Some(&s), &host()), Ok(()));
+    // Nor can an empty NQN be listed (SPDK's nvmf_subsystem_add_host wants a valid NQN).
+    assert!(crate::subsystem::check_nqn("").is_err());
 }
 
 #[test]

@@ -13,7 +13,7 @@ use super::TcpQpair;
 use crate::error::IoError;
 use crate::qpair::tracker::CmdSlot;
 use crate::recovery::CtrlrLiveness;
-use crate::spec::ConnectCmd;
+use crate::spec::{Answering, ConnectCmd};
 use crate::tcp::conn::{Conn, ConnError};
 use crate::tcp::ctrlr::CONNECT_TIMEOUT;
 use crate::tcp::sock::Connecting;
@@ -174,7 +174,7 @@ impl TcpQpair {
                             "{}: I/O queue {} Connect refused: {}",
                             self.ctrlr.name,
                             self.qid,
-                            cqe.status()
+                            cqe.status().answering(Answering::Connect)
                         );
                         return Err(ConnError::Protocol {
                             what: "Fabrics Connect refused",
