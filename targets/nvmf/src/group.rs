@@ -15,6 +15,7 @@ use pmio_reactors::{FdInterest, FdWatch, PollerId, PollerResult, ReactorCtx};
 use crate::buf::BufPool;
 use crate::conn::Conn;
 use crate::ctrlr::{ConnectCmd, ConnectData, ConnectReject, connect_field};
+use crate::ready::{self, ReadySet};
 use crate::stats::GroupStats;
 use crate::tgt::NvmfTarget;
 
@@ -82,6 +83,8 @@ enum FdOp {
 /// The poll group of one reactor.
 pub(crate) struct PollGroup {
     fd_ops: Vec<FdOp>,
+    /// Which connections have input: a poll reads only those.
+    ready: ReadySet,
     conns: Vec<Option<Conn>>,
     free_ids: Vec<usize>,
     shared: GroupShared,
@@ -95,10 +98,11 @@ pub(crate) struct PollGroup {
 }
 
 impl PollGroup {
-    fn new(tgt: Arc<NvmfTarget>, core: u32) -> PollGroup {
+    fn new(tgt: Arc<NvmfTarget>, core: u32) -> std::io::Result<PollGroup> {
         let buf_size = tgt.transport().map_or(131072, |t| t.max_io_size as usize);
-        PollGroup {
+        Ok(PollGroup {
             fd_ops: Vec::new(),
+            ready: ReadySet::new()?,
             conns: Vec::new(),
             free_ids: Vec::new(),
             shared: GroupShared {
@@ -118,7 +122,7 @@ impl PollGroup {
             poller: None,
             tick: None,
             next_serial: 0,
-        }
+        })
     }
 
     fn add(&mut self, stream: TcpStream, now_ns: u64) {
@@ -127,7 +131,9 @@ impl PollGroup {
             self.conns.len() - 1
         });
         self.next_serial += 1;
-        match Conn::new(id, self.next_serial, stream, &self.shared, now_ns) {
+        let conn = Conn::new(id, self.next_serial, stream, &self.shared, now_ns)
+            .and_then(|c| self.ready.add(c.fd(), id).map(|()| c));
+        match conn {
             Ok(c) => {
                 self.fd_ops.push(FdOp::Watch { id, fd: c.fd() });
                 self.conns[id] = Some(c);
@@ -146,8 +152,10 @@ impl PollGroup {
         self.refresh(now_ns);
         let sh = &mut self.shared;
         sh.plug.begin();
-        for c in self.conns.iter_mut().flatten() {
-            busy |= c.receive(sh, now_ns);
+        for ev in self.ready.poll() {
+            if let Some(Some(c)) = self.conns.get_mut(ready::event_id(ev)) {
+                busy |= c.receive(sh, now_ns);
+            }
         }
         sh.plug.finish();
         for gq in sh.queues.iter_mut().flatten() {
@@ -206,6 +214,7 @@ impl PollGroup {
                     self.fd_ops.push(FdOp::Unwatch { watch });
                 }
                 let c = slot.take().expect("checked");
+                self.ready.remove(c.fd());
                 c.finish(&mut self.shared);
                 self.free_ids.push(id);
                 busy = true;
@@ -387,7 +396,17 @@ pub(crate) fn add_connection(ctx: &mut ReactorCtx, tgt: Arc<NvmfTarget>, stream:
     let core = ctx.core();
     let now = ctx.now_ns();
     if ctx.local::<PollGroup>().is_none() {
-        ctx.set_local(PollGroup::new(tgt, core));
+        match PollGroup::new(tgt, core) {
+            Ok(g) => {
+                ctx.set_local(g);
+            }
+            Err(e) => {
+                log::error!(
+                    "nvmf: core {core}: cannot create the poll group ({e}): dropping a connection"
+                );
+                return;
+            }
+        }
         let id = ctx.register_poller("nvmf_tcp_poll_group", |ctx| {
             let now = ctx.now_ns();
             let Some(g) = ctx.local::<PollGroup>() else {

@@ -29,7 +29,8 @@
 //! # Ok::<(), pmio_nvmf::NvmfError>(())
 //! ```
 
-// Unsafe code lives only in `buf` (command data buffers a device may DMA into).
+// Unsafe code lives only in `buf` (command data buffers a device may DMA into) and `ready`
+// (the poll group's epoll set).
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
@@ -40,12 +41,16 @@ pub mod error;
 mod group;
 pub mod identify;
 mod listener;
+#[allow(unsafe_code)]
+mod ready;
+pub mod sock;
 pub mod stats;
 pub mod subsystem;
 mod tgt;
 
 pub use error::NvmfError;
 pub use pmio_nvme_spec::{self as spec, pdu};
+pub use sock::SockOptions;
 pub use stats::GroupStats;
 pub use subsystem::{
     AdrFam, DISCOVERY_NQN, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,

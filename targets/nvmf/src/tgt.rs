@@ -13,6 +13,7 @@ use pmio::bdev::Registry;
 use pmio_reactors::ReactorsHandle;
 
 use crate::error::NvmfError;
+use crate::sock::SockOptions;
 use crate::stats::GroupStatsCell;
 use crate::subsystem::{
     DISCOVERY_NQN, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams, TransportOpts,
@@ -79,6 +80,8 @@ pub(crate) struct Inner {
     pub ctrlrs: Vec<CtrlrRecord>,
     /// The controller ID handed out last (0: none yet); see [`NvmfTarget::alloc_cntlid`].
     pub last_cntlid: u16,
+    /// Options of the connections accepted from now on.
+    pub sock: SockOptions,
 }
 
 /// The NVMe/TCP target of one daemon.
@@ -125,6 +128,7 @@ impl NvmfTarget {
                 bound: Vec::new(),
                 ctrlrs: Vec::new(),
                 last_cntlid: 0,
+                sock: SockOptions::default(),
             }),
             generation: AtomicU64::new(1),
             next_core: AtomicUsize::new(0),
@@ -171,6 +175,17 @@ impl NvmfTarget {
         }
         g.config.transport = Some(opts);
         Ok(())
+    }
+
+    /// `sock_impl_set_options -i posix`: the options of connections accepted from now on
+    /// (buffer sizes below SPDK's minimum raised to it). Connections already open keep theirs.
+    pub fn set_sock_options(&self, opts: SockOptions) {
+        self.lock().sock = opts.clamped();
+    }
+
+    /// `sock_impl_get_options -i posix`: the options new connections get.
+    pub fn sock_options(&self) -> SockOptions {
+        self.lock().sock
     }
 
     /// The transport's options, once created.

@@ -183,7 +183,7 @@ impl Conn {
         now_ns: u64,
     ) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
-        sock.set_nodelay(true)?;
+        sh.tgt.sock_options().apply(&sock)?;
         let peer = sock.peer_addr()?;
         let local = sock.local_addr()?;
         let t = sh.tgt.transport().unwrap_or_default();

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Bytes one read into the receive buffer asks for at most (see `receive`).
-const RX_READ_MAX: usize = 16 << 10;
+const RX_READ_MAX: usize = 64 << 10;
 /// H2CData with at least this much data not yet received is read straight into its
 /// command's buffer.
 const DIRECT_MIN: usize = 8 << 10;
