@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-vhost clean
+.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-vhost clean
 
 all: build
 
@@ -170,6 +170,15 @@ bench-nvmf:
 # QD 128; IOPS and CPU per I/O on each side, 5 runs of 10 s. Not part of `make test`.
 bench-nvmf-loopback:
 	CARGO=$(CARGO) test/ci/nvmf-loopback-bench.sh
+
+# pmio-tgt beside SPDK's nvmf_tgt (issue 26, BENCHMARKS.md "#26"), each driven by spdk_nvme_perf
+# and by pmio-perf on 127.0.0.1: 4 KiB and 128 KiB random reads and 4 KiB in-capsule writes at
+# QD 128, 64 connections at QD 8, resident memory with 256 idle connections; alternating rounds,
+# each target fresh and alone. Needs SPDK v25.09 built outside the tree (SPDK_DIR, default
+# /tmp/spdk: ../shared/reference/spdk-build.md). BENCH_ROUNDS, BENCH_SECS, BENCH_CASES: see the
+# script. Not part of `make test`.
+bench-nvmf-spdk:
+	CARGO=$(CARGO) test/ci/nvmf-spdk-bench.sh
 
 # pmio-tgt's vhost-user-blk target beside qemu-storage-daemon's (null bdev / null-co, both
 # pinned to host core 0, the guest to core 1): one guest, /dev/vda and /dev/vdb, the same

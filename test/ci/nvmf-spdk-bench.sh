@@ -9,17 +9,24 @@
 # SPDK_DIR (default /tmp/spdk). Not part of `make test`.
 #
 # BENCH_ROUNDS (5), BENCH_SECS (5); BENCH_CASES: the workloads, any of
-#   randread-4k randread-128k randwrite-4k (default: all three);
+#   randread-4k randread-128k randwrite-4k: one connection at QD 128;
+#   conns64-4k: 4 KiB random reads over 64 connections, 16 subsystems (a null bdev each) of
+#     one controller with 4 I/O queues (spdk_nvme_perf -P 4), QD 8 each;
+#   idle256: the target's resident memory (VmRSS) with 256 idle connections held by
+#     pmio's host (64 controllers, admin + 3 I/O queues each: drivers/nvme/examples/nvmf_idle);
+#   (default: all five);
 # BENCH_INITIATORS: spdk pmio (default both); BENCH_TARGETS: pmio spdk (default both);
 # BENCH_TGT_ARGS: more pmio-tgt flags; BENCH_LOG: keep the per-run outputs in this directory.
 # Prints one line per run and a table of medians with the ratio pmio / SPDK.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/ci/release-bins.sh
+"${CARGO:-cargo}" build --release -q -p pmio-nvme --example nvmf_idle
+IDLE=$BIN/examples/nvmf_idle
 SPDK_DIR=${SPDK_DIR:-/tmp/spdk}
 ROUNDS=${BENCH_ROUNDS:-5}
 SECS=${BENCH_SECS:-5}
-CASES=${BENCH_CASES:-randread-4k randread-128k randwrite-4k}
+CASES=${BENCH_CASES:-randread-4k randread-128k randwrite-4k conns64-4k idle256}
 INITIATORS=${BENCH_INITIATORS:-spdk pmio}
 TARGETS=${BENCH_TARGETS:-pmio spdk}
 NQN=nqn.2016-06.io.pmio:bench-spdk
@@ -53,9 +60,10 @@ rpc() {
     esac
 }
 
-# start_target pmio|spdk PORT: a fresh target on core 0, Null0 in subsystem $NQN on PORT.
+# start_target pmio|spdk PORT [SUBSYSTEMS]: a fresh target on core 0; subsystem $NQN (and
+# $NQN-1 ... for more) on PORT, each with a null bdev of its own.
 start_target() {
-    local t=$1 port=$2
+    local t=$1 port=$2 subs=${3:-1}
     rm -f "$DIR/tgt.sock"
     case $t in
     pmio)
@@ -71,13 +79,47 @@ start_target() {
     TGT=$!
     for _ in $(seq 400); do [ -S "$DIR/tgt.sock" ] && break; sleep 0.05; done
     [ -S "$DIR/tgt.sock" ] || fail "$t target did not open its RPC socket"
-    {
-        rpc "$t" nvmf_create_transport -t TCP -q 256 -c 4096 &&
-            rpc "$t" bdev_null_create Null0 1024 4096 &&
-            rpc "$t" nvmf_create_subsystem "$NQN" -a -s SPDK0001 &&
-            rpc "$t" nvmf_subsystem_add_ns "$NQN" Null0 &&
-            rpc "$t" nvmf_subsystem_add_listener "$NQN" -t tcp -a 127.0.0.1 -s "$port"
-    } >/dev/null || fail "$t target setup"
+    rpc "$t" nvmf_create_transport -t TCP -q 256 -c 4096 >/dev/null || fail "$t transport"
+    local k nqn
+    for k in $(seq 0 $((subs - 1))); do
+        nqn=$(sub_nqn "$k")
+        {
+            rpc "$t" bdev_null_create "Null$k" 1024 4096 &&
+                rpc "$t" nvmf_create_subsystem "$nqn" -a -s "SPDK$k" &&
+                rpc "$t" nvmf_subsystem_add_ns "$nqn" "Null$k" &&
+                rpc "$t" nvmf_subsystem_add_listener "$nqn" -t tcp -a 127.0.0.1 -s "$port"
+        } >/dev/null || fail "$t target setup of $nqn"
+    done
+}
+sub_nqn() { if [ "$1" = 0 ]; then echo "$NQN"; else echo "$NQN-$1"; fi; }
+
+# conns64 PORT: spdk_nvme_perf over 16 controllers x 4 I/O queues at QD 8; prints the IOPS.
+conns64() {
+    local port=$1 k r=()
+    for k in $(seq 0 15); do
+        r+=(-r "trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:$port subnqn:$(sub_nqn "$k") ns:1")
+    done
+    taskset -c 1 "$SPDK_DIR/build/bin/spdk_nvme_perf" -c 0x2 --no-huge -s 1024 "${r[@]}" -P 4 \
+        -q 8 -o 4096 -w randread -t "$SECS" >"$DIR/init.out" 2>&1 ||
+        fail "spdk_nvme_perf: $(tail -5 "$DIR/init.out")"
+    awk '/^Total/ {print int($3)}' "$DIR/init.out"
+}
+
+# idle256 PORT: how much the target's VmRSS (KiB) grew while pmio's host holds 256 idle
+# connections (its total then on stderr).
+idle256() {
+    local port=$1 held rss rss0
+    rss0=$(awk '/^VmRSS/ {print $2}' "/proc/$TGT/status")
+    "$IDLE" 127.0.0.1 "$port" "$NQN" 64 3 3600 >"$DIR/idle.out" 2>"$DIR/idle.err" &
+    held=$!
+    for _ in $(seq 600); do grep -q connected "$DIR/idle.out" && break; sleep 0.1; done
+    grep -q "connected 256" "$DIR/idle.out" || fail "nvmf_idle: $(cat "$DIR/idle.err")"
+    sleep 2
+    rss=$(awk '/^VmRSS/ {print $2}' "/proc/$TGT/status")
+    kill "$held"
+    wait "$held" 2>/dev/null || true
+    echo "  VmRSS $((rss0 / 1024)) MiB before, $((rss / 1024)) MiB with 256 connections" >&2
+    echo $((rss - rss0))
 }
 
 # run_initiator spdk|pmio PORT CASE: prints the IOPS.
@@ -115,10 +157,24 @@ for r in $(seq "$ROUNDS"); do
         for i in $INITIATORS; do
             for t in $TARGETS; do
                 port=$((port + 1))
-                start_target "$t" "$port"
-                iops=$(run_initiator "$i" "$port" "$c")
+                case $c in
+                conns64-4k)
+                    [ "$i" = spdk ] || continue # pmio-perf has no -P (queues per namespace)
+                    start_target "$t" "$port" 16
+                    iops=$(conns64 "$port")
+                    ;;
+                idle256)
+                    [ "$i" = spdk ] || continue # one row: the host is pmio's either way
+                    start_target "$t" "$port"
+                    iops=$(idle256 "$port")
+                    ;;
+                *)
+                    start_target "$t" "$port"
+                    iops=$(run_initiator "$i" "$port" "$c")
+                    ;;
+                esac
                 stop_target
-                echo "round $r: $c $i -> $t: $iops IOPS"
+                echo "round $r: $c $i -> $t: $iops $([ "$c" = idle256 ] && echo KiB || echo IOPS)"
                 echo "$c $i $t $iops" >>"$DIR/results"
             done
         done
@@ -126,12 +182,16 @@ for r in $(seq "$ROUNDS"); do
 done
 
 echo
+echo "(idle256: how much the resident memory grew with 256 idle connections, not IOPS; its ratio is pmio's over SPDK's)"
 echo "| case | initiator | -> pmio-tgt (median, min-max) | -> SPDK nvmf_tgt (median, min-max) | pmio / SPDK |"
 echo "|---|---|---|---|---|"
 for c in $CASES; do
     for i in $INITIATORS; do
         line="| $c | $i"
         meds=()
+        case $c in conns64-4k | idle256) [ "$i" = spdk ] || continue ;; esac
+        unit=K
+        [ "$c" = idle256 ] && unit=KiB
         for t in pmio spdk; do
             vals=$(awk -v c="$c" -v i="$i" -v t="$t" '$1 == c && $2 == i && $3 == t {print $4}' "$DIR/results")
             if [ -z "$vals" ]; then
@@ -142,7 +202,7 @@ for c in $CASES; do
             m=$(echo "$vals" | median)
             lo=$(echo "$vals" | sort -n | head -1)
             hi=$(echo "$vals" | sort -n | tail -1)
-            line="$line | $(awk -v m="$m" -v lo="$lo" -v hi="$hi" 'BEGIN {printf "%.0f K (%.0f-%.0f K)", m / 1e3, lo / 1e3, hi / 1e3}')"
+            line="$line | $(awk -v m="$m" -v lo="$lo" -v hi="$hi" -v u="$unit" 'BEGIN {d = (u == "K") ? 1e3 : 1; printf "%.0f %s (%.0f-%.0f %s)", m / d, u, lo / d, hi / d, u}')"
             meds+=("$m")
         done
         ratio=$(awk -v a="${meds[0]}" -v b="${meds[1]}" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}')
