@@ -84,7 +84,8 @@ fn tgt_spdk_sample_starts_with_c() {
         "config: ignored accel_set_options: pmio has no accel framework",
         "config: ignored bdev_set_options:",
         "config: ignored iscsi_set_options: pmio has no iSCSI target",
-        "config: sock_impl_set_options: ignored recv_buf_size: 2097152: pmio leaves socket buffers",
+        "config: sock_impl_set_options: recv_buf_size: 2097152: SO_RCVBUF of each NVMe/TCP connection",
+        "config: sock_impl_set_options: ignored enable_zerocopy_send_server: true: pmio copies on send",
         "config: subsystems[0] (keyring): empty section",
         "configuration applied: 2 to create",
     ] {

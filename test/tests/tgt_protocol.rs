@@ -712,3 +712,161 @@ fn tgt_nvmf_connected_host_is_listed() {
     );
     assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
 }
+
+/// The target side's receive and send buffer sizes (`skmem`'s rb and tb: what SO_RCVBUF and
+/// SO_SNDBUF became, the kernel's doubled value) of the connections on local `port`, from `ss`.
+fn target_sock_buffers(port: u16) -> Vec<(u64, u64)> {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tmnH",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ])
+        .output()
+        .expect("ss (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |s: &str, key: &str| -> u64 {
+        let at = s.find(key).unwrap_or_else(|| panic!("{key} in {s}")) + key.len();
+        s[at..].split([',', ')']).next().unwrap().parse().unwrap()
+    };
+    text.split("skmem:(")
+        .skip(1)
+        .map(|s| (field(s, ",rb"), field(s, ",tb")))
+        .collect()
+}
+
+#[test]
+fn tgt_sock_impl_options_apply_to_new_connections_and_are_saved() {
+    const NQN: &str = "nqn.2016-06.io.spdk:sock";
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("t.sock");
+    let d = Daemon::start(&sock, &[]);
+    let defaults = d.rpc_json(&["sock_impl_get_options", "-i", "posix"]);
+    assert_eq!(
+        defaults,
+        serde_json::json!({"recv_buf_size": 2097152, "send_buf_size": 2097152,
+            "enable_recv_pipe": true, "enable_quickack": false, "enable_placement_id": 0,
+            "enable_zerocopy_send_server": false, "enable_zerocopy_send_client": false,
+            "zerocopy_threshold": 0, "tls_version": 0, "enable_ktls": false})
+    );
+    assert_eq!(
+        d.rpc_ok(&["sock_get_default_impl"]).trim(),
+        "{\n  \"impl_name\": \"posix\"\n}"
+    );
+    rpc_err(&d, &["sock_impl_get_options", "-i", "ssl"], -32602);
+
+    let port = free_port();
+    let p = port.to_string();
+    for args in [
+        &["nvmf_create_transport", "-t", "TCP"][..],
+        &["nvmf_create_subsystem", NQN, "-a"],
+        &[
+            "nvmf_subsystem_add_listener",
+            NQN,
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &p,
+        ],
+    ] {
+        assert_eq!(d.rpc_ok(args), "", "{args:?}");
+    }
+    // A connection gets the defaults (the kernel reports twice the value set, capped by
+    // net.core.[rw]mem_max: read the caps so the test holds on any host).
+    let cap = |f: &str| -> u64 {
+        2 * std::fs::read_to_string(f)
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let (rmax, wmax) = (
+        cap("/proc/sys/net/core/rmem_max"),
+        cap("/proc/sys/net/core/wmem_max"),
+    );
+    let first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let want = |r: u64, s: u64| ((2 * r).min(rmax), (2 * s).min(wmax));
+    let wait_for = |n: usize| {
+        for _ in 0..200 {
+            let b = target_sock_buffers(port);
+            if b.len() == n {
+                return b;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!(
+            "{n} connections on port {port}: {:?}",
+            target_sock_buffers(port)
+        );
+    };
+    assert_eq!(wait_for(1), [want(2 << 20, 2 << 20)]);
+
+    // New options: the next connection gets them, the open one keeps its own (as in SPDK).
+    assert_eq!(
+        d.rpc_ok(&[
+            "sock_impl_set_options",
+            "-i",
+            "posix",
+            "-r",
+            "262144",
+            "-s",
+            "131072",
+            "--enable-quickack"
+        ]),
+        ""
+    );
+    let now = d.rpc_json(&["sock_impl_get_options", "-i", "posix"]);
+    assert_eq!(
+        (now["recv_buf_size"].as_u64(), now["send_buf_size"].as_u64()),
+        (Some(262144), Some(131072))
+    );
+    assert_eq!(now["enable_quickack"], true);
+    let second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut both = wait_for(2);
+    both.sort();
+    let mut expect = vec![want(2 << 20, 2 << 20), want(262144, 131072)];
+    expect.sort();
+    assert_eq!(both, expect);
+    // Under SPDK's minimum a size is raised to it; a size past u32 is refused.
+    assert_eq!(
+        d.rpc_ok(&["sock_impl_set_options", "-i", "posix", "-s", "100"]),
+        ""
+    );
+    assert_eq!(
+        d.rpc_json(&["sock_impl_get_options", "-i", "posix"])["send_buf_size"],
+        4096
+    );
+    rpc_err(
+        &d,
+        &["sock_impl_set_options", "-i", "posix", "-r", "8589934592"],
+        -32603,
+    );
+    assert_eq!(
+        d.rpc_json(&["sock_impl_get_options", "-i", "posix"])["recv_buf_size"],
+        262144
+    );
+    drop((first, second));
+
+    // save_config writes the sock section first, in SPDK's shape; a daemon started from it has
+    // the same options.
+    let saved = d.rpc_ok(&["save_config"]);
+    let cfg: Value = serde_json::from_str(&saved).unwrap();
+    assert_eq!(cfg["subsystems"][0]["subsystem"], "sock", "{cfg}");
+    let calls = cfg["subsystems"][0]["config"].as_array().unwrap();
+    assert_eq!(calls[0]["method"], "sock_set_default_impl");
+    assert_eq!(calls[1]["method"], "sock_impl_set_options");
+    assert_eq!(calls[1]["params"]["impl_name"], "posix");
+    let before = d.rpc_json(&["sock_impl_get_options", "-i", "posix"]);
+    assert_eq!(d.signal(libc::SIGTERM).code(), Some(0));
+    let file = dir.path().join("saved.json");
+    std::fs::write(&file, saved).unwrap();
+    let d2 = Daemon::start(&sock, &["-c", file.to_str().unwrap()]);
+    assert_eq!(
+        d2.rpc_json(&["sock_impl_get_options", "-i", "posix"]),
+        before
+    );
+    assert_eq!(d2.signal(libc::SIGTERM).code(), Some(0));
+}

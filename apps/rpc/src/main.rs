@@ -8,6 +8,7 @@ mod client;
 mod config;
 mod nvme;
 mod nvmf;
+mod sock;
 mod vhost;
 
 use std::path::PathBuf;
@@ -268,6 +269,8 @@ enum Method {
     #[command(flatten)]
     Nvmf(nvmf::NvmfMethod),
     #[command(flatten)]
+    Sock(sock::SockMethod),
+    #[command(flatten)]
     Vhost(vhost::VhostMethod),
 }
 
@@ -490,6 +493,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         ),
         Method::Nvme(m) => nvme::request(m),
         Method::Nvmf(m) => nvmf::request(m),
+        Method::Sock(m) => sock::request(m),
         Method::Vhost(m) => vhost::request(m),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());

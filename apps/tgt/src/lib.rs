@@ -8,7 +8,8 @@
 //! - [`methods`]: the method table and the SPDK methods on the target state;
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
 //!   [`uring`] and [`nvme`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
-//!   target; [`vhost`] has SPDK's `vhost_*` methods on the vhost-user-blk target.
+//!   target; [`sock`] answers `sock_impl_get_options` for its sockets; [`vhost`] has SPDK's
+//!   `vhost_*` methods on the vhost-user-blk target.
 //! - [`config`]: configurations in `save_config`'s shape, pmio's and SPDK's unchanged (`-c`,
 //!   `load_config`, rpc.py's replay, `--check-config`): what is created, mapped, ignored, refused.
 //!
@@ -30,6 +31,7 @@ pub mod params;
 pub mod perf;
 pub mod sched;
 pub mod server;
+pub mod sock;
 pub mod target;
 pub mod uring;
 pub mod vhost;

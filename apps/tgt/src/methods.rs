@@ -58,6 +58,7 @@ pub fn all_methods() -> Vec<Method> {
     methods.extend(crate::uring::methods());
     methods.extend(crate::nvme::methods());
     methods.extend(crate::nvmf::methods());
+    methods.extend(crate::sock::methods());
     methods.extend(crate::vhost::methods());
     methods.extend(crate::config::methods());
     methods
@@ -319,8 +320,12 @@ fn framework_start_init(
 
 /// The subsystems `save_config` walks, each with the subsystems it depends on, in the order
 /// their configurations replay: the NVMe-oF target's namespaces need their bdevs.
-pub const SUBSYSTEMS: [(&str, &[&str]); 3] =
-    [("bdev", &[]), ("vhost_blk", &["bdev"]), ("nvmf", &["bdev"])];
+pub const SUBSYSTEMS: [(&str, &[&str]); 4] = [
+    ("sock", &[]),
+    ("bdev", &[]),
+    ("vhost_blk", &["bdev"]),
+    ("nvmf", &["bdev", "sock"]),
+];
 
 fn framework_get_subsystems(
     rpc: &Rpc,
@@ -347,6 +352,7 @@ fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Va
     p.opt::<bool>("with_batches")?;
     p.finish()?;
     match name.as_str() {
+        "sock" => Ok(Value::Array(crate::sock::config(rpc))),
         "bdev" => Ok(Value::Array(bdev_config(rpc))),
         "nvmf" => Ok(Value::Array(crate::nvmf::config(rpc))),
         "scheduler" => Ok(Value::Array(

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pmio_nvme::NvmeOptions;
+use pmio_nvmf::SockOptions;
 
 use crate::nvme::args::Reconnect;
 use serde_json::{Value, json};
@@ -71,6 +72,9 @@ pub enum Effect {
         /// The call's parameters.
         saved: Value,
     },
+    /// New socket options for NVMe/TCP connections accepted from now on (`save_config`
+    /// writes the options in effect, see `crate::sock::config`).
+    Sock(SockChange),
     /// A scheduler choice (reactor modes); `saved` is what `save_config` writes back.
     Scheduler {
         /// Static or dynamic.
@@ -150,6 +154,29 @@ impl NvmeDefaults {
     }
 }
 
+/// What `sock_impl_set_options -i posix` changes of the NVMe/TCP target's socket options
+/// (`None`: kept; SPDK's call also starts from the options in effect).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SockChange {
+    /// `recv_buf_size`: SO_RCVBUF.
+    pub recv_buf_size: Option<u32>,
+    /// `send_buf_size`: SO_SNDBUF.
+    pub send_buf_size: Option<u32>,
+    /// `enable_quickack`: TCP_QUICKACK.
+    pub enable_quickack: Option<bool>,
+}
+
+impl SockChange {
+    /// `o` with the fields that were set replaced.
+    pub fn apply_to(&self, o: SockOptions) -> SockOptions {
+        SockOptions {
+            recv_buf_size: self.recv_buf_size.unwrap_or(o.recv_buf_size),
+            send_buf_size: self.send_buf_size.unwrap_or(o.send_buf_size),
+            enable_quickack: self.enable_quickack.unwrap_or(o.enable_quickack),
+        }
+    }
+}
+
 /// SPDK's scheduler names, as pmio's reactors honour them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SchedChoice {
@@ -184,6 +211,7 @@ pub struct SettingsState {
 pub struct Snapshot {
     state: SettingsState,
     modes: Vec<(u32, Option<Duration>)>,
+    sock: SockOptions,
 }
 
 /// The daemon's mapped settings (one per [`Rpc`]).
@@ -236,6 +264,7 @@ impl Settings {
                 .iter()
                 .map(|&c| (c, h.interrupt_idle(c)))
                 .collect(),
+            sock: rpc.target.nvmf.sock_options(),
         }
     }
 
@@ -247,6 +276,7 @@ impl Settings {
                 log::warn!("config: restoring reactor {core}'s mode: {e}");
             }
         }
+        rpc.target.nvmf.set_sock_options(snap.sock);
         *lock(&self.state) = snap.state;
     }
 
@@ -258,6 +288,11 @@ impl Settings {
                 let mut s = lock(&self.state);
                 s.nvme = *defaults;
                 s.nvme_saved = Some(saved.clone());
+                Ok(())
+            }
+            Effect::Sock(change) => {
+                let nvmf = &rpc.target.nvmf;
+                nvmf.set_sock_options(change.apply_to(nvmf.sock_options()));
                 Ok(())
             }
             Effect::Scheduler { choice, saved } => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::{Effect, Note, NoteKind, NvmeDefaults, Plan, SchedChoice};
+use super::{Effect, Note, NoteKind, NvmeDefaults, Plan, SchedChoice, SockChange};
 use crate::jsonrpc::{RpcError, code};
 use crate::nvme::args::Reconnect;
 
@@ -495,10 +495,10 @@ pub fn sock_set_default_impl(params: Option<&Value>) -> Result<Plan, RpcError> {
     Ok(k.finish(Effect::None))
 }
 
-/// `sock_impl_set_options`: for `posix`, the options pmio's sockets already match are noted;
-/// buffer sizes, the receive pipe and zero-copy have no counterpart (pmio-nvmf sets
-/// TCP_NODELAY, like SPDK, and leaves buffer sizes to the kernel). Other implementations'
-/// options (ssl, uring) do not apply.
+/// `sock_impl_set_options`: for `posix`, buffer sizes and TCP_QUICKACK map onto the NVMe/TCP
+/// target's [`pmio_nvmf::SockOptions`] for connections accepted from then on (SPDK's rule: open
+/// connections keep theirs); the receive pipe is what pmio does; zero-copy, placement and TLS
+/// have no counterpart. Other implementations' options (ssl, uring) do not apply.
 pub fn sock_impl_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
     let mut k = Keys::new("sock_impl_set_options", params)?;
     let Some(imp) = k.take::<String>("impl_name")? else {
@@ -516,30 +516,46 @@ pub fn sock_impl_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
         k.map.clear();
         return Ok(k.finish(Effect::None));
     }
-    for key in ["recv_buf_size", "send_buf_size"] {
-        if let Some(v) = k.take::<u64>(key)? {
-            let sysctl = if key == "recv_buf_size" {
-                "tcp_rmem"
-            } else {
-                "tcp_wmem"
-            };
-            k.ignored(
-                key,
+    let mut change = SockChange::default();
+    for (key, opt, field) in [
+        ("recv_buf_size", "SO_RCVBUF", &mut change.recv_buf_size),
+        ("send_buf_size", "SO_SNDBUF", &mut change.send_buf_size),
+    ] {
+        if let Some(v) = k.take::<u32>(key)? {
+            *field = Some(v);
+            let raised = if v < pmio_nvmf::sock::MIN_BUF_SIZE {
                 format!(
-                    "{v}: pmio leaves socket buffers to the kernel's autotuning (raise the \
-                     maximum of net.ipv4.{sysctl} to {v} for the same ceiling)"
-                ),
+                    " (raised to SPDK's minimum {})",
+                    pmio_nvmf::sock::MIN_BUF_SIZE
+                )
+            } else {
+                String::new()
+            };
+            k.mapped(
+                key,
+                format!("{v}: {opt} of each NVMe/TCP connection accepted from now on{raised}"),
             );
         }
     }
-    if let Some(v) = k.take::<bool>("enable_recv_pipe")? {
-        k.ignored(
-            "enable_recv_pipe",
-            format!("{v}: pmio reads each PDU into its own buffers, with no pipe in between"),
+    if let Some(v) = k.take::<bool>("enable_quickack")? {
+        change.enable_quickack = Some(v);
+        k.mapped(
+            "enable_quickack",
+            format!("{v}: TCP_QUICKACK on each NVMe/TCP connection accepted from now on"),
         );
     }
+    match k.take::<bool>("enable_recv_pipe")? {
+        Some(true) => k.same(
+            "enable_recv_pipe",
+            "true: pmio reads up to 64 KiB of a connection's PDUs at a time",
+        ),
+        Some(false) => k.ignored(
+            "enable_recv_pipe",
+            "false: pmio always reads up to 64 KiB of a connection's PDUs at a time",
+        ),
+        None => {}
+    }
     for (key, pmio) in [
-        ("enable_quickack", "pmio does not set TCP_QUICKACK"),
         (
             "enable_zerocopy_send_server",
             "pmio copies on send (no MSG_ZEROCOPY)",
@@ -574,7 +590,7 @@ pub fn sock_impl_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
         }
     }
     k.ignore_any(&["psk_key", "psk_identity"], "pmio has no TLS")?;
-    Ok(k.finish(Effect::None))
+    Ok(k.finish(Effect::Sock(change)))
 }
 
 // --- nvmf ---
@@ -798,10 +814,36 @@ mod tests {
         assert_eq!(ssl.notes.len(), 1, "{:?}", ssl.notes);
         let posix = sock_impl_set_options(Some(&sock[2]["params"])).unwrap();
         assert!(posix.maps());
+        let mapped = posix.summary(NoteKind::Mapped);
         assert!(
-            posix
-                .summary(NoteKind::Ignored)
-                .contains("net.ipv4.tcp_rmem to 2097152")
+            mapped.contains("recv_buf_size: 2097152: SO_RCVBUF"),
+            "{mapped}"
+        );
+        assert!(
+            mapped.contains("enable_quickack: false: TCP_QUICKACK"),
+            "{mapped}"
+        );
+        assert_eq!(
+            posix.effect,
+            Effect::Sock(SockChange {
+                recv_buf_size: Some(2 << 20),
+                send_buf_size: Some(2 << 20),
+                enable_quickack: Some(false),
+            })
+        );
+        let small =
+            sock_impl_set_options(Some(&json!({"impl_name": "posix", "send_buf_size": 100})))
+                .unwrap();
+        assert!(
+            small
+                .summary(NoteKind::Mapped)
+                .contains("raised to SPDK's minimum 4096")
+        );
+        assert!(
+            sock_impl_set_options(Some(
+                &json!({"impl_name": "posix", "recv_buf_size": 1u64 << 33})
+            ))
+            .is_err()
         );
         assert!(
             sock_set_default_impl(Some(&sock[0]["params"]))
