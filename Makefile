@@ -3,7 +3,7 @@ CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
 
-.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-vhost clean
+.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost clean
 
 all: build
 
@@ -179,6 +179,11 @@ bench-nvmf-loopback:
 # script. Not part of `make test`.
 bench-nvmf-spdk:
 	CARGO=$(CARGO) test/ci/nvmf-spdk-bench.sh
+
+# The same targets in interleaved slices (one pair runs while the other is held by SIGSTOP):
+# ratios that the machine's second-to-second swings do not move.
+bench-nvmf-spdk-interleaved:
+	CARGO=$(CARGO) test/ci/nvmf-spdk-interleaved.sh
 
 # pmio-tgt's vhost-user-blk target beside qemu-storage-daemon's (null bdev / null-co, both
 # pinned to host core 0, the guest to core 1): one guest, /dev/vda and /dev/vdb, the same
