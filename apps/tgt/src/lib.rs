@@ -1,9 +1,8 @@
 //! pmio-tgt: the pmio daemon. Reactors, bdevs, and SPDK-compatible JSON-RPC 2.0 on a unix socket.
 //!
-//! - [`jsonrpc`]: framing of concatenated JSON values, request validation, responses (SPDK's wire
-//!   format, see `reference/spdk-rpc.md`).
-//! - [`params`]: strict parameter decoding with errors that name the parameter.
-//! - [`server`]: the unix-socket server (limits, one thread per connection, clean stop).
+//! The JSON-RPC server, its framing, errors and method registry are the `pmio-jsonrpc` crate;
+//! this crate holds the daemon's state and the methods not yet moved to their modules.
+//!
 //! - [`target`]: the daemon state (framework state, bdev records, statistics, reactors).
 //! - [`methods`]: the method table and the SPDK methods on the target state;
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
@@ -14,23 +13,18 @@
 //!   `load_config`, rpc.py's replay, `--check-config`): what is created, mapped, ignored, refused.
 //!
 //! ```
-//! use pmio_tgt::jsonrpc::{Decoder, handle_value, RpcError};
-//! let mut d = Decoder::default();
-//! d.feed(br#"{"jsonrpc":"2.0","method":"nope","id":1}"#);
-//! let mut out = Vec::new();
-//! handle_value(d.next_value().unwrap().unwrap(), &mut out, |_| Err(RpcError::method_not_found()));
-//! assert_eq!(out, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32601,\"message\":\"Method not found\"}}\n");
+//! use pmio_tgt::methods::all_methods;
+//! let methods = all_methods();
+//! assert!(methods.find("bdev_malloc_create").is_some());
+//! assert_eq!(methods.find("framework_start_init").unwrap().states, pmio_jsonrpc::STARTUP);
 //! ```
 
 pub mod config;
-pub mod jsonrpc;
 pub mod methods;
 pub mod nvme;
 pub mod nvmf;
-pub mod params;
 pub mod perf;
 pub mod sched;
-pub mod server;
 pub mod sock;
 pub mod target;
 pub mod uring;

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use pmio_jsonrpc::RpcState;
+use pmio_jsonrpc::server::{Server, ServerError, ServerOptions};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 use pmio_tgt::config::{self, settings::ReactorMode};
 use pmio_tgt::methods::Rpc;
-use pmio_tgt::server::{Server, ServerOptions};
-use pmio_tgt::target::{FwState, Target};
+use pmio_tgt::target::Target;
 
 /// pmio-tgt: reactors + bdevs + JSON-RPC 2.0 on a unix socket (spdk_tgt's flags and methods).
 #[derive(Parser, Debug)]
@@ -137,6 +138,10 @@ fn run(args: Args) -> anyhow::Result<()> {
     let server = Server::bind(ServerOptions {
         mode: args.rpc_socket_mode,
         ..ServerOptions::new(&args.rpc_socket)
+    })
+    .map_err(|e| match e {
+        ServerError::InUse(_) => anyhow::anyhow!("{e} with -r"),
+        e => e.into(),
     })?;
     let idle_sleep = Duration::from_micros(args.idle_sleep_us);
     let opts = ReactorsOptions {
@@ -147,9 +152,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     let reactors = Reactors::start(mask.clone(), opts)
         .with_context(|| format!("starting reactors on {}", mask.to_list()))?;
     let state = if args.wait_for_rpc {
-        FwState::Startup
+        RpcState::Startup
     } else {
-        FwState::Runtime
+        RpcState::Runtime
     };
     let target = Arc::new(Target::new(reactors.handle(), state));
     if let Some(dir) = &args.vhost_socket_dir {

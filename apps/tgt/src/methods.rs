@@ -11,28 +11,17 @@ use pmio_malloc::{MallocDevice, MallocOptions};
 use pmio_null::{NullDevice, NullOptions};
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{Call, RpcError, code};
-use crate::params::Params;
-use crate::server::Handler;
-use crate::target::{BdevKind, FwState, Target, bdev_error};
+use crate::target::{BdevKind, Target, bdev_error};
+use pmio_jsonrpc::params::Params;
+use pmio_jsonrpc::server::Handler;
+use pmio_jsonrpc::{Call, RpcError, code};
+use pmio_jsonrpc::{RUNTIME, Registry, STARTUP};
 
-/// Start-up state bit.
-pub const STARTUP: u8 = 1;
-/// Runtime state bit.
-pub const RUNTIME: u8 = 2;
+/// A method of pmio-tgt: it runs on the daemon's [`Rpc`].
+pub type Method = pmio_jsonrpc::Method<Rpc>;
 
-/// A method implementation.
+/// A method body as a plain function (the form this crate's modules write theirs in).
 pub type MethodFn = fn(&Rpc, &str, Option<&Value>) -> Result<Value, RpcError>;
-
-/// One RPC method.
-pub struct Method {
-    /// SPDK's method name.
-    pub name: &'static str,
-    /// States in which it may be called ([`STARTUP`] | [`RUNTIME`]).
-    pub states: u8,
-    /// Implementation.
-    pub run: MethodFn,
-}
 
 /// What `spdk_kill_instance` does once its reply is sent: deliver `signal` to the daemon.
 pub type KillFn = Box<dyn Fn(i32) + Send + Sync>;
@@ -41,7 +30,7 @@ pub type KillFn = Box<dyn Fn(i32) + Send + Sync>;
 pub struct Rpc {
     /// The daemon state.
     pub target: Arc<Target>,
-    methods: Vec<Method>,
+    methods: Registry<Rpc>,
     on_kill: KillFn,
     /// The `-c` configuration held back by `--wait-for-rpc` until `framework_start_init`.
     pending_config: std::sync::Mutex<Option<crate::config::Document>>,
@@ -51,8 +40,9 @@ pub struct Rpc {
 
 /// Every method of pmio-tgt (what [`Rpc::new`] serves; `--check-config` asks it without a
 /// daemon).
-pub fn all_methods() -> Vec<Method> {
-    let mut methods = base_methods();
+pub fn all_methods() -> Registry<Rpc> {
+    let mut methods = Registry::new();
+    methods.extend(base_methods());
     methods.extend(crate::perf::methods());
     methods.extend(crate::sched::methods());
     methods.extend(crate::uring::methods());
@@ -86,49 +76,26 @@ impl Rpc {
 
     /// The state mask of `method`, if pmio has it.
     pub fn states_of(&self, method: &str) -> Option<u8> {
-        self.methods
-            .iter()
-            .find(|m| m.name == method)
-            .map(|m| m.states)
+        self.methods.find(method).map(|m| m.states)
     }
 
     /// Names of every method, or of those callable in the current state.
     pub fn method_names(&self, current: bool) -> Vec<&'static str> {
-        let bit = self.target.state().bit();
-        self.methods
-            .iter()
-            .filter(|m| !current || m.states & bit != 0)
-            .map(|m| m.name)
-            .collect()
+        self.methods.names(current.then(|| self.target.state()))
     }
 
     /// Runs `method` with `params` as if it came over the socket (used for `-c` config files).
     pub fn invoke(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-        let m = self
-            .methods
-            .iter()
-            .find(|m| m.name == method)
-            .ok_or_else(|| match crate::config::not_found_detail(method) {
+        if self.methods.find(method).is_none() {
+            // What pmio does instead of an SPDK-only method, when it knows one.
+            return Err(match crate::config::not_found_detail(method) {
                 Some(why) => {
                     RpcError::new(code::METHOD_NOT_FOUND, format!("Method not found: {why}"))
                 }
                 None => RpcError::method_not_found(),
-            })?;
-        let state = self.target.state();
-        if m.states & state.bit() == 0 {
-            let msg = if state == FwState::Startup {
-                "Method may only be called after framework is initialized using \
-                 framework_start_init RPC."
-            } else {
-                "Method may only be called before framework initialization."
-            };
-            return Err(RpcError::new(
-                code::INVALID_STATE,
-                format!("{msg} ({method}; current state: {})", state.name()),
-            ));
+            });
         }
-        let params = params.filter(|p| !p.is_null());
-        (m.run)(self, method, params)
+        self.methods.call(self, self.target.state(), method, params)
     }
 }
 
@@ -178,76 +145,20 @@ pub fn signal_number(name: &str) -> Option<i32> {
 fn base_methods() -> Vec<Method> {
     const ANY: u8 = STARTUP | RUNTIME;
     vec![
-        Method {
-            name: "spdk_get_version",
-            states: ANY,
-            run: spdk_get_version,
-        },
-        Method {
-            name: "rpc_get_methods",
-            states: ANY,
-            run: rpc_get_methods,
-        },
-        Method {
-            name: "spdk_kill_instance",
-            states: ANY,
-            run: spdk_kill_instance,
-        },
-        Method {
-            name: "framework_start_init",
-            states: STARTUP,
-            run: framework_start_init,
-        },
-        Method {
-            name: "framework_get_subsystems",
-            states: ANY,
-            run: framework_get_subsystems,
-        },
-        Method {
-            name: "framework_get_config",
-            states: RUNTIME,
-            run: framework_get_config,
-        },
-        Method {
-            name: "framework_get_reactors",
-            states: RUNTIME,
-            run: framework_get_reactors,
-        },
-        Method {
-            name: "thread_get_stats",
-            states: RUNTIME,
-            run: thread_get_stats,
-        },
-        Method {
-            name: "bdev_null_create",
-            states: RUNTIME,
-            run: bdev_null_create,
-        },
-        Method {
-            name: "bdev_null_delete",
-            states: RUNTIME,
-            run: bdev_null_delete,
-        },
-        Method {
-            name: "bdev_malloc_create",
-            states: RUNTIME,
-            run: bdev_malloc_create,
-        },
-        Method {
-            name: "bdev_malloc_delete",
-            states: RUNTIME,
-            run: bdev_malloc_delete,
-        },
-        Method {
-            name: "bdev_get_bdevs",
-            states: RUNTIME,
-            run: bdev_get_bdevs,
-        },
-        Method {
-            name: "bdev_get_iostat",
-            states: RUNTIME,
-            run: bdev_get_iostat,
-        },
+        Method::new("spdk_get_version", ANY, spdk_get_version),
+        Method::new("rpc_get_methods", ANY, rpc_get_methods),
+        Method::new("spdk_kill_instance", ANY, spdk_kill_instance),
+        Method::new("framework_start_init", STARTUP, framework_start_init),
+        Method::new("framework_get_subsystems", ANY, framework_get_subsystems),
+        Method::new("framework_get_config", RUNTIME, framework_get_config),
+        Method::new("framework_get_reactors", RUNTIME, framework_get_reactors),
+        Method::new("thread_get_stats", RUNTIME, thread_get_stats),
+        Method::new("bdev_null_create", RUNTIME, bdev_null_create),
+        Method::new("bdev_null_delete", RUNTIME, bdev_null_delete),
+        Method::new("bdev_malloc_create", RUNTIME, bdev_malloc_create),
+        Method::new("bdev_malloc_delete", RUNTIME, bdev_malloc_delete),
+        Method::new("bdev_get_bdevs", RUNTIME, bdev_get_bdevs),
+        Method::new("bdev_get_iostat", RUNTIME, bdev_get_iostat),
     ]
 }
 
@@ -666,9 +577,10 @@ fn bdev_get_iostat(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmio_jsonrpc::RpcState;
     use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 
-    fn rpc(state: FwState) -> (Reactors, Rpc) {
+    fn rpc(state: RpcState) -> (Reactors, Rpc) {
         let reactors = Reactors::start(
             CoreMask::parse("0x1").unwrap(),
             ReactorsOptions {
@@ -688,7 +600,7 @@ mod tests {
 
     #[test]
     fn startup_state_gates_runtime_methods() {
-        let (_re, r) = rpc(FwState::Startup);
+        let (_re, r) = rpc(RpcState::Startup);
         let e = call(
             &r,
             "bdev_null_create",
@@ -721,7 +633,7 @@ mod tests {
 
     #[test]
     fn create_conflict_delete_by_module() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let p = json!({"name": "X", "num_blocks": 8, "block_size": 512});
         assert_eq!(
             call(&r, "bdev_malloc_create", p.clone()).unwrap(),
@@ -759,7 +671,7 @@ mod tests {
 
     #[test]
     fn config_replays_into_a_fresh_target() {
-        let (_a, r) = rpc(FwState::Runtime);
+        let (_a, r) = rpc(RpcState::Runtime);
         call(
             &r,
             "bdev_null_create",
@@ -780,7 +692,7 @@ mod tests {
         .unwrap();
         let cfg = json!({"subsystems": [{"subsystem": "bdev", "config": bdev_config(&r)}]});
         let calls = crate::config::parse(&cfg.to_string()).unwrap();
-        let (_b, r2) = rpc(FwState::Runtime);
+        let (_b, r2) = rpc(RpcState::Runtime);
         crate::config::apply(&r2, &calls).unwrap();
         let a = call(&r, "bdev_get_bdevs", Value::Null).unwrap();
         let b = call(&r2, "bdev_get_bdevs", Value::Null).unwrap();
@@ -792,7 +704,7 @@ mod tests {
 
     #[test]
     fn perform_tests_runs_on_reactors_and_feeds_iostat() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         call(
             &r,
             "bdev_null_create",
@@ -834,7 +746,7 @@ mod tests {
 
     #[test]
     fn iostat_counts_running_jobs_and_resets() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let r = Arc::new(r);
         call(
             &r,
@@ -888,7 +800,7 @@ mod tests {
         assert_eq!(signal_number("INT"), Some(libc::SIGINT));
         assert_eq!(signal_number("9"), Some(libc::SIGKILL));
         assert_eq!(signal_number("SIGFOO"), None);
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let e = call(&r, "spdk_kill_instance", json!({"sig_name": "SIGFOO"})).unwrap_err();
         assert_eq!(e.code, -32602);
     }

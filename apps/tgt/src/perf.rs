@@ -40,18 +40,15 @@ use pmio_runtime::job::{
 };
 use serde_json::{Value, json};
 
-use crate::jsonrpc::RpcError;
-use crate::methods::{Method, RUNTIME, Rpc};
-use crate::params::Params;
+use crate::methods::{Method, Rpc};
 use crate::target::Target;
+use pmio_jsonrpc::RUNTIME;
+use pmio_jsonrpc::RpcError;
+use pmio_jsonrpc::params::Params;
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    vec![Method {
-        name: "perform_tests",
-        states: RUNTIME,
-        run: perform_tests,
-    }]
+    vec![Method::new("perform_tests", RUNTIME, perform_tests)]
 }
 
 /// I/Os submitted per burst (one plug, one doorbell).

@@ -24,24 +24,17 @@ use pmio::sched::{SchedKind, Scheduler, SharedDeadline, TUNABLES};
 use pmio::{BdevInfo, PrioClass};
 use serde_json::{Map, Value, json};
 
-use crate::jsonrpc::RpcError;
-use crate::methods::{Method, RUNTIME, Rpc};
-use crate::params::Params;
+use crate::methods::{Method, Rpc};
 use crate::target::Target;
+use pmio_jsonrpc::RUNTIME;
+use pmio_jsonrpc::RpcError;
+use pmio_jsonrpc::params::Params;
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        Method {
-            name: "bdev_set_scheduler",
-            states: RUNTIME,
-            run: bdev_set_scheduler,
-        },
-        Method {
-            name: "bdev_get_scheduler",
-            states: RUNTIME,
-            run: bdev_get_scheduler,
-        },
+        Method::new("bdev_set_scheduler", RUNTIME, bdev_set_scheduler),
+        Method::new("bdev_get_scheduler", RUNTIME, bdev_get_scheduler),
     ]
 }
 

@@ -7,9 +7,10 @@
 use pmio_nvmf::SockOptions;
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{RpcError, code};
-use crate::methods::{Method, RUNTIME, Rpc, STARTUP};
-use crate::params::Params;
+use crate::methods::{Method, Rpc};
+use pmio_jsonrpc::params::Params;
+use pmio_jsonrpc::{RUNTIME, STARTUP};
+use pmio_jsonrpc::{RpcError, code};
 
 /// pmio's one socket implementation, by SPDK's name.
 pub const IMPL_NAME: &str = "posix";
@@ -17,16 +18,16 @@ pub const IMPL_NAME: &str = "posix";
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        Method {
-            name: "sock_impl_get_options",
-            states: STARTUP | RUNTIME,
-            run: sock_impl_get_options,
-        },
-        Method {
-            name: "sock_get_default_impl",
-            states: STARTUP | RUNTIME,
-            run: sock_get_default_impl,
-        },
+        Method::new(
+            "sock_impl_get_options",
+            STARTUP | RUNTIME,
+            sock_impl_get_options,
+        ),
+        Method::new(
+            "sock_get_default_impl",
+            STARTUP | RUNTIME,
+            sock_get_default_impl,
+        ),
     ]
 }
 

@@ -19,33 +19,8 @@ use pmio_reactors::ReactorsHandle;
 use pmio_vhost::VhostTarget;
 use serde_json::{Value, json};
 
-use crate::jsonrpc::RpcError;
 use crate::nvme::trid::Trid;
-
-/// Framework state, as SPDK's RPC state mask.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum FwState {
-    /// `--wait-for-rpc`: only start-up methods until `framework_start_init`.
-    Startup = 1,
-    /// Initialised: runtime methods.
-    Runtime = 2,
-}
-
-impl FwState {
-    /// The state's bit in a method's state mask.
-    pub fn bit(self) -> u8 {
-        self as u8
-    }
-
-    /// Name used in error messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            FwState::Startup => "startup",
-            FwState::Runtime => "runtime",
-        }
-    }
-}
+use pmio_jsonrpc::{RpcError, RpcState};
 
 /// Which driver made a bdev, and what is needed to recreate it.
 #[derive(Clone, Debug)]
@@ -156,7 +131,7 @@ pub fn bdev_error(e: &BdevError) -> RpcError {
 
 impl Target {
     /// A target on `reactors`, in `state`. Asks each reactor its thread id (one round trip).
-    pub fn new(reactors: ReactorsHandle, state: FwState) -> Target {
+    pub fn new(reactors: ReactorsHandle, state: RpcState) -> Target {
         // SAFETY: gettid has no preconditions.
         let tids = reactors
             .run_on_all(|_| unsafe { libc::gettid() })
@@ -199,11 +174,11 @@ impl Target {
     }
 
     /// Current framework state.
-    pub fn state(&self) -> FwState {
-        if self.state.load(Ordering::Acquire) == FwState::Startup as u8 {
-            FwState::Startup
+    pub fn state(&self) -> RpcState {
+        if self.state.load(Ordering::Acquire) == RpcState::Startup as u8 {
+            RpcState::Startup
         } else {
-            FwState::Runtime
+            RpcState::Runtime
         }
     }
 
@@ -211,8 +186,8 @@ impl Target {
     pub fn start_runtime(&self) -> bool {
         self.state
             .compare_exchange(
-                FwState::Startup as u8,
-                FwState::Runtime as u8,
+                RpcState::Startup as u8,
+                RpcState::Runtime as u8,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )

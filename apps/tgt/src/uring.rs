@@ -11,24 +11,17 @@ use pmio::{BdevError, BdevInfo, BlockDevice, DriverQueue, HctxType, Uuid};
 use pmio_uring::{UringBdev, UringError, UringOptions};
 use serde_json::{Value, json};
 
-use crate::jsonrpc::RpcError;
-use crate::methods::{Method, RUNTIME, Rpc};
-use crate::params::Params;
+use crate::methods::{Method, Rpc};
 use crate::target::BdevKind;
+use pmio_jsonrpc::RUNTIME;
+use pmio_jsonrpc::RpcError;
+use pmio_jsonrpc::params::Params;
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        Method {
-            name: "bdev_uring_create",
-            states: RUNTIME,
-            run: bdev_uring_create,
-        },
-        Method {
-            name: "bdev_uring_delete",
-            states: RUNTIME,
-            run: bdev_uring_delete,
-        },
+        Method::new("bdev_uring_create", RUNTIME, bdev_uring_create),
+        Method::new("bdev_uring_delete", RUNTIME, bdev_uring_delete),
     ]
 }
 

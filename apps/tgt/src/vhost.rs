@@ -9,17 +9,14 @@
 use pmio_vhost::{BlkCtrlrParams, CtrlrInfo, VhostError};
 use serde_json::{Value, json};
 
-use crate::jsonrpc::{RpcError, code, strerror};
-use crate::methods::{Method, MethodFn, RUNTIME, Rpc};
-use crate::params::Params;
+use crate::methods::{Method, MethodFn, Rpc};
+use pmio_jsonrpc::RUNTIME;
+use pmio_jsonrpc::error::{RpcError, code, strerror};
+use pmio_jsonrpc::params::Params;
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m = |name: &'static str, run: MethodFn| Method {
-        name,
-        states: RUNTIME,
-        run,
-    };
+    let m = |name: &'static str, run: MethodFn| Method::new(name, RUNTIME, run);
     vec![
         m("vhost_create_blk_controller", vhost_create_blk_controller),
         m("vhost_get_controllers", vhost_get_controllers),

@@ -9,7 +9,7 @@
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::jsonrpc::{Decoder, FrameError};
+use pmio_jsonrpc::frame::{Decoder, FrameError};
 
 /// Largest configuration file read (a saved SPDK target with thousands of subsystems is a few
 /// MiB).

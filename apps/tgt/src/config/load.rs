@@ -22,9 +22,10 @@ use super::report::{Report, Verdict};
 use super::rollback::Txn;
 use super::settings::NoteKind;
 use super::table::{self, Before, Handling, Undo};
-use crate::jsonrpc::{RpcError, code};
-use crate::methods::{Rpc, STARTUP};
-use crate::target::FwState;
+use crate::methods::Rpc;
+use pmio_jsonrpc::RpcState;
+use pmio_jsonrpc::STARTUP;
+use pmio_jsonrpc::{RpcError, code};
 
 /// A load that stopped: the reply's code and the whole story (what failed, what was rolled
 /// back).
@@ -95,7 +96,7 @@ pub fn apply(rpc: &Rpc, doc: &Document) -> Result<Report, LoadError> {
 }
 
 fn run_all(rpc: &Rpc, doc: &Document, txn: &mut Txn, report: &mut Report) -> Result<(), RpcError> {
-    if rpc.target.state() == FwState::Startup {
+    if rpc.target.state() == RpcState::Startup {
         let (now, later): (Vec<&ConfigCall>, Vec<&ConfigCall>) = doc
             .calls
             .iter()
@@ -292,7 +293,7 @@ mod tests {
 
     #[test]
     fn the_spdk_sample_loads() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let rep = apply(&r, &parse(SAMPLE).unwrap()).unwrap();
         assert_eq!(names(&r), ["Malloc0", "Null0"]);
         let b = call(&r, "bdev_get_bdevs", json!({"name": "Null0"})).unwrap();
@@ -315,7 +316,7 @@ mod tests {
     #[test]
     fn the_spdk_nvmf_section_loads_and_round_trips() {
         let (text, io, disc) = nvmf_fixture();
-        let (re, r) = rpc(FwState::Runtime);
+        let (re, r) = rpc(RpcState::Runtime);
         apply(&r, &parse(&text).unwrap()).unwrap();
         assert_eq!(names(&r), ["Malloc0", "Malloc1", "Null0"]);
         let subs = call(&r, "nvmf_get_subsystems", Value::Null).unwrap();
@@ -347,7 +348,7 @@ mod tests {
         crate::shutdown(&r);
         drop(r);
         re.stop().unwrap();
-        let (_re2, r2) = rpc(FwState::Runtime);
+        let (_re2, r2) = rpc(RpcState::Runtime);
         apply(&r2, &parse(&saved.to_string()).unwrap()).unwrap();
         assert_eq!(call(&r2, "nvmf_get_subsystems", Value::Null).unwrap(), subs);
         assert_eq!(call(&r2, "nvmf_get_transports", Value::Null).unwrap(), t);
@@ -360,7 +361,7 @@ mod tests {
 
     #[test]
     fn a_failed_load_removes_what_it_created() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         // Something that was there before the load stays whatever happens.
         call(
             &r,
@@ -432,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_failed_load_puts_old_settings_of_objects_back() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         call(
             &r,
             "bdev_null_create",
@@ -474,7 +475,7 @@ mod tests {
     /// clean, is taken by the method too (a stricter check would refuse good files).
     #[test]
     fn every_key_the_check_takes_the_method_takes() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("disk");
         std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
@@ -544,7 +545,7 @@ mod tests {
 
     #[test]
     fn refusals_stop_before_anything_is_created() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let doc = r#"{"subsystems":[{"subsystem":"bdev","config":[
             {"method":"bdev_malloc_create","params":{"name":"M0","num_blocks":64,"block_size":512}},
             {"method":"bdev_malloc_create","params":{"name":"M1","num_blocks":64,"block_size":512}},
@@ -574,9 +575,9 @@ mod tests {
 
     #[test]
     fn start_up_state_runs_settings_then_init_then_objects() {
-        let (_re, r) = rpc(FwState::Startup);
+        let (_re, r) = rpc(RpcState::Startup);
         let rep = apply(&r, &parse(SAMPLE).unwrap()).unwrap();
-        assert_eq!(r.target.state(), FwState::Runtime);
+        assert_eq!(r.target.state(), RpcState::Runtime);
         assert_eq!(names(&r), ["Malloc0", "Null0"]);
         // Settings (allowed at start-up) were reported before the creates.
         let first_create = rep
@@ -598,7 +599,7 @@ mod tests {
 
     #[test]
     fn load_config_method_answers_the_report() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let v = call(&r, "load_config", serde_json::from_str(SAMPLE).unwrap()).unwrap();
         assert_eq!(
             v["created"],

@@ -43,8 +43,9 @@ use serde_json::Value;
 pub use document::{ConfigCall, Document, parse};
 pub use load::{LoadError, apply};
 
-use crate::jsonrpc::{RpcError, code};
-use crate::methods::{Method, RUNTIME, Rpc, STARTUP};
+use crate::methods::{Method, Rpc};
+use pmio_jsonrpc::{RUNTIME, STARTUP};
+use pmio_jsonrpc::{RpcError, code};
 use table::{Handling, TABLE};
 
 /// Reads and parses the file at `path` (refusing an oversized one before reading it).
@@ -69,24 +70,12 @@ pub fn methods() -> Vec<Method> {
     let mut out: Vec<Method> = TABLE
         .iter()
         .filter_map(|e| match e.handling {
-            Handling::Setting(_) => Some(Method {
-                name: e.method,
-                states: STARTUP | RUNTIME,
-                run: run_setting,
-            }),
-            Handling::Ignore(_) => Some(Method {
-                name: e.method,
-                states: STARTUP | RUNTIME,
-                run: run_ignored,
-            }),
+            Handling::Setting(_) => Some(Method::new(e.method, STARTUP | RUNTIME, run_setting)),
+            Handling::Ignore(_) => Some(Method::new(e.method, STARTUP | RUNTIME, run_ignored)),
             _ => None,
         })
         .collect();
-    out.push(Method {
-        name: "load_config",
-        states: STARTUP | RUNTIME,
-        run: load_config,
-    });
+    out.push(Method::new("load_config", STARTUP | RUNTIME, load_config));
     out
 }
 
@@ -151,16 +140,17 @@ pub(crate) mod testutil {
     use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
     use serde_json::Value;
 
-    use crate::jsonrpc::RpcError;
     use crate::methods::Rpc;
-    use crate::target::{FwState, Target};
+    use crate::target::Target;
+    use pmio_jsonrpc::RpcError;
+    use pmio_jsonrpc::RpcState;
 
     /// SPDK v25.09's `save_config` of an spdk_tgt with a malloc and a null bdev.
     pub const SAMPLE: &str = include_str!("../../tests/fixtures/spdk-v25.09-sample.json");
     /// The same with an NVMe/TCP target: transport, discovery listener, two subsystems.
     pub const NVMF: &str = include_str!("../../tests/fixtures/spdk-v25.09-nvmf.json");
 
-    pub fn rpc(state: FwState) -> (Reactors, Rpc) {
+    pub fn rpc(state: RpcState) -> (Reactors, Rpc) {
         let reactors = Reactors::start(
             CoreMask::parse("0x1").unwrap(),
             ReactorsOptions {

@@ -27,8 +27,8 @@ use super::load::step;
 use super::report::Report;
 use super::rollback::Txn;
 use super::table::{self, Handling, TABLE};
-use crate::jsonrpc::{Call, RpcError};
 use crate::methods::Rpc;
+use pmio_jsonrpc::{Call, RpcError};
 
 /// A load session of this connection (thread).
 #[derive(Default)]
@@ -151,8 +151,8 @@ mod tests {
 
     use super::*;
     use crate::config::testutil::{SAMPLE, rpc};
-    use crate::server::Handler;
-    use crate::target::FwState;
+    use pmio_jsonrpc::RpcState;
+    use pmio_jsonrpc::server::Handler;
 
     fn active() -> bool {
         SESSION.with(|s| s.borrow().is_some())
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn rpc_py_replay_loads_the_spdk_sample() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         std::thread::scope(|t| {
             t.spawn(|| {
                 rpc_py_load(&r, &serde_json::from_str(SAMPLE).unwrap()).unwrap();
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn rpc_py_replay_stops_and_rolls_back_at_a_refusal() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         let doc = json!({"subsystems": [
             {"subsystem": "bdev", "config": [
                 {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 64, "block_size": 512}},
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn ordinary_clients_never_start_a_session() {
-        let (_re, r) = rpc(FwState::Runtime);
+        let (_re, r) = rpc(RpcState::Runtime);
         std::thread::scope(|t| {
             t.spawn(|| {
                 req(

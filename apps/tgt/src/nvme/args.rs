@@ -7,8 +7,8 @@
 use serde_json::{Map, Value, json};
 
 use super::trid::{Adrfam, Trid};
-use crate::jsonrpc::RpcError;
-use crate::params::Params;
+use pmio_jsonrpc::RpcError;
+use pmio_jsonrpc::params::Params;
 
 /// SPDK's reconnect knobs (`bdev_nvme_set_options` and the attach's own), each `None` when not
 /// given: an attach's value wins over `bdev_nvme_set_options`', which wins over the driver's.

@@ -24,36 +24,37 @@ use pmio::BlockDevice;
 use pmio_nvme::{Controller, NvmeError};
 use serde_json::{Value, json};
 
-use crate::jsonrpc::RpcError;
-use crate::methods::{Method, RUNTIME, Rpc};
-use crate::params::Params;
+use crate::methods::{Method, Rpc};
 use crate::target::{BdevKind, CtrlrRecord, Target};
 use args::AttachArgs;
+use pmio_jsonrpc::RUNTIME;
+use pmio_jsonrpc::RpcError;
+use pmio_jsonrpc::params::Params;
 use trid::Trid;
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
     vec![
-        Method {
-            name: "bdev_nvme_attach_controller",
-            states: RUNTIME,
-            run: bdev_nvme_attach_controller,
-        },
-        Method {
-            name: "bdev_nvme_detach_controller",
-            states: RUNTIME,
-            run: bdev_nvme_detach_controller,
-        },
-        Method {
-            name: "bdev_nvme_reset_controller",
-            states: RUNTIME,
-            run: bdev_nvme_reset_controller,
-        },
-        Method {
-            name: "bdev_nvme_get_controllers",
-            states: RUNTIME,
-            run: bdev_nvme_get_controllers,
-        },
+        Method::new(
+            "bdev_nvme_attach_controller",
+            RUNTIME,
+            bdev_nvme_attach_controller,
+        ),
+        Method::new(
+            "bdev_nvme_detach_controller",
+            RUNTIME,
+            bdev_nvme_detach_controller,
+        ),
+        Method::new(
+            "bdev_nvme_reset_controller",
+            RUNTIME,
+            bdev_nvme_reset_controller,
+        ),
+        Method::new(
+            "bdev_nvme_get_controllers",
+            RUNTIME,
+            bdev_nvme_get_controllers,
+        ),
     ]
 }
 

@@ -11,8 +11,8 @@ use super::args::{AttachArgs, TcpArgs};
 use super::trid::Trid;
 use super::{Attached, nvme_error};
 use crate::config::settings::NvmeDefaults;
-use crate::jsonrpc::RpcError;
 use crate::methods::Rpc;
+use pmio_jsonrpc::RpcError;
 
 /// The driver's options for `tcp` under `defaults`.
 fn options(a: &AttachArgs, tcp: &TcpArgs, defaults: &NvmeDefaults) -> TcpOptions {

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::config::testutil::{call, free_port, rpc};
 use crate::methods::Rpc;
-use crate::target::FwState;
+use pmio_jsonrpc::RpcState;
 
 const NQN: &str = "nqn.2016-06.io.pmio:nvme-tests";
 
@@ -49,9 +49,9 @@ fn attach_params(name: &str, port: u16) -> Value {
 #[test]
 fn tcp_attach_list_save_detach() {
     let port = free_port();
-    let (_t, tgt) = rpc(FwState::Runtime);
+    let (_t, tgt) = rpc(RpcState::Runtime);
     serve(&tgt, port);
-    let (_h, host) = rpc(FwState::Runtime);
+    let (_h, host) = rpc(RpcState::Runtime);
     call(
         &host,
         "bdev_nvme_set_options",
@@ -155,7 +155,7 @@ fn tcp_attach_list_save_detach() {
 
 #[test]
 fn tcp_attach_failures() {
-    let (_h, host) = rpc(FwState::Runtime);
+    let (_h, host) = rpc(RpcState::Runtime);
     // Nothing listens: the driver's reason, and nothing is left reserved.
     let port = free_port();
     let e = call(

@@ -23,17 +23,14 @@ use pmio_nvmf::subsystem::{
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::jsonrpc::{RpcError, code};
-use crate::methods::{Method, MethodFn, RUNTIME, Rpc};
-use crate::params::Params;
+use crate::methods::{Method, MethodFn, Rpc};
+use pmio_jsonrpc::RUNTIME;
+use pmio_jsonrpc::params::Params;
+use pmio_jsonrpc::{RpcError, code};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method> {
-    let m = |name: &'static str, run: MethodFn| Method {
-        name,
-        states: RUNTIME,
-        run,
-    };
+    let m = |name: &'static str, run: MethodFn| Method::new(name, RUNTIME, run);
     vec![
         m("nvmf_create_transport", nvmf_create_transport),
         m("nvmf_get_transports", nvmf_get_transports),

@@ -1,7 +1,8 @@
 //! The nvmf methods against rpc.py's requests and SPDK's replies.
 
 use super::*;
-use crate::target::{FwState, Target};
+use crate::target::Target;
+use pmio_jsonrpc::RpcState;
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ fn rpc() -> (Reactors, Rpc) {
         },
     )
     .unwrap();
-    let target = Arc::new(Target::new(reactors.handle(), FwState::Runtime));
+    let target = Arc::new(Target::new(reactors.handle(), RpcState::Runtime));
     (reactors, Rpc::new(target, Box::new(|_| {})))
 }
 

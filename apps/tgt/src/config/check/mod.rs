@@ -52,10 +52,7 @@ pub struct World {
 impl Default for World {
     fn default() -> World {
         World {
-            methods: crate::methods::all_methods()
-                .iter()
-                .map(|m| m.name)
-                .collect(),
+            methods: crate::methods::all_methods().names(None),
             bdevs: Vec::new(),
             ctrlrs: Vec::new(),
             transport: None,

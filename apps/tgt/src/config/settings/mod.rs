@@ -24,8 +24,8 @@ use pmio_nvmf::SockOptions;
 use crate::nvme::args::Reconnect;
 use serde_json::{Value, json};
 
-use crate::jsonrpc::RpcError;
 use crate::methods::Rpc;
+use pmio_jsonrpc::RpcError;
 
 /// What one key of a setting became.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

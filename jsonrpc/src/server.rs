@@ -4,8 +4,8 @@
 //! needs a reactor sends it a message and waits for the answer on a channel, so a slow or hostile
 //! client can only ever stall its own connection. Limits: [`ServerOptions::max_connections`]
 //! connections at once (one more is answered with -16 and closed), one request at most
-//! [`MAX_REQUEST_BYTES`](crate::jsonrpc::MAX_REQUEST_BYTES), nesting at most
-//! [`MAX_DEPTH`](crate::jsonrpc::MAX_DEPTH). A syntax error, an oversized or too deeply nested
+//! [`MAX_REQUEST_BYTES`](crate::frame::MAX_REQUEST_BYTES), nesting at most
+//! [`MAX_DEPTH`](crate::frame::MAX_DEPTH). A syntax error, an oversized or too deeply nested
 //! request is answered with -32700 and closes that connection only.
 
 use std::collections::HashMap;
@@ -20,10 +20,49 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::jsonrpc::{Call, Decoder, RpcError, Step, encode_response, handle_value};
+use crate::error::{RpcError, code};
+use crate::frame::Decoder;
+use crate::message::{Call, Step, encode_response, handle_value};
+
+/// Why the server could not bind or start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Something accepts connections on the path already (another daemon, or this one twice).
+    #[error(
+        "another process is already serving RPC on {} (is pmio-tgt or an SPDK app running?); \
+         stop it or pick another socket",
+        .0.display()
+    )]
+    InUse(PathBuf),
+    /// The path exists and is a regular file, directory or other non-socket: never replaced.
+    #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
+    NotASocket(PathBuf),
+    /// A system call on the socket failed; `what` is the step, with the path where there is one.
+    #[error("{what}")]
+    Io {
+        /// The step that failed ("binding /var/tmp/pmio.sock").
+        what: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Adds the step that failed to an I/O error (the server's `anyhow::Context`).
+trait WithStep<T> {
+    fn step(self, what: impl FnOnce() -> String) -> Result<T, ServerError>;
+}
+
+impl<T> WithStep<T> for io::Result<T> {
+    fn step(self, what: impl FnOnce() -> String) -> Result<T, ServerError> {
+        self.map_err(|source| ServerError::Io {
+            what: what(),
+            source,
+        })
+    }
+}
 
 /// What the server calls for each valid request.
 pub trait Handler: Send + Sync + 'static {
@@ -118,31 +157,24 @@ impl Server {
     ///
     /// A live server on that path (one that accepts a connection) is an error; a stale socket
     /// file (nobody listening) is replaced; any other kind of file is left alone and is an error.
-    pub fn bind(opts: ServerOptions) -> anyhow::Result<Server> {
+    pub fn bind(opts: ServerOptions) -> Result<Server, ServerError> {
         let path = opts.path.clone();
         match std::fs::symlink_metadata(&path) {
             Ok(md) if md.file_type().is_socket() => match UnixStream::connect(&path) {
-                Ok(_) => bail!(
-                    "another process is already serving RPC on {} (is pmio-tgt or an SPDK app \
-                     running?); stop it or pick another socket with -r",
-                    path.display()
-                ),
+                Ok(_) => return Err(ServerError::InUse(path)),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                     log::warn!("replacing stale socket {}", path.display());
                     std::fs::remove_file(&path)
-                        .with_context(|| format!("removing stale socket {}", path.display()))?;
+                        .step(|| format!("removing stale socket {}", path.display()))?;
                 }
                 Err(e) => {
                     return Err(e)
-                        .with_context(|| format!("checking whether {} is in use", path.display()));
+                        .step(|| format!("checking whether {} is in use", path.display()));
                 }
             },
-            Ok(_) => bail!(
-                "{} exists and is not a socket; refusing to replace it",
-                path.display()
-            ),
+            Ok(_) => return Err(ServerError::NotASocket(path)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("inspecting {}", path.display())),
+            Err(e) => return Err(e).step(|| format!("inspecting {}", path.display())),
         }
         // Create the socket with no permissions beyond the owner's, then set the asked mode: no
         // window in which anyone else may connect.
@@ -151,13 +183,13 @@ impl Server {
         let bound = UnixListener::bind(&path);
         // SAFETY: as above, restoring the previous mask.
         unsafe { libc::umask(old) };
-        let listener = bound.with_context(|| format!("binding {}", path.display()))?;
+        let listener = bound.step(|| format!("binding {}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(opts.mode))
-            .with_context(|| format!("setting mode {:o} on {}", opts.mode, path.display()))?;
+            .step(|| format!("setting mode {:o} on {}", opts.mode, path.display()))?;
         listener
             .set_nonblocking(true)
-            .context("making the listener non-blocking")?;
-        let md = std::fs::metadata(&path)?;
+            .step(|| "making the listener non-blocking".into())?;
+        let md = std::fs::metadata(&path).step(|| format!("inspecting {}", path.display()))?;
         Ok(Server {
             listener: Some(listener),
             ino: (md.dev(), md.ino()),
@@ -177,8 +209,8 @@ impl Server {
     }
 
     /// Starts the accept thread.
-    pub fn start(mut self, handler: Arc<dyn Handler>) -> anyhow::Result<ServerHandle> {
-        let (wake, wake_rx) = UnixStream::pair().context("creating the wake-up pair")?;
+    pub fn start(mut self, handler: Arc<dyn Handler>) -> Result<ServerHandle, ServerError> {
+        let (wake, wake_rx) = UnixStream::pair().step(|| "creating the wake-up pair".into())?;
         let shared = self.shared.clone();
         let listener = self
             .listener
@@ -187,7 +219,7 @@ impl Server {
         let accept = std::thread::Builder::new()
             .name("rpc-accept".into())
             .spawn(move || accept_loop(listener, wake_rx, shared, handler))
-            .context("spawning the RPC accept thread")?;
+            .step(|| "spawning the RPC accept thread".into())?;
         Ok(ServerHandle {
             shared: self.shared.clone(),
             wake,
@@ -433,7 +465,7 @@ fn serve(mut stream: UnixStream, shared: &Shared, handler: &dyn Handler) {
                             .unwrap_or_else(|_| {
                                 log::error!("RPC method {} panicked", call.method);
                                 Err(RpcError::new(
-                                    crate::jsonrpc::code::INTERNAL_ERROR,
+                                    code::INTERNAL_ERROR,
                                     format!("internal error in {}", call.method),
                                 ))
                             });
@@ -610,7 +642,7 @@ mod tests {
         let mut s = UnixStream::connect(h.path()).unwrap();
         let big = format!(
             "{{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"id\":1,\"params\":{{\"s\":\"{}",
-            "x".repeat(crate::jsonrpc::MAX_REQUEST_BYTES + 10)
+            "x".repeat(crate::frame::MAX_REQUEST_BYTES + 10)
         );
         // The server may close before all bytes are written.
         let _ = s.write_all(big.as_bytes());

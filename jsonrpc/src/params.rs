@@ -8,7 +8,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::jsonrpc::RpcError;
+use crate::error::RpcError;
 
 /// The parameters of one call, consumed key by key.
 #[derive(Debug)]
