@@ -355,6 +355,20 @@ fn tgt_newer_spdk_client_parameters() {
 }
 
 /// Runs pmio-rpc, expects it to fail with an error reply of `code`, returns what it printed.
+/// `nvmf_subsystem_add_listener NQN -t tcp -a 127.0.0.1 -s PORT`.
+fn listener<'a>(nqn: &'a str, port: &'a str) -> [&'a str; 8] {
+    [
+        "nvmf_subsystem_add_listener",
+        nqn,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        port,
+    ]
+}
+
 fn rpc_err(d: &Daemon, args: &[&str], code: i32) -> String {
     let out = d.rpc(args);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -434,16 +448,7 @@ fn tgt_nvmf_configuration_and_restart() {
     rpc_err(&d, &["nvmf_subsystem_remove_ns", NQN, "7"], -32602);
 
     let port = free_port().to_string();
-    d.rpc_ok(&[
-        "nvmf_subsystem_add_listener",
-        NQN,
-        "-t",
-        "tcp",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        &port,
-    ]);
+    d.rpc_ok(&listener(NQN, &port));
     d.rpc_ok(&[
         "nvmf_subsystem_add_listener",
         "discovery",
@@ -456,20 +461,7 @@ fn tgt_nvmf_configuration_and_restart() {
         "-f",
         "ipv4",
     ]);
-    rpc_err(
-        &d,
-        &[
-            "nvmf_subsystem_add_listener",
-            NQN,
-            "-t",
-            "tcp",
-            "-a",
-            "127.0.0.1",
-            "-s",
-            &port,
-        ],
-        -32602,
-    );
+    rpc_err(&d, &listener(NQN, &port), -32602);
     d.rpc_ok(&["nvmf_subsystem_add_host", NQN, HOST]);
     d.rpc_ok(&["nvmf_subsystem_allow_any_host", NQN, "-d"]);
 
@@ -633,16 +625,7 @@ fn tgt_nvmf_connected_host_is_listed() {
     d.rpc_ok(&["nvmf_create_transport", "-t", "TCP"]);
     d.rpc_ok(&["nvmf_create_subsystem", NQN, "-s", "PMIO0001"]);
     d.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "Malloc0"]);
-    d.rpc_ok(&[
-        "nvmf_subsystem_add_listener",
-        NQN,
-        "-t",
-        "tcp",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        &p,
-    ]);
+    d.rpc_ok(&listener(NQN, &p));
     d.rpc_ok(&["nvmf_subsystem_add_host", NQN, HOST]);
 
     // Not on the list: Connect Invalid Host (SCT 1, SC 0x84).
@@ -761,16 +744,7 @@ fn tgt_sock_impl_options_apply_to_new_connections_and_are_saved() {
     for args in [
         &["nvmf_create_transport", "-t", "TCP"][..],
         &["nvmf_create_subsystem", NQN, "-a"],
-        &[
-            "nvmf_subsystem_add_listener",
-            NQN,
-            "-t",
-            "tcp",
-            "-a",
-            "127.0.0.1",
-            "-s",
-            &p,
-        ],
+        &listener(NQN, &p),
     ] {
         assert_eq!(d.rpc_ok(args), "", "{args:?}");
     }

@@ -643,6 +643,28 @@ mod tests {
     }
 
     #[test]
+    fn sock_flag_pairs_send_the_later_one_or_nothing() {
+        let p = params(&[
+            "pmio-rpc",
+            "sock_impl_set_options",
+            "-i",
+            "posix",
+            "-r",
+            "4096",
+            "--enable-quickack",
+            "--disable-quickack",
+            "--disable-zerocopy-send-server",
+            "--enable-zerocopy-send-server",
+        ]);
+        assert_eq!(
+            serde_json::to_string(&p).unwrap(),
+            r#"{"impl_name":"posix","recv_buf_size":4096,"enable_quickack":false,"enable_zerocopy_send_server":true}"#
+        );
+        let p = params(&["pmio-rpc", "sock_impl_get_options", "-i", "posix"]);
+        assert_eq!(p, serde_json::json!({"impl_name": "posix"}));
+    }
+
+    #[test]
     fn null_create_converts_mib_to_blocks() {
         let p = params(&["pmio-rpc", "bdev_null_create", "Null0", "64", "512"]);
         assert_eq!(
