@@ -208,6 +208,15 @@ impl<C: ?Sized + 'static> Extend<Method<C>> for Registry<C> {
     }
 }
 
+/// A registry of `methods`, in their order (a module's method list).
+impl<C: ?Sized + 'static> FromIterator<Method<C>> for Registry<C> {
+    fn from_iter<I: IntoIterator<Item = Method<C>>>(methods: I) -> Self {
+        let mut r = Registry::new();
+        r.extend(methods);
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

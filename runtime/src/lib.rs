@@ -7,6 +7,8 @@
 //!   ownership, one doorbell per turn, a full queue waits, no allocation per I/O) is
 //!   [`pmio::aio`]'s.
 //! - [`registry`]: the process's named devices, where [`Bdev::open`] looks.
+//! - [`rpc`] (feature `rpc`): the bdevs a daemon's RPC methods share ([`rpc::BdevHost`]) and
+//!   the methods of the bdev layer and the job engine (`bdev_get_bdevs`, `perform_tests`, ...).
 //! - [`job`]: the job engine. Per-core workers keep I/O in flight on bdev queues (random or
 //!   sequential, read/write mixes, priority classes, verify patterns, latency histograms);
 //!   pmio-perf and pmio-tgt's `perform_tests` are two front ends of it.
@@ -80,5 +82,7 @@
 
 mod bdev;
 pub mod job;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 
 pub use bdev::{Bdev, OpenError, registry};

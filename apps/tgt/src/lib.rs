@@ -23,11 +23,8 @@ pub mod config;
 pub mod methods;
 pub mod nvme;
 pub mod nvmf;
-pub mod perf;
-pub mod sched;
 pub mod sock;
 pub mod target;
-pub mod uring;
 pub mod vhost;
 
 /// Releases everything the daemon holds, after the RPC server has stopped and before the
@@ -39,8 +36,8 @@ pub fn shutdown(rpc: &methods::Rpc) {
     t.nvmf.shutdown();
     t.vhost.shutdown();
     nvme::detach_all(t);
-    for r in t.records().into_iter().rev() {
-        if let Err(e) = t.registry.unregister(&r.name) {
+    for r in t.bdevs.records().into_iter().rev() {
+        if let Err(e) = t.bdevs.registry.unregister(&r.name) {
             log::debug!("unregistering {}: {e}", r.name);
         }
     }

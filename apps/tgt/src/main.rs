@@ -216,7 +216,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     );
     let sig = wait_signal(&set);
     log::info!("signal {sig} received: shutting down");
-    target.begin_shutdown();
+    target.bdevs.begin_shutdown();
     handle.stop(Duration::from_secs(10));
     pmio_tgt::shutdown(&rpc);
     drop(rpc);

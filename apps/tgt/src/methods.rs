@@ -6,12 +6,9 @@
 
 use std::sync::Arc;
 
-use pmio::BlockDevice;
-use pmio_malloc::{MallocDevice, MallocOptions};
-use pmio_null::{NullDevice, NullOptions};
 use serde_json::{Value, json};
 
-use crate::target::{BdevKind, Target, bdev_error};
+use crate::target::Target;
 use pmio_jsonrpc::params::Params;
 use pmio_jsonrpc::server::Handler;
 use pmio_jsonrpc::{Call, RpcError, code};
@@ -38,14 +35,20 @@ pub struct Rpc {
     pub settings: crate::config::settings::Settings,
 }
 
+/// The bdev host the bdev modules' methods run on.
+fn bdevs(rpc: &Rpc) -> &Arc<pmio_runtime::rpc::BdevHost> {
+    &rpc.target.bdevs
+}
+
 /// Every method of pmio-tgt (what [`Rpc::new`] serves; `--check-config` asks it without a
 /// daemon).
 pub fn all_methods() -> Registry<Rpc> {
     let mut methods = Registry::new();
     methods.extend(base_methods());
-    methods.extend(crate::perf::methods());
-    methods.extend(crate::sched::methods());
-    methods.extend(crate::uring::methods());
+    methods.merge(pmio_runtime::rpc::methods(), bdevs);
+    methods.merge(pmio_null::rpc::methods().into_iter().collect(), bdevs);
+    methods.merge(pmio_malloc::rpc::methods().into_iter().collect(), bdevs);
+    methods.merge(pmio_uring::rpc::methods().into_iter().collect(), bdevs);
     methods.extend(crate::nvme::methods());
     methods.extend(crate::nvmf::methods());
     methods.extend(crate::sock::methods());
@@ -153,12 +156,6 @@ fn base_methods() -> Vec<Method> {
         Method::new("framework_get_config", RUNTIME, framework_get_config),
         Method::new("framework_get_reactors", RUNTIME, framework_get_reactors),
         Method::new("thread_get_stats", RUNTIME, thread_get_stats),
-        Method::new("bdev_null_create", RUNTIME, bdev_null_create),
-        Method::new("bdev_null_delete", RUNTIME, bdev_null_delete),
-        Method::new("bdev_malloc_create", RUNTIME, bdev_malloc_create),
-        Method::new("bdev_malloc_delete", RUNTIME, bdev_malloc_delete),
-        Method::new("bdev_get_bdevs", RUNTIME, bdev_get_bdevs),
-        Method::new("bdev_get_iostat", RUNTIME, bdev_get_iostat),
     ]
 }
 
@@ -282,9 +279,9 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     let t = &rpc.target;
     // NVMe driver defaults first: they apply to the controllers attached after them.
     let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
-    out.extend(t.records().into_iter().filter_map(|r| r.create));
+    out.extend(t.bdevs.create_calls());
     out.extend(crate::nvme::config(t));
-    out.extend(crate::sched::config(rpc));
+    out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));
     out
 }
 
@@ -350,228 +347,6 @@ fn thread_get_stats(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<V
         })
         .collect();
     Ok(json!({"tick_rate": 1_000_000_000u64, "threads": threads}))
-}
-
-/// Parameters every SPDK bdev create method may carry that pmio accepts at their defaults.
-fn accept_spdk_defaults(p: &mut Params, keys: &[(&str, Value)]) -> Result<(), RpcError> {
-    for (k, v) in keys {
-        p.accept_default(k, v.clone())?;
-    }
-    Ok(())
-}
-
-fn uuid_param(p: &mut Params) -> Result<Option<pmio::Uuid>, RpcError> {
-    match p.opt::<String>("uuid")? {
-        None => Ok(None),
-        Some(s) => pmio::Uuid::parse(&s).map(Some).ok_or_else(|| {
-            RpcError::decode(format_args!("parameter \"uuid\": \"{s}\" is not a UUID"))
-        }),
-    }
-}
-
-fn physical_block_size(p: &mut Params, block_size: u32) -> Result<(), RpcError> {
-    match p.opt::<u32>("physical_block_size")? {
-        None | Some(0) => Ok(()),
-        Some(pbs) if pbs == block_size => Ok(()),
-        Some(pbs) => Err(RpcError::errno_detail(
-            -libc::EOPNOTSUPP,
-            format_args!(
-                "parameter \"physical_block_size\" ({pbs}) must equal block_size ({block_size})"
-            ),
-        )),
-    }
-}
-
-fn bdev_null_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    let num_blocks: u64 = p.req("num_blocks")?;
-    let block_size: u32 = p.req("block_size")?;
-    let uuid = uuid_param(&mut p)?;
-    physical_block_size(&mut p, block_size)?;
-    accept_spdk_defaults(
-        &mut p,
-        &[
-            ("md_size", json!(0)),
-            ("dif_type", json!(0)),
-            ("dif_is_head_of_md", json!(false)),
-            ("dif_pi_format", json!(0)),
-            ("preferred_write_granularity", json!(0)),
-            ("preferred_write_alignment", json!(0)),
-            ("optimal_write_size", json!(0)),
-            ("preferred_unmap_granularity", json!(0)),
-            ("preferred_unmap_alignment", json!(0)),
-        ],
-    )?;
-    p.finish()?;
-    rpc.target.check_name_free(&name)?;
-    let dev = NullDevice::new(NullOptions {
-        name: name.clone(),
-        uuid,
-        block_size,
-        num_blocks,
-        ..NullOptions::default()
-    })
-    .map_err(|e| bdev_error(&e))?;
-    add_ram_bdev(rpc, dev, BdevKind::Null, "bdev_null_create")
-}
-
-fn bdev_null_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    delete_module_bdev(rpc, params, "null")
-}
-
-fn bdev_malloc_create(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: Option<String> = p.opt("name")?;
-    let num_blocks: u64 = p.req("num_blocks")?;
-    let block_size: u32 = p.req("block_size")?;
-    let uuid = uuid_param(&mut p)?;
-    physical_block_size(&mut p, block_size)?;
-    accept_spdk_defaults(
-        &mut p,
-        &[
-            ("optimal_io_boundary", json!(0)),
-            ("md_size", json!(0)),
-            ("md_interleave", json!(false)),
-            ("dif_type", json!(0)),
-            ("dif_is_head_of_md", json!(false)),
-            ("dif_pi_format", json!(0)),
-            ("numa_id", json!(-1)),
-        ],
-    )?;
-    p.finish()?;
-    // SPDK names unnamed malloc bdevs Malloc0, Malloc1, ...
-    let name = match name {
-        Some(n) => n,
-        None => (0..)
-            .map(|i| format!("Malloc{i}"))
-            .find(|n| rpc.target.registry.get(n).is_none())
-            .unwrap_or_default(),
-    };
-    rpc.target.check_name_free(&name)?;
-    let dev = MallocDevice::new(MallocOptions {
-        name: name.clone(),
-        uuid,
-        block_size,
-        num_blocks,
-        ..MallocOptions::default()
-    })
-    .map_err(|e| bdev_error(&e))?;
-    add_ram_bdev(rpc, dev, BdevKind::Malloc, "bdev_malloc_create")
-}
-
-/// Registers a null or malloc bdev with the create call `save_config` replays (its size, block
-/// size and UUID), and answers with its name.
-fn add_ram_bdev(
-    rpc: &Rpc,
-    dev: Arc<dyn BlockDevice>,
-    kind: BdevKind,
-    method: &str,
-) -> Result<Value, RpcError> {
-    let info = dev.info();
-    let (name, num_blocks, block_size) = (info.name.clone(), info.num_blocks, info.block_size);
-    let create = json!({
-        "method": method,
-        "params": {"name": name, "num_blocks": num_blocks, "block_size": block_size, "uuid": info.uuid.to_string()}
-    });
-    rpc.target.add_bdev(dev, kind, Some(create))?;
-    log::info!("{method}: {name}, {num_blocks} blocks of {block_size} bytes");
-    Ok(Value::String(name))
-}
-
-/// `bdev_*_delete {name}` for a bdev of `module`.
-pub(crate) fn delete_module_bdev(
-    rpc: &Rpc,
-    params: Option<&Value>,
-    module: &str,
-) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    p.finish()?;
-    rpc.target.delete_bdev(&name, module)?;
-    log::info!("deleted {module} bdev {name}");
-    Ok(Value::Bool(true))
-}
-
-fn bdev_malloc_delete(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    delete_module_bdev(rpc, params, "malloc")
-}
-
-fn bdev_get_bdevs(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: Option<String> = p.opt("name")?;
-    // SPDK waits up to `timeout` ms for the bdev to appear; pmio bdevs exist as soon as their
-    // create method has answered, so there is nothing to wait for.
-    p.opt::<u64>("timeout")?;
-    p.finish()?;
-    let t = &rpc.target;
-    match name {
-        Some(n) => {
-            let dev = t
-                .find_bdev(&n)
-                .ok_or_else(|| RpcError::errno(-libc::ENODEV))?;
-            Ok(json!([t.bdev_json(&*dev)]))
-        }
-        None => Ok(Value::Array(
-            t.bdevs_in_order()
-                .iter()
-                .map(|d| t.bdev_json(&**d))
-                .collect(),
-        )),
-    }
-}
-
-fn bdev_get_iostat(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: Option<String> = p.opt("name")?;
-    // Newer SPDK clients: `names` (a list) and `reset_mode` (reset after reading).
-    let names: Option<Vec<String>> = p.opt("names")?;
-    let reset: Option<String> = p.opt("reset_mode")?;
-    p.accept_default("per_channel", json!(false))?;
-    p.finish()?;
-    let reset = match reset.as_deref() {
-        None | Some("none") => None,
-        Some(m @ ("all" | "maxmin" | "error")) => Some(m.to_string()),
-        Some(m) => {
-            return Err(RpcError::decode(format_args!(
-                "parameter \"reset_mode\": \"{m}\" is not one of all, maxmin, error, none"
-            )));
-        }
-    };
-    let t = &rpc.target;
-    let wanted: Option<Vec<String>> = match (name, names) {
-        (Some(n), None) => Some(vec![n]),
-        (None, Some(ns)) => Some(ns),
-        (None, None) => None,
-        (Some(_), Some(_)) => {
-            return Err(RpcError::decode(
-                "parameters \"name\" and \"names\" are exclusive",
-            ));
-        }
-    };
-    let devs = match wanted {
-        Some(ns) => ns
-            .iter()
-            .map(|n| t.find_bdev(n).ok_or_else(|| RpcError::errno(-libc::ENODEV)))
-            .collect::<Result<Vec<_>, _>>()?,
-        None => t.bdevs_in_order(),
-    };
-    let bdevs: Vec<Value> = devs
-        .iter()
-        .map(|d| {
-            let name = &d.info().name;
-            let v = t.iostat_json(name);
-            if let Some(m) = &reset {
-                t.reset_iostat(name, m);
-            }
-            v
-        })
-        .collect();
-    Ok(json!({
-        "tick_rate": 1_000_000_000u64,
-        "ticks": t.uptime_ns(),
-        "bdevs": bdevs
-    }))
 }
 
 #[cfg(test)]

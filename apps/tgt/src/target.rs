@@ -1,69 +1,21 @@
-//! The daemon's state: the framework state machine, the bdevs it created (with the parameters
-//! needed to recreate them), the reactors, accumulated I/O statistics.
+//! The daemon's state: the framework state machine, its bdevs ([`BdevHost`]), the targets that
+//! serve them, the NVMe controllers it attached, the reactors.
 //!
 //! RPC methods run on connection threads and only touch this state and the bdev registry; work
 //! that must happen on a reactor (opening queues, running I/O) is sent there as a message and its
 //! result comes back on a channel.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use pmio::bdev::Registry;
-use pmio::bdev::stats::{QueueStats, QueueStatsCell};
-use pmio::dma::{DmaError, DmaRegion};
-use pmio::sched::Scheduler;
-use pmio::{BdevError, BlockDevice, Op, Uuid};
+use pmio_jsonrpc::RpcState;
 use pmio_nvmf::NvmfTarget;
 use pmio_reactors::ReactorsHandle;
+use pmio_runtime::rpc::{BdevHost, BdevUser};
 use pmio_vhost::VhostTarget;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::nvme::trid::Trid;
-use pmio_jsonrpc::{RpcError, RpcState};
-
-/// Which driver made a bdev, and what is needed to recreate it.
-#[derive(Clone, Debug)]
-pub enum BdevKind {
-    /// `bdev_null_create`.
-    Null,
-    /// `bdev_malloc_create`.
-    Malloc,
-    /// `bdev_uring_create` on `filename`.
-    Uring {
-        /// File or block device path.
-        filename: String,
-    },
-    /// A namespace of the NVMe controller `ctrlr`.
-    Nvme {
-        /// Controller name (`bdev_nvme_attach_controller -b`).
-        ctrlr: String,
-    },
-}
-
-impl BdevKind {
-    /// The module name as SPDK prints it in errors and `driver_specific`.
-    pub fn module(&self) -> &'static str {
-        match self {
-            BdevKind::Null => "null",
-            BdevKind::Malloc => "malloc",
-            BdevKind::Uring { .. } => "uring",
-            BdevKind::Nvme { .. } => "nvme",
-        }
-    }
-}
-
-/// A bdev this daemon created.
-#[derive(Clone, Debug)]
-pub struct BdevRecord {
-    /// Bdev name.
-    pub name: String,
-    /// Driver and origin.
-    pub kind: BdevKind,
-    /// The method call that recreates it (`None` for bdevs of an NVMe controller, recreated by
-    /// the controller's attach).
-    pub create: Option<Value>,
-}
 
 /// An attached NVMe controller.
 #[derive(Clone)]
@@ -84,48 +36,51 @@ pub struct CtrlrRecord {
 
 /// The daemon state shared by every RPC connection.
 pub struct Target {
-    /// Every bdev, by name.
-    pub registry: Arc<Registry>,
+    /// Every bdev, with the module that made it, its users and statistics.
+    pub bdevs: Arc<BdevHost>,
     /// The NVMe/TCP target serving these bdevs (the `nvmf_*` methods).
     pub nvmf: Arc<NvmfTarget>,
     /// The vhost-user-blk target serving these bdevs to VMs (the `vhost_*` methods).
     pub vhost: Arc<VhostTarget>,
-    /// Held while a bdev changes hands: deleted, or taken by an NVMe-oF namespace. A bdev is then
-    /// never deleted between a namespace's look-up of it and the namespace's creation. Lock
-    /// order: `ctrlrs`, then this, then `records`.
-    bdev_owners: Mutex<()>,
-    records: Mutex<Vec<BdevRecord>>,
     ctrlrs: Mutex<Vec<CtrlrRecord>>,
     /// Controllers being attached (name, path): reserved so that two attaches never take the
     /// same name or path while the slow bring-up runs with `ctrlrs` unlocked. Locked after
     /// `ctrlrs`.
     attaching: Mutex<Vec<(String, Trid)>>,
     state: AtomicU8,
-    stopping: AtomicBool,
-    /// Bdev name → number of running jobs (perform_tests) using it.
-    busy: Mutex<HashMap<String, usize>>,
-    /// I/O statistics per bdev: finished jobs' totals plus the queues of running jobs.
-    iostat: Mutex<HashMap<String, IoStat>>,
-    next_live: std::sync::atomic::AtomicU64,
-    /// perform_tests I/O buffers per bdev, reused by later jobs (see [`Target::take_buffer`]).
-    bufs: Mutex<HashMap<String, Vec<DmaRegion>>>,
-    /// Bdev name → its scheduler (absent: none).
-    scheds: Mutex<HashMap<String, Scheduler>>,
-    reactors: ReactorsHandle,
     /// Thread id of each reactor, in core order.
     tids: Vec<i32>,
-    start_ns: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Maps a block-layer error to SPDK's reply: negative errno, strerror text, and what failed.
-pub fn bdev_error(e: &BdevError) -> RpcError {
-    match e {
-        BdevError::NotFound(_) => RpcError::errno(-libc::ENODEV),
-        _ => RpcError::errno_detail(e.errno(), e),
+/// The NVMe/TCP target as a user of bdevs: a namespace's bdev is claimed.
+struct NvmfUser(Arc<NvmfTarget>);
+
+impl BdevUser for NvmfUser {
+    fn user_of(&self, name: &str) -> Option<String> {
+        self.0.bdev_in_use(name).map(|(nqn, nsid)| {
+            format!(
+                "bdev {name} is namespace {nsid} of NVMe-oF subsystem {nqn}; remove it first \
+                 (nvmf_subsystem_remove_ns {nqn} {nsid})"
+            )
+        })
+    }
+}
+
+/// The vhost target as a user of bdevs: a controller's disk is claimed.
+struct VhostUser(Arc<VhostTarget>);
+
+impl BdevUser for VhostUser {
+    fn user_of(&self, name: &str) -> Option<String> {
+        self.0.bdev_in_use(name).map(|ctrlr| {
+            format!(
+                "bdev {name} is the disk of vhost controller {ctrlr}; delete it first \
+                 (vhost_delete_controller {ctrlr})"
+            )
+        })
     }
 }
 
@@ -136,31 +91,25 @@ impl Target {
         let tids = reactors
             .run_on_all(|_| unsafe { libc::gettid() })
             .unwrap_or_default();
-        let registry = Arc::new(Registry::new());
+        let bdevs = Arc::new(BdevHost::new(reactors.clone()));
+        let nvmf = NvmfTarget::new(reactors.clone(), bdevs.registry.clone());
+        let vhost = VhostTarget::new(reactors.clone(), bdevs.registry.clone());
+        bdevs.add_user(Arc::new(VhostUser(vhost.clone())));
+        bdevs.add_user(Arc::new(NvmfUser(nvmf.clone())));
         Target {
             tids,
-            nvmf: NvmfTarget::new(reactors.clone(), registry.clone()),
-            vhost: VhostTarget::new(reactors.clone(), registry.clone()),
-            bdev_owners: Mutex::new(()),
-            registry,
-            records: Mutex::new(Vec::new()),
+            nvmf,
+            vhost,
+            bdevs,
             ctrlrs: Mutex::new(Vec::new()),
             attaching: Mutex::new(Vec::new()),
             state: AtomicU8::new(state as u8),
-            stopping: AtomicBool::new(false),
-            busy: Mutex::new(HashMap::new()),
-            iostat: Mutex::new(HashMap::new()),
-            next_live: std::sync::atomic::AtomicU64::new(1),
-            scheds: Mutex::new(HashMap::new()),
-            bufs: Mutex::new(HashMap::new()),
-            reactors,
-            start_ns: pmio_reactors::now_ns(),
         }
     }
 
     /// The reactors.
     pub fn reactors(&self) -> &ReactorsHandle {
-        &self.reactors
+        self.bdevs.reactors()
     }
 
     /// Thread id of each reactor, in core order.
@@ -170,7 +119,7 @@ impl Target {
 
     /// Nanoseconds since the target started.
     pub fn uptime_ns(&self) -> u64 {
-        pmio_reactors::now_ns().saturating_sub(self.start_ns)
+        self.bdevs.uptime_ns()
     }
 
     /// Current framework state.
@@ -194,284 +143,6 @@ impl Target {
             .is_ok()
     }
 
-    /// Marks the target as shutting down: running jobs stop early, new ones are refused.
-    pub fn begin_shutdown(&self) {
-        self.stopping.store(true, Ordering::Release);
-    }
-
-    /// Whether shutdown has begun.
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
-    }
-
-    /// Refuses a name already used by a bdev, naming the existing one.
-    pub fn check_name_free(&self, name: &str) -> Result<(), RpcError> {
-        if name.is_empty() {
-            return Err(RpcError::errno_detail(
-                -libc::EINVAL,
-                "bdev name must not be empty",
-            ));
-        }
-        if let Some(dev) = self.registry.get(name) {
-            let i = dev.info();
-            return Err(RpcError::errno_detail(
-                -libc::EEXIST,
-                format_args!(
-                    "bdev {name} already exists ({}, {} blocks of {} bytes, uuid {})",
-                    i.product_name, i.num_blocks, i.block_size, i.uuid
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Registers a new bdev and remembers how to recreate it.
-    pub fn add_bdev(
-        &self,
-        dev: Arc<dyn BlockDevice>,
-        kind: BdevKind,
-        create: Option<Value>,
-    ) -> Result<(), RpcError> {
-        let name = dev.info().name.clone();
-        let mut records = lock(&self.records);
-        self.check_name_free(&name)?;
-        self.registry.register(dev).map_err(|e| bdev_error(&e))?;
-        records.push(BdevRecord { name, kind, create });
-        Ok(())
-    }
-
-    /// The record of bdev `name`.
-    pub fn record(&self, name: &str) -> Option<BdevRecord> {
-        lock(&self.records).iter().find(|r| r.name == name).cloned()
-    }
-
-    /// Records of every bdev, in creation order.
-    pub fn records(&self) -> Vec<BdevRecord> {
-        lock(&self.records).clone()
-    }
-
-    /// Deletes bdev `name` if it was made by `module` (`-19` otherwise, as SPDK), and is not in
-    /// use by a running job or an NVMe-oF namespace (`-16`).
-    pub fn delete_bdev(&self, name: &str, module: &str) -> Result<(), RpcError> {
-        let _owners = self.hold_bdev_owners();
-        let mut records = lock(&self.records);
-        let Some(pos) = records.iter().position(|r| r.name == name) else {
-            return Err(RpcError::errno(-libc::ENODEV));
-        };
-        if records[pos].kind.module() != module {
-            return Err(RpcError::errno_detail(
-                -libc::ENODEV,
-                format_args!(
-                    "{name} is a {} bdev, not a {module} bdev",
-                    records[pos].kind.module()
-                ),
-            ));
-        }
-        self.check_not_busy(name)?;
-        self.registry.unregister(name).map_err(|e| bdev_error(&e))?;
-        records.remove(pos);
-        drop(records);
-        self.forget_bdev_state(name);
-        Ok(())
-    }
-
-    /// Drops per-bdev state (statistics, scheduler) of a removed bdev.
-    pub fn forget_bdev_state(&self, name: &str) {
-        lock(&self.iostat).remove(name);
-        let sched = lock(&self.scheds).remove(name);
-        if let Some(Err(e)) = sched.map(|s| s.teardown_check()) {
-            log::warn!("bdev {name} removed while its scheduler held requests: {e}");
-        }
-        lock(&self.bufs).remove(name);
-    }
-
-    /// An I/O buffer of at least `len` bytes for a job on bdev `name`: a cached one, else new.
-    ///
-    /// A driver may keep a buffer registered with the device (DMA-mapped by the NVMe driver),
-    /// so buffers handed to a bdev are kept, same pages, until the bdev is gone rather than
-    /// freed after each job.
-    pub fn take_buffer(&self, name: &str, len: usize) -> Result<DmaRegion, DmaError> {
-        if let Some(list) = lock(&self.bufs).get_mut(name)
-            && let Some(i) = list.iter().position(|r| r.len() >= len)
-        {
-            return Ok(list.swap_remove(i));
-        }
-        DmaRegion::new(len)
-    }
-
-    /// Returns a job's buffer to bdev `name`'s cache (dropped if the bdev is gone).
-    pub fn give_back_buffer(&self, name: &str, region: DmaRegion) {
-        if self.registry.get(name).is_some() {
-            lock(&self.bufs)
-                .entry(name.to_string())
-                .or_default()
-                .push(region);
-        }
-    }
-
-    /// The scheduler set on bdev `name`, if any.
-    pub fn scheduler(&self, name: &str) -> Option<Scheduler> {
-        lock(&self.scheds).get(name).cloned()
-    }
-
-    /// Sets bdev `name`'s scheduler (`Scheduler::None` removes the setting).
-    pub fn set_scheduler(&self, name: &str, s: Scheduler) {
-        let mut m = lock(&self.scheds);
-        match s {
-            Scheduler::None => {
-                m.remove(name);
-            }
-            s => {
-                m.insert(name.to_string(), s);
-            }
-        }
-    }
-
-    /// Removes every bdev record of controller `ctrlr` (after its devices were unregistered).
-    pub fn forget_ctrlr_bdevs(&self, ctrlr: &str) {
-        lock(&self.records)
-            .retain(|r| !matches!(&r.kind, BdevKind::Nvme { ctrlr: c } if c == ctrlr));
-    }
-
-    fn check_not_busy(&self, name: &str) -> Result<(), RpcError> {
-        match lock(&self.busy).get(name) {
-            Some(&n) if n > 0 => Err(RpcError::errno_detail(
-                -libc::EBUSY,
-                format_args!("bdev {name} is in use by {n} running perform_tests job(s)"),
-            )),
-            _ => self.check_no_namespace(name),
-        }
-    }
-
-    /// Refuses (`-16`, as SPDK refuses a claimed bdev) when bdev `name` backs an NVMe-oF
-    /// namespace: hosts would lose their data path. Call with [`Target::hold_bdev_owners`] held.
-    pub fn check_no_namespace(&self, name: &str) -> Result<(), RpcError> {
-        if let Some(ctrlr) = self.vhost.bdev_in_use(name) {
-            return Err(RpcError::errno_detail(
-                -libc::EBUSY,
-                format_args!(
-                    "bdev {name} is the disk of vhost controller {ctrlr}; delete it first \
-                     (vhost_delete_controller {ctrlr})"
-                ),
-            ));
-        }
-        match self.nvmf.bdev_in_use(name) {
-            Some((nqn, nsid)) => Err(RpcError::errno_detail(
-                -libc::EBUSY,
-                format_args!(
-                    "bdev {name} is namespace {nsid} of NVMe-oF subsystem {nqn}; remove it first \
-                     (nvmf_subsystem_remove_ns {nqn} {nsid})"
-                ),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// Holds off bdev ownership changes (deletes, namespaces taking a bdev) until dropped.
-    pub fn hold_bdev_owners(&self) -> MutexGuard<'_, ()> {
-        lock(&self.bdev_owners)
-    }
-
-    /// Whether bdev `name` is claimed: a running job or an NVMe-oF namespace uses it.
-    pub fn is_claimed_by_anyone(&self, name: &str) -> bool {
-        self.is_claimed(name)
-            || self.nvmf.bdev_in_use(name).is_some()
-            || self.vhost.bdev_in_use(name).is_some()
-    }
-
-    /// Marks `names` busy (a job uses them) until the returned guard is dropped; fails with the
-    /// first name already busy (check and mark are one step: two jobs never share a bdev).
-    pub fn try_claim(self: &Arc<Self>, names: &[String]) -> Result<BusyGuard, String> {
-        let mut busy = lock(&self.busy);
-        if let Some(n) = names.iter().find(|n| busy.get(*n).is_some_and(|&c| c > 0)) {
-            return Err(n.clone());
-        }
-        for n in names {
-            *busy.entry(n.clone()).or_insert(0) += 1;
-        }
-        Ok(BusyGuard {
-            target: self.clone(),
-            names: names.to_vec(),
-        })
-    }
-
-    /// Whether a job uses bdev `name`.
-    pub fn is_claimed(&self, name: &str) -> bool {
-        lock(&self.busy).get(name).is_some_and(|&n| n > 0)
-    }
-
-    /// Makes a running queue's statistics part of bdev `name`'s (read through its shared cell
-    /// whenever asked, never summed on the I/O path). Returns the id for [`Target::finish_live`].
-    pub fn add_live(&self, name: &str, cell: Arc<QueueStatsCell>) -> u64 {
-        let id = self.next_live.fetch_add(1, Ordering::Relaxed);
-        lock(&self.iostat)
-            .entry(name.to_string())
-            .or_default()
-            .live
-            .push(LiveQueue {
-                id,
-                cell,
-                base: QueueStats::default(),
-            });
-        id
-    }
-
-    /// Folds a finished queue's final statistics into bdev `name`'s totals (one step, so a
-    /// concurrent reader never counts it twice or not at all).
-    pub fn finish_live(&self, name: &str, id: u64, last: &QueueStats) {
-        let mut m = lock(&self.iostat);
-        let st = m.entry(name.to_string()).or_default();
-        let base = match st.live.iter().position(|l| l.id == id) {
-            Some(i) => st.live.swap_remove(i).base,
-            None => QueueStats::default(),
-        };
-        st.total.add(&since(last, &base));
-    }
-
-    /// Resets bdev `name`'s statistics as SPDK's `reset_mode`: `all` counters, only `maxmin`
-    /// latencies, or only `error` counts. Running queues restart their counts from now (their
-    /// min/max latencies are not reset).
-    pub fn reset_iostat(&self, name: &str, mode: &str) {
-        let mut m = lock(&self.iostat);
-        let Some(st) = m.get_mut(name) else { return };
-        for o in &mut st.total.ops {
-            match mode {
-                "all" => *o = Default::default(),
-                "maxmin" => {
-                    o.lat_min_ns = u64::MAX;
-                    o.lat_max_ns = 0;
-                }
-                "error" => o.errors = 0,
-                _ => {}
-            }
-        }
-        for l in &mut st.live {
-            let now = l.cell.load();
-            match mode {
-                "all" => l.base = now,
-                "error" => {
-                    for (b, n) in l.base.ops.iter_mut().zip(now.ops.iter()) {
-                        b.errors = n.errors;
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Statistics of bdev `name`: finished jobs plus running queues (snapshots).
-    pub fn iostat(&self, name: &str) -> QueueStats {
-        let m = lock(&self.iostat);
-        let Some(st) = m.get(name) else {
-            return QueueStats::default();
-        };
-        let mut s = st.total;
-        for l in &st.live {
-            s.add(&since(&l.cell.load(), &l.base));
-        }
-        s
-    }
-
     /// Attached controllers.
     pub fn ctrlrs(&self) -> Vec<CtrlrRecord> {
         lock(&self.ctrlrs).clone()
@@ -485,187 +156,5 @@ impl Target {
     /// Locks the list of attaches in progress (after [`Target::ctrlrs_mut`]).
     pub fn attaching_mut(&self) -> MutexGuard<'_, Vec<(String, Trid)>> {
         lock(&self.attaching)
-    }
-
-    /// Looks a bdev up by name or by UUID alias.
-    pub fn find_bdev(&self, name: &str) -> Option<Arc<dyn BlockDevice>> {
-        if let Some(d) = self.registry.get(name) {
-            return Some(d);
-        }
-        let uuid = Uuid::parse(name)?;
-        self.registry
-            .list()
-            .into_iter()
-            .find(|d| d.info().uuid == uuid)
-    }
-
-    /// Bdevs in creation order (devices registered by others follow, by name).
-    pub fn bdevs_in_order(&self) -> Vec<Arc<dyn BlockDevice>> {
-        let mut out: Vec<Arc<dyn BlockDevice>> = Vec::new();
-        for r in self.records() {
-            if let Some(d) = self.registry.get(&r.name) {
-                out.push(d);
-            }
-        }
-        for d in self.registry.list() {
-            if !out.iter().any(|o| o.info().name == d.info().name) {
-                out.push(d);
-            }
-        }
-        out
-    }
-
-    /// `bdev_get_bdevs` object of `dev`, in SPDK's member order.
-    pub fn bdev_json(&self, dev: &dyn BlockDevice) -> Value {
-        let i = dev.info();
-        let ops = i.supported_ops;
-        let uuid = i.uuid.to_string();
-        let driver_specific = match self.record(&i.name).map(|r| r.kind) {
-            Some(BdevKind::Uring { filename }) => json!({"uring": {"filename": filename}}),
-            Some(BdevKind::Nvme { ctrlr }) => {
-                let trid = self
-                    .ctrlrs()
-                    .into_iter()
-                    .find(|c| c.name == ctrlr)
-                    .map(|c| c.trid.json())
-                    .unwrap_or_default();
-                json!({"nvme": [{"trid": trid, "ctrlr": ctrlr}]})
-            }
-            _ => json!({}),
-        };
-        json!({
-            "name": i.name,
-            "aliases": [uuid],
-            "product_name": i.product_name,
-            "block_size": i.block_size,
-            "num_blocks": i.num_blocks,
-            "preferred_write_alignment": 0,
-            "preferred_write_granularity": 0,
-            "optimal_write_size": 0,
-            "preferred_unmap_alignment": 0,
-            "preferred_unmap_granularity": 0,
-            "uuid": uuid,
-            "assigned_rate_limits": {
-                "rw_ios_per_sec": 0,
-                "rw_mbytes_per_sec": 0,
-                "r_mbytes_per_sec": 0,
-                "w_mbytes_per_sec": 0
-            },
-            "claimed": self.is_claimed_by_anyone(&i.name),
-            "zoned": false,
-            "supported_io_types": {
-                "read": ops.contains(Op::Read),
-                "write": ops.contains(Op::Write),
-                "unmap": ops.contains(Op::Discard),
-                "flush": ops.contains(Op::Flush),
-                "reset": false,
-                "nvme_admin": false,
-                "nvme_io": false,
-                "nvme_io_md": false,
-                "write_zeroes": ops.contains(Op::WriteZeroes),
-                "zcopy": false,
-                "get_zone_info": false,
-                "zone_management": false,
-                "zone_append": false,
-                "compare": false,
-                "compare_and_write": false,
-                "abort": false,
-                "seek_hole": false,
-                "seek_data": false,
-                "copy": false,
-                "nvme_iov_md": false,
-                "nvme_nssr": false
-            },
-            "driver_specific": driver_specific
-        })
-    }
-
-    /// `bdev_get_iostat` object of bdev `name` (latencies in ns ticks; tick rate 1e9).
-    pub fn iostat_json(&self, name: &str) -> Value {
-        let s = self.iostat(name);
-        let (r, w, u) = (s.op(Op::Read), s.op(Op::Write), s.op(Op::Discard));
-        let min = |o: &pmio::bdev::stats::OpStats| if o.ops == 0 { 0 } else { o.lat_min_ns };
-        let errors: u64 = s.ops.iter().map(|o| o.errors).sum();
-        let io_error = if errors == 0 {
-            json!({})
-        } else {
-            json!({ "failed": errors })
-        };
-        json!({
-            "name": name,
-            "bytes_read": r.bytes,
-            "num_read_ops": r.ops,
-            "bytes_written": w.bytes,
-            "num_write_ops": w.ops,
-            "bytes_unmapped": u.bytes,
-            "num_unmap_ops": u.ops,
-            "bytes_copied": 0,
-            "num_copy_ops": 0,
-            "read_latency_ticks": r.lat_sum_ns,
-            "max_read_latency_ticks": r.lat_max_ns,
-            "min_read_latency_ticks": min(r),
-            "write_latency_ticks": w.lat_sum_ns,
-            "max_write_latency_ticks": w.lat_max_ns,
-            "min_write_latency_ticks": min(w),
-            "unmap_latency_ticks": u.lat_sum_ns,
-            "max_unmap_latency_ticks": u.lat_max_ns,
-            "min_unmap_latency_ticks": min(u),
-            "copy_latency_ticks": 0,
-            "max_copy_latency_ticks": 0,
-            "min_copy_latency_ticks": 0,
-            "io_error": io_error
-        })
-    }
-}
-
-/// I/O statistics of one bdev.
-#[derive(Default)]
-struct IoStat {
-    /// Finished queues.
-    total: QueueStats,
-    /// Running queues.
-    live: Vec<LiveQueue>,
-}
-
-/// A running queue's shared statistics and the counts to subtract (after a reset).
-struct LiveQueue {
-    id: u64,
-    cell: Arc<QueueStatsCell>,
-    base: QueueStats,
-}
-
-/// Counters accumulated since `base` (min/max latencies are `a`'s).
-fn since(a: &QueueStats, base: &QueueStats) -> QueueStats {
-    let mut out = *a;
-    for (o, b) in out.ops.iter_mut().zip(base.ops.iter()) {
-        o.ops = o.ops.saturating_sub(b.ops);
-        o.bytes = o.bytes.saturating_sub(b.bytes);
-        o.errors = o.errors.saturating_sub(b.errors);
-        o.lat_sum_ns = o.lat_sum_ns.saturating_sub(b.lat_sum_ns);
-        if o.ops == 0 {
-            o.lat_min_ns = u64::MAX;
-            o.lat_max_ns = 0;
-        }
-    }
-    out
-}
-
-/// Keeps bdevs marked busy while a job runs.
-pub struct BusyGuard {
-    target: Arc<Target>,
-    names: Vec<String>,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        let mut busy = lock(&self.target.busy);
-        for n in &self.names {
-            if let Some(c) = busy.get_mut(n) {
-                *c = c.saturating_sub(1);
-                if *c == 0 {
-                    busy.remove(n);
-                }
-            }
-        }
     }
 }

@@ -56,7 +56,7 @@ fn vhost_create_blk_controller(
     p.finish()?;
     let t = &rpc.target;
     // A bdev changes hands here: a concurrent bdev delete waits (see Target::hold_bdev_owners).
-    let _owners = t.hold_bdev_owners();
+    let _owners = t.bdevs.hold_bdev_owners();
     t.vhost
         .create_blk(&BlkCtrlrParams {
             ctrlr,

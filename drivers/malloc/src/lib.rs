@@ -19,6 +19,8 @@
 //! ```
 
 mod copy;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};

@@ -11,6 +11,8 @@
 //! assert_eq!(dev.info().block_size, 512);
 //! ```
 
+#[cfg(feature = "rpc")]
+pub mod rpc;
 use std::sync::Arc;
 
 use pmio::bdev::now_ns;

@@ -43,6 +43,8 @@ mod error;
 pub mod nvme;
 mod options;
 mod queue;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 mod sys;
 
 pub use device::{DeviceKind, UringBdev};

@@ -25,11 +25,12 @@ use pmio_nvme::{Controller, NvmeError};
 use serde_json::{Value, json};
 
 use crate::methods::{Method, Rpc};
-use crate::target::{BdevKind, CtrlrRecord, Target};
+use crate::target::{CtrlrRecord, Target};
 use args::AttachArgs;
 use pmio_jsonrpc::RUNTIME;
 use pmio_jsonrpc::RpcError;
 use pmio_jsonrpc::params::Params;
+use pmio_runtime::rpc::BdevRecord;
 use trid::Trid;
 
 /// The methods of this module.
@@ -209,7 +210,7 @@ fn register(t: &Target, name: String, trid: Trid, a: Attached) -> Result<Value, 
     let mut ctrlrs = t.ctrlrs_mut();
     let mut names: Vec<String> = Vec::new();
     let mut failed = None;
-    if t.is_stopping() {
+    if t.bdevs.is_stopping() {
         failed = Some(RpcError::errno_detail(
             -libc::ESHUTDOWN,
             "pmio-tgt is shutting down",
@@ -220,22 +221,19 @@ fn register(t: &Target, name: String, trid: Trid, a: Attached) -> Result<Value, 
             break;
         }
         let bname = b.info().name.clone();
-        match t.add_bdev(
-            b,
-            BdevKind::Nvme {
-                ctrlr: name.clone(),
-            },
-            None,
-        ) {
+        let mut record = BdevRecord::new(&bname, "nvme", None);
+        record.parent = Some(name.clone());
+        record.driver_specific = json!({"nvme": [{"trid": trid.json(), "ctrlr": name}]});
+        match t.bdevs.add_bdev(b, record) {
             Ok(()) => names.push(bname),
             Err(e) => failed = Some(e),
         }
     }
     if let Some(e) = failed {
         for n in &names {
-            let _ = t.registry.unregister(n.as_str());
+            let _ = t.bdevs.registry.unregister(n.as_str());
         }
-        t.forget_ctrlr_bdevs(&name);
+        t.bdevs.forget_children(&name);
         if let Err(d) = ctrlr.detach() {
             log::warn!("{name}: detach after failed attach: {d}");
         }
@@ -290,16 +288,16 @@ fn bdev_nvme_detach_controller(
     else {
         return Err(RpcError::errno(-libc::ENODEV));
     };
-    if let Some(b) = ctrlrs[pos].bdevs.iter().find(|b| t.is_claimed(b)) {
+    if let Some(b) = ctrlrs[pos].bdevs.iter().find(|b| t.bdevs.is_claimed(b)) {
         return Err(RpcError::errno_detail(
             -libc::EBUSY,
             format_args!("bdev {b} of controller {name} is running perform_tests"),
         ));
     }
     // No namespace may take one of its bdevs between this check and the detach.
-    let owners = t.hold_bdev_owners();
+    let owners = t.bdevs.hold_bdev_owners();
     for b in &ctrlrs[pos].bdevs {
-        t.check_no_namespace(b)?;
+        t.bdevs.check_no_user(b)?;
     }
     let c = ctrlrs.remove(pos);
     drop(ctrlrs);
@@ -407,10 +405,10 @@ pub fn config(t: &Target) -> Vec<Value> {
 /// Removes a controller's bdevs, then shuts it down.
 fn detach(t: &Target, c: CtrlrRecord) -> Result<(), NvmeError> {
     for b in &c.bdevs {
-        let _ = t.registry.unregister(b);
-        t.forget_bdev_state(b);
+        let _ = t.bdevs.registry.unregister(b);
+        t.bdevs.forget_bdev_state(b);
     }
-    t.forget_ctrlr_bdevs(&c.name);
+    t.bdevs.forget_children(&c.name);
     let r = c.ctrlr.detach();
     match &r {
         Ok(()) => log::info!(

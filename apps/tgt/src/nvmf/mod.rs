@@ -337,11 +337,12 @@ fn nvmf_subsystem_add_ns(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<V
     let t = &rpc.target;
     // A bdev may be named by its UUID alias, as SPDK allows.
     let bdev = t
+        .bdevs
         .find_bdev(&ns.bdev_name)
         .map(|d| d.info().name.clone())
         .unwrap_or(ns.bdev_name);
     // Not deleted between the look-up and the namespace's creation.
-    let _owners = t.hold_bdev_owners();
+    let _owners = t.bdevs.hold_bdev_owners();
     let nsid = t
         .nvmf
         .add_ns(&nqn, &bdev, ns.nsid, ns.uuid, ns.nguid, ns.eui64)

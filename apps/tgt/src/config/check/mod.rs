@@ -76,6 +76,7 @@ impl World {
         World {
             methods: rpc.method_names(false),
             bdevs: t
+                .bdevs
                 .registry
                 .list()
                 .iter()

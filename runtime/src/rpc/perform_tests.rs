@@ -29,25 +29,23 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
+use crate::job::{Hooks, JobSpec, Phase, Timing, Worker, WorkerOptions, WorkerReport, new_hist};
 use hdrhistogram::Histogram;
 use pmio::bdev::{BdevQueue, SchedMode};
 use pmio::dma::DmaRegion;
 use pmio::sched::Scheduler;
 use pmio::{BlockDevice, Op};
 use pmio_reactors::ReactorCtx;
-use pmio_runtime::job::{
-    Hooks, JobSpec, Phase, Timing, Worker, WorkerOptions, WorkerReport, new_hist,
-};
 use serde_json::{Value, json};
 
-use crate::methods::{Method, Rpc};
-use crate::target::Target;
+use super::host::BdevHost;
+use pmio_jsonrpc::Method;
 use pmio_jsonrpc::RUNTIME;
 use pmio_jsonrpc::RpcError;
 use pmio_jsonrpc::params::Params;
 
 /// The methods of this module.
-pub fn methods() -> Vec<Method> {
+pub fn methods() -> Vec<Method<Arc<BdevHost>>> {
     vec![Method::new("perform_tests", RUNTIME, perform_tests)]
 }
 
@@ -110,7 +108,7 @@ struct Planned {
 /// to the bdevs' caches instead of freeing them: a cached buffer may still be registered with
 /// its device (`JobSpec::with_buffers`).
 struct Plan<'t> {
-    target: &'t Target,
+    target: &'t BdevHost,
     jobs: Vec<Planned>,
 }
 
@@ -140,7 +138,7 @@ struct JobReport {
     bufs: Option<DmaRegion>,
 }
 
-fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+fn perform_tests(host: &Arc<BdevHost>, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let names: Option<Vec<String>> = p.opt("bdevs")?;
     let rw: String = p.opt("rw")?.unwrap_or_else(|| "randread".into());
@@ -168,7 +166,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             "depth {depth} x size {size} needs more than {MAX_JOB_MEMORY} bytes of buffers"
         )));
     }
-    let t = &rpc.target;
+    let t = host;
     if t.is_stopping() {
         return Err(RpcError::errno_detail(
             -libc::ESHUTDOWN,
@@ -235,9 +233,9 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
                 format_args!("bdev {name} does not support writes"),
             ));
         }
-        let sched = crate::sched::scheduler_of(t, name);
+        let sched = super::scheduler::scheduler_of(t, name);
         if let Scheduler::MqDeadline(dd) = &sched {
-            let tags = crate::sched::per_owner_tags(dd);
+            let tags = super::scheduler::per_owner_tags(dd);
             if depth > tags {
                 return Err(inval(format!(
                     "depth {depth} exceeds the {tags} mq-deadline scheduler tags of each reactor \
@@ -285,7 +283,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
             names.push(n.clone());
         }
     }
-    let _claim = rpc.target.try_claim(&names).map_err(|n| {
+    let _claim = host.try_claim(&names).map_err(|n| {
         RpcError::errno_detail(
             -libc::EBUSY,
             format_args!("bdev {n} is already running perform_tests"),
@@ -295,7 +293,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     // retired instance (the switch holds the same claim, so none can happen from here on).
     for p in &plan.jobs {
         let name = &p.spec.dev.info().name;
-        let same = match (&p.spec.sched, crate::sched::scheduler_of(t, name)) {
+        let same = match (&p.spec.sched, super::scheduler::scheduler_of(t, name)) {
             (SchedMode::None, Scheduler::None) => true,
             (SchedMode::MqDeadline { dd, .. }, Scheduler::MqDeadline(b)) => Arc::ptr_eq(dd, &b),
             _ => false,
@@ -315,7 +313,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
         let core = cores[p.reactor];
         let name = p.spec.dev.info().name.clone();
         let hooks = JobHooks {
-            target: rpc.target.clone(),
+            target: host.clone(),
             name,
             live_id: None,
             tx: tx.clone(),
@@ -369,7 +367,7 @@ fn perform_tests(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, Rp
     let results: Vec<Value> = reports
         .iter()
         .map(|r| {
-            let sched = crate::sched::scheduler_of(t, &r.name);
+            let sched = super::scheduler::scheduler_of(t, &r.name);
             report_json(r, &rw, depth, size, sched.name())
         })
         .collect();
@@ -462,9 +460,9 @@ fn start_job(ctx: &mut ReactorCtx, spec: JobSpec, seconds: f64, hooks: JobHooks)
 /// What a perform_tests job plugs into the job engine: the bdev's live statistics, the
 /// daemon's shutdown, and its report to the RPC thread.
 struct JobHooks {
-    target: Arc<Target>,
+    target: Arc<BdevHost>,
     name: String,
-    /// Id of the queue's statistics in the target (`Target::add_live`).
+    /// Id of the queue's statistics in the target (`BdevHost::add_live`).
     live_id: Option<u64>,
     tx: Sender<JobReport>,
 }

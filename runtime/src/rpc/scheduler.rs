@@ -19,19 +19,21 @@
 //! bdev, `{"name", "scheduler", "tunables", "counters": {"rt" | "be" | "idle": {"inserted",
 //! "merged", "dispatched", "completed", "queued"}}}` (O(1) counters owned by the scheduler).
 
+use std::sync::Arc;
+
 use pmio::sched::deadline::MAX_NR_REQUESTS;
 use pmio::sched::{SchedKind, Scheduler, SharedDeadline, TUNABLES};
 use pmio::{BdevInfo, PrioClass};
 use serde_json::{Map, Value, json};
 
-use crate::methods::{Method, Rpc};
-use crate::target::Target;
+use super::host::BdevHost;
+use pmio_jsonrpc::Method;
 use pmio_jsonrpc::RUNTIME;
 use pmio_jsonrpc::RpcError;
 use pmio_jsonrpc::params::Params;
 
 /// The methods of this module.
-pub fn methods() -> Vec<Method> {
+pub fn methods() -> Vec<Method<Arc<BdevHost>>> {
     vec![
         Method::new("bdev_set_scheduler", RUNTIME, bdev_set_scheduler),
         Method::new("bdev_get_scheduler", RUNTIME, bdev_get_scheduler),
@@ -39,7 +41,7 @@ pub fn methods() -> Vec<Method> {
 }
 
 /// The scheduler of bdev `name` (`none` unless set).
-pub fn scheduler_of(t: &Target, name: &str) -> Scheduler {
+pub fn scheduler_of(t: &BdevHost, name: &str) -> Scheduler {
     t.scheduler(name).unwrap_or(Scheduler::None)
 }
 
@@ -48,7 +50,7 @@ fn sched_error(e: impl std::fmt::Display) -> RpcError {
 }
 
 /// Owners of a bdev's mq-deadline: one per reactor (reactor index `i` is owner `i`).
-fn reactor_owners(t: &Target) -> Result<u16, RpcError> {
+fn reactor_owners(t: &BdevHost) -> Result<u16, RpcError> {
     let n = t.reactors().cores().len().max(1);
     u16::try_from(n)
         .map_err(|_| sched_error(format_args!("{n} reactors: too many for mq-deadline")))
@@ -111,7 +113,11 @@ fn retire(name: &str, old: &Scheduler) -> Result<(), RpcError> {
     })
 }
 
-fn bdev_set_scheduler(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+fn bdev_set_scheduler(
+    host: &Arc<BdevHost>,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let name: String = p.req("name")?;
     let kind: String = p.req("scheduler")?;
@@ -123,7 +129,7 @@ fn bdev_set_scheduler(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Valu
     }
     let nr_requests: Option<u32> = p.opt("nr_requests")?;
     p.finish()?;
-    let t = &rpc.target;
+    let t = host;
     let kind = SchedKind::parse(&kind).map_err(sched_error)?;
     let dev = t
         .registry
@@ -211,11 +217,15 @@ fn sched_json(name: &str, s: &Scheduler) -> Value {
     }
 }
 
-fn bdev_get_scheduler(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+fn bdev_get_scheduler(
+    host: &Arc<BdevHost>,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
     let mut p = Params::new(params)?;
     let name: Option<String> = p.opt("name")?;
     p.finish()?;
-    let t = &rpc.target;
+    let t = host;
     let names = match name {
         Some(n) => {
             if t.registry.get(&n).is_none() {
@@ -238,8 +248,8 @@ fn bdev_get_scheduler(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Valu
 }
 
 /// `bdev_set_scheduler` calls that restore every non-default scheduler (for save_config).
-pub fn config(rpc: &Rpc) -> Vec<Value> {
-    let t = &rpc.target;
+pub fn config(host: &Arc<BdevHost>) -> Vec<Value> {
+    let t = host;
     let mut out = Vec::new();
     for d in t.bdevs_in_order() {
         let name = &d.info().name;
