@@ -6,6 +6,7 @@
 //! - [`message`]: request validation, response encoding, one value's handling.
 //! - [`registry`]: methods by name with SPDK's state mask (start-up / runtime), generic over the
 //!   context they run on, so a module registers its methods without knowing the daemon.
+//! - [`cli`]: a client subcommand's request and rpc.py's printing styles.
 //! - [`decl`]: one declaration per method's parameters (serde's derive), decoded with SPDK's rules.
 //! - [`params`]: strict key-by-key decoding (the methods not yet declared with [`decl`]).
 //! - [`server`]: the unix-socket server (limits, one thread per connection, clean stop).
@@ -27,6 +28,7 @@
 //! assert_eq!(out, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32601,\"message\":\"Method not found\"}}\n");
 //! ```
 
+pub mod cli;
 pub mod decl;
 pub mod error;
 pub mod frame;

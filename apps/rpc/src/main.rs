@@ -82,188 +82,20 @@ enum Method {
         #[arg(short = 'j', long = "json-conf")]
         json_conf: Option<PathBuf>,
     },
-    /// Create a null bdev.
-    #[command(name = "bdev_null_create", rename_all = "kebab-case")]
-    BdevNullCreate {
-        /// Bdev name.
-        name: String,
-        /// Size in MiB.
-        total_size: u64,
-        /// Block size in bytes.
-        block_size: u64,
-        /// UUID.
-        #[arg(short = 'u', long)]
-        uuid: Option<String>,
-        /// Physical block size.
-        #[arg(short = 'p', long)]
-        physical_block_size: Option<u64>,
-        /// Metadata size per block (pmio supports 0).
-        #[arg(short = 'm', long)]
-        md_size: Option<u64>,
-        /// DIF type (pmio supports 0).
-        #[arg(short = 't', long)]
-        dif_type: Option<u64>,
-        /// DIF at the head of metadata.
-        #[arg(short = 'd', long)]
-        dif_is_head_of_md: bool,
-    },
-    /// Delete a null bdev.
-    #[command(name = "bdev_null_delete", rename_all = "kebab-case")]
-    BdevNullDelete {
-        /// Bdev name.
-        name: String,
-    },
-    /// Create a malloc (RAM) bdev.
-    #[command(name = "bdev_malloc_create", rename_all = "kebab-case")]
-    BdevMallocCreate {
-        /// Size in MiB.
-        total_size: f64,
-        /// Block size in bytes.
-        block_size: u64,
-        /// Bdev name (default: Malloc0, Malloc1, …).
-        #[arg(short = 'b', long)]
-        name: Option<String>,
-        /// UUID.
-        #[arg(short = 'u', long)]
-        uuid: Option<String>,
-        /// Physical block size.
-        #[arg(short = 'p', long)]
-        physical_block_size: Option<u64>,
-        /// Optimal I/O boundary in blocks.
-        #[arg(short = 'o', long)]
-        optimal_io_boundary: Option<u64>,
-        /// Metadata size per block.
-        #[arg(short = 'm', long)]
-        md_size: Option<u64>,
-        /// Interleave metadata.
-        #[arg(short = 'i', long)]
-        md_interleave: bool,
-        /// DIF type.
-        #[arg(short = 't', long)]
-        dif_type: Option<u64>,
-        /// DIF at the head of metadata.
-        #[arg(short = 'd', long)]
-        dif_is_head_of_md: bool,
-    },
-    /// Delete a malloc bdev.
-    #[command(name = "bdev_malloc_delete", rename_all = "kebab-case")]
-    BdevMallocDelete {
-        /// Bdev name.
-        name: String,
-    },
-    /// Create a bdev on a file or block device through io_uring.
-    #[command(name = "bdev_uring_create", rename_all = "kebab-case")]
-    BdevUringCreate {
-        /// File or block device path.
-        filename: String,
-        /// Bdev name.
-        name: String,
-        /// Block size (default: the device's logical block size; for files the file
-        /// system's direct-I/O alignment).
-        block_size: Option<u64>,
-        /// UUID.
-        #[arg(short = 'u', long)]
-        uuid: Option<String>,
-        /// Buffered I/O instead of O_DIRECT (pmio; for file systems without O_DIRECT).
-        #[arg(long)]
-        buffered: bool,
-    },
-    /// Delete a uring bdev.
-    #[command(name = "bdev_uring_delete", rename_all = "kebab-case")]
-    BdevUringDelete {
-        /// Bdev name.
-        name: String,
-    },
-    /// List bdevs, or one.
-    #[command(name = "bdev_get_bdevs", rename_all = "kebab-case")]
-    BdevGetBdevs {
-        /// Bdev name (or UUID).
-        #[arg(short = 'b', long)]
-        name: Option<String>,
-        /// Milliseconds to wait for the bdev.
-        #[arg(short = 't', long)]
-        timeout: Option<u64>,
-    },
-    /// I/O statistics of bdevs.
-    #[command(name = "bdev_get_iostat", rename_all = "kebab-case")]
-    BdevGetIostat {
-        /// Bdev name.
-        #[arg(short = 'b', long)]
-        name: Option<String>,
-        /// Per-channel statistics (pmio: not supported).
-        #[arg(short = 'c', long)]
-        per_channel: bool,
-    },
-    /// Select a bdev's I/O scheduler and its tunables (pmio; Linux's iosched names, ms).
-    #[command(name = "bdev_set_scheduler", rename_all = "kebab-case")]
-    BdevSetScheduler {
-        /// Bdev name.
-        name: String,
-        /// none or mq-deadline.
-        scheduler: String,
-        /// Read deadline, ms.
-        #[arg(long)]
-        read_expire: Option<u64>,
-        /// Write deadline, ms.
-        #[arg(long)]
-        write_expire: Option<u64>,
-        /// Read batches served before waiting writes.
-        #[arg(long)]
-        writes_starved: Option<u64>,
-        /// Front merges (0 or 1).
-        #[arg(long)]
-        front_merges: Option<u64>,
-        /// Requests dispatched in one sequential batch.
-        #[arg(long)]
-        fifo_batch: Option<u64>,
-        /// Age after which lower-priority requests are served, ms.
-        #[arg(long)]
-        prio_aging_expire: Option<u64>,
-        /// Shallow tag depth for asynchronous requests.
-        #[arg(long)]
-        async_depth: Option<u64>,
-        /// Scheduler tags.
-        #[arg(long)]
-        nr_requests: Option<u64>,
-    },
-    /// Scheduler, tunables and per-priority counters of bdevs (pmio).
-    #[command(name = "bdev_get_scheduler", rename_all = "kebab-case")]
-    BdevGetScheduler {
-        /// Bdev name.
-        #[arg(short = 'b', long)]
-        name: Option<String>,
-    },
-    /// Run a bdevperf-style workload inside the daemon (pmio).
-    #[command(name = "perform_tests", rename_all = "kebab-case")]
-    PerformTests {
-        /// Bdev to run on (repeat for several; default: every bdev).
-        #[arg(short = 'b', long = "bdev")]
-        bdevs: Vec<String>,
-        /// Workload: read, write, randread, randwrite, rw, randrw.
-        #[arg(short = 'w', long = "rw", default_value = "randread")]
-        rw: String,
-        /// Queue depth per bdev.
-        #[arg(short = 'q', long = "depth", default_value_t = 32)]
-        depth: u32,
-        /// I/O size in bytes.
-        #[arg(short = 'o', long = "size", default_value_t = 4096)]
-        size: u64,
-        /// Run time in seconds.
-        #[arg(short = 't', long = "seconds", default_value_t = 5.0)]
-        seconds: f64,
-        /// Read percentage for rw/randrw.
-        #[arg(short = 'M', long)]
-        rwmixread: Option<u32>,
-        /// One job per reactor on each bdev (bdevperf's -C).
-        #[arg(short = 'C', long)]
-        every_core: bool,
-    },
     /// Stop the daemon.
     #[command(name = "spdk_kill_instance", rename_all = "kebab-case")]
     SpdkKillInstance {
         /// Signal name (SIGTERM, SIGINT, SIGKILL, …).
         sig_name: String,
     },
+    #[command(flatten)]
+    Null(pmio_null::cli::NullCommand),
+    #[command(flatten)]
+    Malloc(pmio_malloc::cli::MallocCommand),
+    #[command(flatten)]
+    Uring(pmio_uring::cli::UringCommand),
+    #[command(flatten)]
+    Bdev(pmio_runtime::rpc::cli::BdevCommand),
     #[command(flatten)]
     Nvme(nvme::NvmeMethod),
     #[command(flatten)]
@@ -274,18 +106,7 @@ enum Method {
     Vhost(vhost::VhostMethod),
 }
 
-/// How rpc.py prints a method's result.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Print {
-    /// `print_dict`: indent-2 JSON.
-    Dict,
-    /// `print_json`: indent-2 JSON with surrounding quotes stripped (strings print bare).
-    Json,
-    /// `print_array`: elements space-separated.
-    Array,
-    /// Nothing (delete/detach/kill return `true`).
-    Nothing,
-}
+pub(crate) use pmio_jsonrpc::cli::Print;
 
 fn obj(pairs: Vec<(&str, Option<Value>)>) -> Value {
     let mut m = Map::new();
@@ -329,163 +150,10 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             Some(json!({ "name": name })),
             Print::Dict,
         ),
-        Method::BdevNullCreate {
-            name,
-            total_size,
-            block_size,
-            uuid,
-            physical_block_size,
-            md_size,
-            dif_type,
-            dif_is_head_of_md,
-        } => {
-            let num_blocks = mib_to_blocks(*total_size as f64, *block_size)?;
-            (
-                "bdev_null_create",
-                Some(obj(vec![
-                    ("num_blocks", some(num_blocks)),
-                    ("block_size", some(*block_size)),
-                    ("physical_block_size", opt(*physical_block_size)),
-                    ("name", some(name.clone())),
-                    ("uuid", opt(uuid.clone())),
-                    ("md_size", opt(*md_size)),
-                    ("dif_type", opt(*dif_type)),
-                    ("dif_is_head_of_md", some(*dif_is_head_of_md)),
-                ])),
-                Print::Json,
-            )
-        }
-        Method::BdevNullDelete { name } => (
-            "bdev_null_delete",
-            Some(json!({ "name": name })),
-            Print::Nothing,
-        ),
-        Method::BdevMallocCreate {
-            total_size,
-            block_size,
-            name,
-            uuid,
-            physical_block_size,
-            optimal_io_boundary,
-            md_size,
-            md_interleave,
-            dif_type,
-            dif_is_head_of_md,
-        } => {
-            let num_blocks = mib_to_blocks(*total_size, *block_size)?;
-            (
-                "bdev_malloc_create",
-                Some(obj(vec![
-                    ("num_blocks", some(num_blocks)),
-                    ("block_size", some(*block_size)),
-                    ("physical_block_size", opt(*physical_block_size)),
-                    ("name", opt(name.clone())),
-                    ("uuid", opt(uuid.clone())),
-                    ("optimal_io_boundary", opt(*optimal_io_boundary)),
-                    ("md_size", opt(*md_size)),
-                    ("md_interleave", some(*md_interleave)),
-                    ("dif_type", opt(*dif_type)),
-                    ("dif_is_head_of_md", some(*dif_is_head_of_md)),
-                ])),
-                Print::Json,
-            )
-        }
-        Method::BdevMallocDelete { name } => (
-            "bdev_malloc_delete",
-            Some(json!({ "name": name })),
-            Print::Nothing,
-        ),
-        Method::BdevUringCreate {
-            filename,
-            name,
-            block_size,
-            uuid,
-            buffered,
-        } => (
-            "bdev_uring_create",
-            Some(obj(vec![
-                ("filename", some(filename.clone())),
-                ("name", some(name.clone())),
-                ("block_size", opt(*block_size)),
-                ("uuid", opt(uuid.clone())),
-                ("direct", buffered.then_some(Value::Bool(false))),
-            ])),
-            Print::Json,
-        ),
-        Method::BdevUringDelete { name } => (
-            "bdev_uring_delete",
-            Some(json!({ "name": name })),
-            Print::Nothing,
-        ),
-        Method::BdevGetBdevs { name, timeout } => (
-            "bdev_get_bdevs",
-            Some(obj(vec![
-                ("name", opt(name.clone())),
-                ("timeout", opt(*timeout)),
-            ])),
-            Print::Dict,
-        ),
-        Method::BdevGetIostat { name, per_channel } => (
-            "bdev_get_iostat",
-            Some(obj(vec![
-                ("name", opt(name.clone())),
-                ("per_channel", some(*per_channel)),
-            ])),
-            Print::Dict,
-        ),
-        Method::BdevSetScheduler {
-            name,
-            scheduler,
-            read_expire,
-            write_expire,
-            writes_starved,
-            front_merges,
-            fifo_batch,
-            prio_aging_expire,
-            async_depth,
-            nr_requests,
-        } => (
-            "bdev_set_scheduler",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("scheduler", some(scheduler.clone())),
-                ("read_expire", opt(*read_expire)),
-                ("write_expire", opt(*write_expire)),
-                ("writes_starved", opt(*writes_starved)),
-                ("front_merges", opt(*front_merges)),
-                ("fifo_batch", opt(*fifo_batch)),
-                ("prio_aging_expire", opt(*prio_aging_expire)),
-                ("async_depth", opt(*async_depth)),
-                ("nr_requests", opt(*nr_requests)),
-            ])),
-            Print::Nothing,
-        ),
-        Method::BdevGetScheduler { name } => (
-            "bdev_get_scheduler",
-            Some(obj(vec![("name", opt(name.clone()))])),
-            Print::Dict,
-        ),
-        Method::PerformTests {
-            bdevs,
-            rw,
-            depth,
-            size,
-            seconds,
-            rwmixread,
-            every_core,
-        } => (
-            "perform_tests",
-            Some(obj(vec![
-                ("bdevs", (!bdevs.is_empty()).then(|| json!(bdevs))),
-                ("rw", some(rw.clone())),
-                ("depth", some(*depth)),
-                ("size", some(*size)),
-                ("seconds", some(*seconds)),
-                ("rwmixread", opt(*rwmixread)),
-                ("every_core", every_core.then_some(json!(true))),
-            ])),
-            Print::Dict,
-        ),
+        Method::Null(m) => m.request()?.into_parts(),
+        Method::Malloc(m) => m.request()?.into_parts(),
+        Method::Uring(m) => m.request()?.into_parts(),
+        Method::Bdev(m) => m.request()?.into_parts(),
         Method::SpdkKillInstance { sig_name } => (
             "spdk_kill_instance",
             Some(json!({ "sig_name": sig_name })),
@@ -499,17 +167,6 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             return Err("save_config/load_config are client-side sequences".into());
         }
     })
-}
-
-/// rpc.py's `(total_size * 1024 * 1024) // block_size`.
-fn mib_to_blocks(total_mib: f64, block_size: u64) -> Result<u64, String> {
-    if block_size == 0 {
-        return Err("block_size must not be 0".into());
-    }
-    if !(total_mib.is_finite() && total_mib >= 0.0) {
-        return Err(format!("invalid total_size {total_mib}"));
-    }
-    Ok(((total_mib * 1024.0 * 1024.0) as u64) / block_size)
 }
 
 /// One line on stdout. A reader that went away (`pmio-rpc ... | grep -q`) ends the program

@@ -18,6 +18,8 @@
 //! assert_eq!(dev.info().size_bytes(), 2048 * 512);
 //! ```
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod copy;
 #[cfg(feature = "rpc")]
 pub mod rpc;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use pmio::BlockDevice;
 use pmio_jsonrpc::decl::{self, BoolDefault, IntDefault};
 use pmio_jsonrpc::{Method, RUNTIME, RpcError};
-use pmio_runtime::rpc::params::{self, UuidParam};
+use pmio_runtime::rpc::params;
 use pmio_runtime::rpc::{BdevHost, bdev_error};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -49,7 +49,7 @@ pub struct MallocCreate {
     pub name: Option<String>,
     /// UUID (default: random).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<UuidParam>,
+    pub uuid: Option<String>,
     /// Optimal I/O boundary in blocks: 0 (none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub optimal_io_boundary: Option<IntDefault<0>>,
@@ -79,6 +79,7 @@ fn bdev_malloc_create(
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
     let p: MallocCreate = decl::decode(params)?;
+    let uuid = params::parse_uuid(p.uuid.as_deref())?;
     params::check_physical_block_size(p.physical_block_size, p.block_size)?;
     // SPDK names unnamed malloc bdevs Malloc0, Malloc1, ...
     let name = match p.name {
@@ -91,7 +92,7 @@ fn bdev_malloc_create(
     host.check_name_free(&name)?;
     let dev = MallocDevice::new(MallocOptions {
         name: name.clone(),
-        uuid: p.uuid.map(|u| u.0),
+        uuid,
         block_size: p.block_size,
         num_blocks: p.num_blocks,
         ..MallocOptions::default()
@@ -102,7 +103,7 @@ fn bdev_malloc_create(
         num_blocks: info.num_blocks,
         block_size: info.block_size,
         name: Some(name),
-        uuid: Some(UuidParam(info.uuid)),
+        uuid: Some(info.uuid.to_string()),
         ..MallocCreate::default()
     };
     params::add_bdev(host, dev, MODULE, "bdev_malloc_create", &create)

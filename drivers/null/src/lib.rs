@@ -11,6 +11,8 @@
 //! assert_eq!(dev.info().block_size, 512);
 //! ```
 
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "rpc")]
 pub mod rpc;
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use pmio::BlockDevice;
 use pmio_jsonrpc::decl::{self, BoolDefault, IntDefault};
 use pmio_jsonrpc::{Method, RUNTIME, RpcError};
-use pmio_runtime::rpc::params::{self, UuidParam};
+use pmio_runtime::rpc::params;
 use pmio_runtime::rpc::{BdevHost, bdev_error};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -47,7 +47,7 @@ pub struct NullCreate {
     pub name: String,
     /// UUID (default: random).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<UuidParam>,
+    pub uuid: Option<String>,
     /// Metadata bytes per block: 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub md_size: Option<IntDefault<0>>,
@@ -83,11 +83,12 @@ fn bdev_null_create(
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
     let p: NullCreate = decl::decode(params)?;
+    let uuid = params::parse_uuid(p.uuid.as_deref())?;
     params::check_physical_block_size(p.physical_block_size, p.block_size)?;
     host.check_name_free(&p.name)?;
     let dev = NullDevice::new(NullOptions {
         name: p.name.clone(),
-        uuid: p.uuid.map(|u| u.0),
+        uuid,
         block_size: p.block_size,
         num_blocks: p.num_blocks,
         ..NullOptions::default()
@@ -98,7 +99,7 @@ fn bdev_null_create(
         num_blocks: info.num_blocks,
         block_size: info.block_size,
         name: p.name,
-        uuid: Some(UuidParam(info.uuid)),
+        uuid: Some(info.uuid.to_string()),
         ..NullCreate::default()
     };
     params::add_bdev(host, dev, MODULE, "bdev_null_create", &create)

@@ -37,6 +37,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod device;
 mod enter;
 mod error;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use pmio::{BdevError, BdevInfo, BlockDevice, DriverQueue, HctxType};
 use pmio_jsonrpc::{Method, RUNTIME, RpcError, decl};
-use pmio_runtime::rpc::params::{self, UuidParam};
+use pmio_runtime::rpc::params;
 use pmio_runtime::rpc::{BdevHost, BdevRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -46,7 +46,7 @@ pub struct UringCreate {
     pub block_size: Option<u32>,
     /// UUID (default: random).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<UuidParam>,
+    pub uuid: Option<String>,
     /// pmio: O_DIRECT (default true); false for buffered I/O.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub direct: Option<bool>,
@@ -90,6 +90,7 @@ fn bdev_uring_create(
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
     let p: UringCreate = decl::decode(params)?;
+    let uuid = params::parse_uuid(p.uuid.as_deref())?;
     let direct = p.direct.unwrap_or(true);
     host.check_name_free(&p.name)?;
     let opts = UringOptions {
@@ -100,12 +101,12 @@ fn bdev_uring_create(
     };
     let dev = UringBdev::create(&opts).map_err(|e| uring_error(&e))?;
     let mut info = dev.info().clone();
-    if let Some(u) = p.uuid {
-        info.uuid = u.0;
+    if let Some(u) = uuid {
+        info.uuid = u;
     }
     let create = UringCreate {
         block_size: Some(info.block_size),
-        uuid: Some(UuidParam(info.uuid)),
+        uuid: Some(info.uuid.to_string()),
         direct: (!direct).then_some(false),
         ..p
     };

@@ -20,13 +20,16 @@ pub fn methods() -> Vec<Method<Arc<BdevHost>>> {
 /// `bdev_get_bdevs` parameters.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct GetBdevs {
     /// One bdev, by name or UUID (default: every bdev).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'b', long))]
     pub name: Option<String>,
     /// Milliseconds SPDK waits for the bdev to appear. pmio bdevs exist as soon as their create
     /// method has answered, so there is nothing to wait for.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub timeout: Option<u64>,
 }
 

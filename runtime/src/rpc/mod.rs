@@ -24,6 +24,8 @@
 //! ```
 
 pub mod bdev;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod host;
 pub mod params;
 pub mod perform_tests;

@@ -4,28 +4,19 @@ use std::sync::Arc;
 
 use pmio::{BlockDevice, Uuid};
 use pmio_jsonrpc::{RpcError, decl};
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::host::{BdevHost, BdevRecord};
 
-/// A bdev's `uuid` parameter: SPDK's textual UUID, refused with the text it was given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UuidParam(pub Uuid);
-
-impl<'de> Deserialize<'de> for UuidParam {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Uuid::parse(&s)
-            .map(UuidParam)
-            .ok_or_else(|| D::Error::custom(format_args!("\"{s}\" is not a UUID")))
-    }
-}
-
-impl Serialize for UuidParam {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0.to_string())
+/// A bdev's `uuid` parameter (a string, as SPDK's clients send it), parsed; a malformed one is
+/// refused with SPDK's decode failure, naming what was given.
+pub fn parse_uuid(uuid: Option<&str>) -> Result<Option<Uuid>, RpcError> {
+    match uuid {
+        None => Ok(None),
+        Some(s) => Uuid::parse(s).map(Some).ok_or_else(|| {
+            RpcError::decode(format_args!("parameter \"uuid\": \"{s}\" is not a UUID"))
+        }),
     }
 }
 

@@ -42,7 +42,8 @@ use super::host::BdevHost;
 use pmio_jsonrpc::Method;
 use pmio_jsonrpc::RUNTIME;
 use pmio_jsonrpc::RpcError;
-use pmio_jsonrpc::params::Params;
+use pmio_jsonrpc::decl;
+use serde::{Deserialize, Serialize};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method<Arc<BdevHost>>> {
@@ -138,16 +139,61 @@ struct JobReport {
     bufs: Option<DmaRegion>,
 }
 
+/// `perform_tests` parameters (all optional; see the module documentation).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct PerformTests {
+    /// Bdev names (default: every bdev).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'b', long = "bdev"))]
+    pub bdevs: Option<Vec<String>>,
+    /// Workload: `read`, `write`, `randread` (default), `randwrite`, `rw`, `randrw`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(short = 'w', long = "rw", default_value = "randread")
+    )]
+    pub rw: Option<String>,
+    /// I/Os in flight per job (default 32).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(short = 'q', long = "depth", default_value = "32")
+    )]
+    pub depth: Option<u32>,
+    /// I/O size in bytes (default 4096).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(short = 'o', long = "size", default_value = "4096")
+    )]
+    pub size: Option<u64>,
+    /// Run time in seconds (default 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "cli",
+        arg(short = 't', long = "seconds", default_value = "5")
+    )]
+    pub seconds: Option<f64>,
+    /// Read percentage of `rw` and `randrw` (default 50).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'M', long))]
+    pub rwmixread: Option<u32>,
+    /// One job on every reactor for each bdev (bdevperf's `-C`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[cfg_attr(feature = "cli", arg(short = 'C', long))]
+    pub every_core: bool,
+}
+
 fn perform_tests(host: &Arc<BdevHost>, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let names: Option<Vec<String>> = p.opt("bdevs")?;
-    let rw: String = p.opt("rw")?.unwrap_or_else(|| "randread".into());
-    let depth: u32 = p.opt("depth")?.unwrap_or(32);
-    let size: u64 = p.opt("size")?.unwrap_or(4096);
-    let seconds: f64 = p.opt("seconds")?.unwrap_or(5.0);
-    let mix: Option<u32> = p.opt("rwmixread")?;
-    let every_core: bool = p.opt("every_core")?.unwrap_or(false);
-    p.finish()?;
+    let p: PerformTests = decl::decode(params)?;
+    let names = p.bdevs;
+    let rw = p.rw.unwrap_or_else(|| "randread".into());
+    let depth = p.depth.unwrap_or(32);
+    let size = p.size.unwrap_or(4096);
+    let seconds = p.seconds.unwrap_or(5.0);
+    let mix = p.rwmixread;
     let inval = |m: String| RpcError::errno_detail(-libc::EINVAL, m);
     let load = Workload::parse(&rw, mix).map_err(inval)?;
     if !(seconds > 0.0 && seconds <= MAX_SECONDS) {
@@ -244,7 +290,7 @@ fn perform_tests(host: &Arc<BdevHost>, _: &str, params: Option<&Value>) -> Resul
             }
         }
         // One job per bdev, placed round-robin; with every_core, one on each reactor.
-        let reactors: Vec<usize> = if every_core {
+        let reactors: Vec<usize> = if p.every_core {
             (0..cores.len()).collect()
         } else {
             vec![specs.len() % cores.len()]

@@ -30,7 +30,8 @@ use super::host::BdevHost;
 use pmio_jsonrpc::Method;
 use pmio_jsonrpc::RUNTIME;
 use pmio_jsonrpc::RpcError;
-use pmio_jsonrpc::params::Params;
+use pmio_jsonrpc::decl;
+use serde::{Deserialize, Serialize};
 
 /// The methods of this module.
 pub fn methods() -> Vec<Method<Arc<BdevHost>>> {
@@ -113,22 +114,89 @@ fn retire(name: &str, old: &Scheduler) -> Result<(), RpcError> {
     })
 }
 
+/// `bdev_set_scheduler` parameters: the scheduler and the tunables under Linux's
+/// `queue/iosched/` names ([`TUNABLES`]).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct SetScheduler {
+    /// Bdev name.
+    pub name: String,
+    /// `none` or `mq-deadline`.
+    pub scheduler: String,
+    /// Read deadline, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub read_expire: Option<u64>,
+    /// Write deadline, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub write_expire: Option<u64>,
+    /// Read batches before a write batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub writes_starved: Option<u64>,
+    /// Front merges, 0 or 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub front_merges: Option<u64>,
+    /// Requests per batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub fifo_batch: Option<u64>,
+    /// Priority aging, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub prio_aging_expire: Option<u64>,
+    /// Tags asynchronous writes may take.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub async_depth: Option<u64>,
+    /// Scheduler tags per reactor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub nr_requests: Option<u32>,
+}
+
+impl SetScheduler {
+    /// The tunables given, by their [`TUNABLES`] name.
+    pub fn tunables(&self) -> Vec<(&'static str, u64)> {
+        let given = [
+            self.read_expire,
+            self.write_expire,
+            self.writes_starved,
+            self.front_merges,
+            self.fifo_batch,
+            self.prio_aging_expire,
+            self.async_depth,
+        ];
+        TUNABLES
+            .into_iter()
+            .zip(given)
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect()
+    }
+}
+
+/// `bdev_get_scheduler` parameters.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct GetScheduler {
+    /// One bdev (default: every bdev).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'b', long))]
+    pub name: Option<String>,
+}
+
 fn bdev_set_scheduler(
     host: &Arc<BdevHost>,
     _: &str,
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    let kind: String = p.req("scheduler")?;
-    let mut tunables = Vec::new();
-    for t in TUNABLES {
-        if let Some(v) = p.opt::<u64>(t)? {
-            tunables.push((t, v));
-        }
-    }
-    let nr_requests: Option<u32> = p.opt("nr_requests")?;
-    p.finish()?;
+    let p: SetScheduler = decl::decode(params)?;
+    let (name, kind, nr_requests) = (p.name.clone(), p.scheduler.clone(), p.nr_requests);
+    let tunables = p.tunables();
     let t = host;
     let kind = SchedKind::parse(&kind).map_err(sched_error)?;
     let dev = t
@@ -222,9 +290,7 @@ fn bdev_get_scheduler(
     _: &str,
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: Option<String> = p.opt("name")?;
-    p.finish()?;
+    let name = decl::decode::<GetScheduler>(params)?.name;
     let t = host;
     let names = match name {
         Some(n) => {
@@ -265,4 +331,29 @@ pub fn config(host: &Arc<BdevHost>) -> Vec<Value> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_declaration_names_every_tunable_in_order() {
+        let all = SetScheduler {
+            read_expire: Some(1),
+            write_expire: Some(2),
+            writes_starved: Some(3),
+            front_merges: Some(4),
+            fifo_batch: Some(5),
+            prio_aging_expire: Some(6),
+            async_depth: Some(7),
+            ..SetScheduler::default()
+        };
+        let v = serde_json::to_value(&all).unwrap();
+        for (i, (k, n)) in all.tunables().into_iter().enumerate() {
+            assert_eq!(k, TUNABLES[i]);
+            assert_eq!(v[k], n, "{k}");
+        }
+        assert_eq!(all.tunables().len(), TUNABLES.len());
+    }
 }
