@@ -3,6 +3,8 @@
 //!
 //! - [`error`]: the error object of a reply, SPDK's codes and texts.
 //! - [`frame`]: splitting a byte stream of concatenated JSON values, with size and depth limits.
+//! - [`framework`]: `rpc_get_methods`, `framework_get_subsystems`, `framework_get_config` over any
+//!   daemon's registry and the `save_config` sections its modules registered.
 //! - [`message`]: request validation, response encoding, one value's handling.
 //! - [`registry`]: methods by name with SPDK's state mask (start-up / runtime), generic over the
 //!   context they run on, so a module registers its methods without knowing the daemon.
@@ -32,6 +34,7 @@ pub mod cli;
 pub mod decl;
 pub mod error;
 pub mod frame;
+pub mod framework;
 pub mod message;
 pub mod params;
 pub mod registry;
@@ -39,4 +42,4 @@ pub mod server;
 
 pub use error::{RpcError, code};
 pub use message::Call;
-pub use registry::{Method, RUNTIME, Registry, RpcState, STARTUP};
+pub use registry::{Method, RUNTIME, Registry, RpcState, STARTUP, Section};

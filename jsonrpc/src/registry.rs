@@ -109,15 +109,41 @@ impl<C: ?Sized> Method<C> {
     }
 }
 
-/// Methods by name, in registration order (the order `rpc_get_methods` lists them).
+/// What a module writes into one section (SPDK subsystem) of `save_config`: the calls that
+/// recreate its objects and settings, in replay order.
+pub type Write<C> = Arc<dyn Fn(&C) -> Vec<Value> + Send + Sync>;
+
+/// A section of `save_config` (SPDK's subsystem): its name, the sections whose objects its
+/// calls need, and each module's part of it in registration order.
+pub struct Section<C: ?Sized> {
+    /// SPDK's subsystem name (`bdev`, `nvmf`, `sock`, ...).
+    pub name: &'static str,
+    /// Sections that replay before this one (`framework_get_subsystems`' `depends_on`).
+    pub depends_on: Vec<&'static str>,
+    /// Listed by `framework_get_subsystems` even when it has no calls.
+    pub always_listed: bool,
+    writers: Vec<Write<C>>,
+}
+
+impl<C: ?Sized> Section<C> {
+    /// Every module's calls for this section, in registration order.
+    pub fn calls(&self, ctx: &C) -> Vec<Value> {
+        self.writers.iter().flat_map(|w| w(ctx)).collect()
+    }
+}
+
+/// Methods by name, in registration order (the order `rpc_get_methods` lists them), and the
+/// sections of `save_config` their modules write.
 pub struct Registry<C: ?Sized> {
     methods: Vec<Method<C>>,
+    sections: Vec<Section<C>>,
 }
 
 impl<C: ?Sized> Default for Registry<C> {
     fn default() -> Self {
         Registry {
             methods: Vec::new(),
+            sections: Vec::new(),
         }
     }
 }
@@ -149,8 +175,8 @@ impl<C: ?Sized + 'static> Registry<C> {
         self.add(Method::new(name, states, run));
     }
 
-    /// Adds every method of `other`, whose methods run on the part of `C` that `project`
-    /// returns.
+    /// Adds every method and section part of `other`, which run on the part of `C` that
+    /// `project` returns.
     pub fn merge<D: ?Sized + 'static>(
         &mut self,
         other: Registry<D>,
@@ -163,6 +189,66 @@ impl<C: ?Sized + 'static> Registry<C> {
                 run(p(c), name, params)
             });
         }
+        for s in other.sections {
+            for w in s.writers {
+                let p = project.clone();
+                self.section(s.name, &s.depends_on, move |c: &C| w(p(c)));
+            }
+            if s.always_listed {
+                self.list_always(s.name);
+            }
+        }
+    }
+
+    /// Adds `write` as this registry's next part of section `name` (created on first use, with
+    /// `depends_on`; later parts add their dependencies). A module calls it for each part it
+    /// writes, in the order they replay.
+    pub fn section(
+        &mut self,
+        name: &'static str,
+        depends_on: &[&'static str],
+        write: impl Fn(&C) -> Vec<Value> + Send + Sync + 'static,
+    ) {
+        let i = match self.sections.iter().position(|s| s.name == name) {
+            Some(i) => i,
+            None => {
+                self.sections.push(Section {
+                    name,
+                    depends_on: Vec::new(),
+                    always_listed: false,
+                    writers: Vec::new(),
+                });
+                self.sections.len() - 1
+            }
+        };
+        let s = &mut self.sections[i];
+        for d in depends_on {
+            if !s.depends_on.contains(d) {
+                s.depends_on.push(d);
+            }
+        }
+        s.writers.push(Arc::new(write));
+    }
+
+    /// Lists section `name` in `framework_get_subsystems` even when it has no calls (SPDK
+    /// lists every subsystem it has; a section of settings only is listed when it has some).
+    pub fn list_always(&mut self, name: &'static str) {
+        if let Some(s) = self.sections.iter_mut().find(|s| s.name == name) {
+            s.always_listed = true;
+        }
+    }
+
+    /// The sections, in the order their first part was registered (their replay order).
+    pub fn sections(&self) -> &[Section<C>] {
+        &self.sections
+    }
+
+    /// Section `name`'s calls, or `None` when no module writes it.
+    pub fn config(&self, ctx: &C, name: &str) -> Option<Vec<Value>> {
+        self.sections
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.calls(ctx))
     }
 
     /// The method called `name`.
@@ -221,6 +307,32 @@ impl<C: ?Sized + 'static> FromIterator<Method<C>> for Registry<C> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn sections_collect_every_modules_part_in_order() {
+        struct Bdevs(u32);
+        let mut module = Registry::<Bdevs>::new();
+        module.section("bdev", &[], |b: &Bdevs| vec![json!({"n": b.0})]);
+        module.list_always("bdev");
+        let mut daemon = Registry::<(Bdevs, u32)>::new();
+        daemon.section("bdev", &[], |d: &(Bdevs, u32)| vec![json!({"first": d.1})]);
+        daemon.merge(module, |d: &(Bdevs, u32)| &d.0);
+        daemon.section("nvmf", &["bdev", "sock"], |_| Vec::new());
+        daemon.section("nvmf", &["bdev"], |_| vec![json!("ns")]);
+        let ctx = (Bdevs(7), 1);
+        assert_eq!(
+            daemon.config(&ctx, "bdev").unwrap(),
+            [json!({"first": 1}), json!({"n": 7})]
+        );
+        assert_eq!(daemon.config(&ctx, "nvmf").unwrap(), [json!("ns")]);
+        assert!(daemon.config(&ctx, "iscsi").is_none());
+        let s = daemon.sections();
+        assert_eq!((s[0].name, s[0].always_listed), ("bdev", true));
+        assert_eq!(
+            (s[1].name, &s[1].depends_on[..]),
+            ("nvmf", &["bdev", "sock"][..])
+        );
+    }
 
     struct Daemon {
         part: Part,

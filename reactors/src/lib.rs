@@ -138,6 +138,8 @@ mod fdwatch;
 mod group;
 mod inbox;
 mod reactor;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 mod stats;
 mod sys;
 

@@ -45,6 +45,10 @@ fn bdevs(rpc: &Rpc) -> &Arc<pmio_runtime::rpc::BdevHost> {
 pub fn all_methods() -> Registry<Rpc> {
     let mut methods = Registry::new();
     methods.extend(base_methods());
+    methods.merge(
+        pmio_reactors::rpc::methods().into_iter().collect(),
+        |rpc: &Rpc| &rpc.target.reactors,
+    );
     methods.merge(pmio_runtime::rpc::methods(), bdevs);
     methods.merge(pmio_null::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_malloc::rpc::methods().into_iter().collect(), bdevs);
@@ -154,8 +158,6 @@ fn base_methods() -> Vec<Method> {
         Method::new("framework_start_init", STARTUP, framework_start_init),
         Method::new("framework_get_subsystems", ANY, framework_get_subsystems),
         Method::new("framework_get_config", RUNTIME, framework_get_config),
-        Method::new("framework_get_reactors", RUNTIME, framework_get_reactors),
-        Method::new("thread_get_stats", RUNTIME, thread_get_stats),
     ]
 }
 
@@ -283,70 +285,6 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     out.extend(crate::nvme::config(t));
     out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));
     out
-}
-
-fn framework_get_reactors(
-    rpc: &Rpc,
-    method: &str,
-    params: Option<&Value>,
-) -> Result<Value, RpcError> {
-    no_params(method, params)?;
-    let h = rpc.target.reactors();
-    let tids = rpc.target.reactor_tids().to_vec();
-    let reactors: Vec<Value> = h
-        .all_stats()
-        .into_iter()
-        .zip(tids)
-        .map(|(s, tid)| {
-            json!({
-                "lcore": s.core,
-                "tid": tid,
-                "busy": s.busy_ns,
-                "idle": s.idle_ns + s.sleep_ns,
-                "in_interrupt": h.is_sleeping(s.core),
-                "irq": 0,
-                "sys": 0,
-                "usr": 0,
-                "lw_threads": [{
-                    "name": format!("reactor_{}", s.core),
-                    "id": s.core + 1,
-                    "cpumask": format!("{:x}", 1u128 << s.core),
-                    "elapsed": rpc.target.uptime_ns()
-                }],
-                "pollers": {"active": s.active_pollers, "timed": s.timed_pollers},
-                "messages": s.messages,
-                "wakeups": s.wakeups
-            })
-        })
-        .collect();
-    Ok(json!({
-        "tick_rate": 1_000_000_000u64,
-        "pid": std::process::id(),
-        "reactors": reactors
-    }))
-}
-
-fn thread_get_stats(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    no_params(method, params)?;
-    let threads: Vec<Value> = rpc
-        .target
-        .reactors()
-        .all_stats()
-        .into_iter()
-        .map(|s| {
-            json!({
-                "name": format!("reactor_{}", s.core),
-                "id": s.core + 1,
-                "cpumask": format!("{:x}", 1u128 << s.core),
-                "busy": s.busy_ns,
-                "idle": s.idle_ns + s.sleep_ns,
-                "active_pollers_count": s.active_pollers,
-                "timed_pollers_count": s.timed_pollers,
-                "paused_pollers_count": 0
-            })
-        })
-        .collect();
-    Ok(json!({"tick_rate": 1_000_000_000u64, "threads": threads}))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pmio_jsonrpc::RpcState;
 use pmio_nvmf::NvmfTarget;
 use pmio_reactors::ReactorsHandle;
+use pmio_reactors::rpc::ReactorsRpc;
 use pmio_runtime::rpc::{BdevHost, BdevUser};
 use pmio_vhost::VhostTarget;
 use serde_json::Value;
@@ -48,8 +49,8 @@ pub struct Target {
     /// `ctrlrs`.
     attaching: Mutex<Vec<(String, Trid)>>,
     state: AtomicU8,
-    /// Thread id of each reactor, in core order.
-    tids: Vec<i32>,
+    /// The reactors as the reactor methods see them (thread ids, start time).
+    pub reactors: ReactorsRpc,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -85,19 +86,15 @@ impl BdevUser for VhostUser {
 }
 
 impl Target {
-    /// A target on `reactors`, in `state`. Asks each reactor its thread id (one round trip).
+    /// A target on `reactors`, in `state`.
     pub fn new(reactors: ReactorsHandle, state: RpcState) -> Target {
-        // SAFETY: gettid has no preconditions.
-        let tids = reactors
-            .run_on_all(|_| unsafe { libc::gettid() })
-            .unwrap_or_default();
         let bdevs = Arc::new(BdevHost::new(reactors.clone()));
         let nvmf = NvmfTarget::new(reactors.clone(), bdevs.registry.clone());
         let vhost = VhostTarget::new(reactors.clone(), bdevs.registry.clone());
         bdevs.add_user(Arc::new(VhostUser(vhost.clone())));
         bdevs.add_user(Arc::new(NvmfUser(nvmf.clone())));
         Target {
-            tids,
+            reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,
             vhost,
             bdevs,
@@ -110,11 +107,6 @@ impl Target {
     /// The reactors.
     pub fn reactors(&self) -> &ReactorsHandle {
         self.bdevs.reactors()
-    }
-
-    /// Thread id of each reactor, in core order.
-    pub fn reactor_tids(&self) -> &[i32] {
-        &self.tids
     }
 
     /// Nanoseconds since the target started.
