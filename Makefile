@@ -2,8 +2,10 @@
 CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
+# Where release binaries are (CARGO_TARGET_DIR honoured).
+RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost clean
+.PHONY: all build test unit examples readme aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost clean
 
 all: build
 
@@ -11,7 +13,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples fault-alone nvmf-loopback loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
+test: lint unit examples readme fault-alone nvmf-loopback loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
@@ -23,6 +25,12 @@ examples:
 	$(CARGO) build -p pmio-runtime --examples
 	for e in $(EXAMPLES); do $(CARGO) run -q -p pmio-runtime --example $$e || exit 1; done
 	! $(CARGO) run -q -p pmio-runtime --example bdev_copy -- --corrupt-lba 1000 2>/dev/null
+
+# Every command README.md shows, run as written (test/ci/readme.sh): pmio-perf, pmio-tgt with
+# pmio-rpc (NVMe/TCP target and host on 10.0.0.1 in a network namespace of its own), the
+# examples; what needs a VM is listed there with the make target that runs it. About a minute.
+readme:
+	CARGO=$(CARGO) test/ci/readme.sh
 
 # The NVMe fault tests each in a process of its own, debug and release, several seeds: the
 # full run's timing hides what a test does alone (issue 15).
@@ -90,7 +98,7 @@ aio-cost:
 # The main job on a built-in default device: pmio-perf on a null device for 10 s.
 perf:
 	$(CARGO) build --release -p pmio-perf
-	./target/release/pmio-perf $(PERF_ARGS)
+	$(RELEASE)/pmio-perf $(PERF_ARGS)
 
 # The NVMe driver end to end in a QEMU guest (../shared/vm/run-in-vm), twice: with a 48-bit
 # guest IOMMU, which reaches every address of the process (IOVA = virtual address throughout),
@@ -141,7 +149,6 @@ vm-test-nvmf:
 # pmio's NVMe/TCP host against Linux's nvmet-tcp (configfs, a tmpfs file) in the guest (issue
 # 18): pmio-perf --verify with and without digests, and the subsystem unlinked from its port
 # and relinked under a pmio-perf --verify run with reconnect options.
-RELEASE ?= $(or $(CARGO_TARGET_DIR),target)/release
 vm-test-nvmet:
 	$(CARGO) build --release -p pmio-perf
 	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --module nvmet-tcp --module crc32c_generic \
