@@ -2,8 +2,10 @@
 CARGO        ?= cargo
 LOOM_TARGET  ?= target/loom
 PERF_ARGS    ?= --dev null -t 10
+# Where release binaries are (CARGO_TARGET_DIR honoured).
+RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost clean
 
 all: build
 
@@ -11,7 +13,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples fault-alone nvmf-loopback loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
+test: lint unit examples readme fault-alone nvmf-loopback loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
@@ -23,6 +25,12 @@ examples:
 	$(CARGO) build -p pmio-runtime --examples
 	for e in $(EXAMPLES); do $(CARGO) run -q -p pmio-runtime --example $$e || exit 1; done
 	! $(CARGO) run -q -p pmio-runtime --example bdev_copy -- --corrupt-lba 1000 2>/dev/null
+
+# Every command README.md shows, run as written (test/ci/readme.sh): pmio-perf, pmio-tgt with
+# pmio-rpc (NVMe/TCP target and host on 10.0.0.1 in a network namespace of its own), the
+# examples; what needs a VM is listed there with the make target that runs it. About a minute.
+readme:
+	CARGO=$(CARGO) test/ci/readme.sh
 
 # The NVMe fault tests each in a process of its own, debug and release, several seeds: the
 # full run's timing hides what a test does alone (issue 15).
@@ -90,7 +98,7 @@ aio-cost:
 # The main job on a built-in default device: pmio-perf on a null device for 10 s.
 perf:
 	$(CARGO) build --release -p pmio-perf
-	./target/release/pmio-perf $(PERF_ARGS)
+	$(RELEASE)/pmio-perf $(PERF_ARGS)
 
 # The NVMe driver end to end in a QEMU guest (../shared/vm/run-in-vm), twice: with a 48-bit
 # guest IOMMU, which reaches every address of the process (IOVA = virtual address throughout),
@@ -100,7 +108,7 @@ perf:
 # with reads in flight, runs 25 times in each (QEMU 7.2 crashed in about one such reset in 90
 # before the driver deleted the queues first; `VM_NVME_RESETS=600` is the long hunt).
 VM_TARGET ?= x86_64-unknown-linux-gnu
-vm-test:
+vm-test: host-qemu
 	CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_DEBUG=0 \
 	RUSTFLAGS='-C target-feature=+crt-static' \
 		$(CARGO) build --release --target $(VM_TARGET) -p pmio-nvme --example vm_nvme
@@ -115,16 +123,25 @@ vm-test:
 		--file target/release/pmio-perf -- test/vm/nvme-perf-in-guest.sh
 	$(RUN_IN_VM) --timeout 170 --disk-size 64M --nvme-opts mdts=4 --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 --file target/release/pmio-perf -- test/vm/nvme-split-in-guest.sh
 
+# What the VM targets need first: run-in-vm (the repository `shared` beside this clone, or
+# RUN_IN_VM) and QEMU: the one installed if it is 7.2 or newer, else (root) Debian's, installed
+# only if apt removes and downgrades nothing (test/ci/host-deps.sh); run-in-vm then never
+# installs QEMU itself, which it would do without that guard.
+host-qemu:
+	@test -x $(RUN_IN_VM) || { echo "$(RUN_IN_VM) not found: the VM tests need the repository" \
+		"shared checked out beside this clone (../shared), or RUN_IN_VM=PATH" >&2; exit 1; }
+	test/ci/host-deps.sh qemu
+
 # pmio-setup in the guest: status, unbind to nvme, refusal while mounted, bind back to vfio-pci.
 RUN_IN_VM ?= $(CURDIR)/../shared/vm/run-in-vm
-vm-test-setup:
+vm-test-setup: host-qemu
 	$(CARGO) build --release -p pmio-setup
 	$(RUN_IN_VM) --quiet --timeout 240 --module nvme --module crc32c_generic --module ext4 \
 		--file target/release/pmio-setup -- test/vm/setup-in-guest.sh
 
 # pmio-tgt + pmio-rpc in the guest on the emulated NVMe controller: attach, perform_tests (none
 # and mq-deadline), save_config, detach, kill, restart with -c. IOVA = VA needs 48-bit IOMMU.
-vm-test-tgt:
+vm-test-tgt: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc
 	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --qemu-arg=-global --qemu-arg=intel-iommu.aw-bits=48 \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc -- test/vm/tgt-in-guest.sh
@@ -132,7 +149,7 @@ vm-test-tgt:
 # pmio-tgt as an NVMe/TCP target for the guest kernel's own host (issue 16): dd, pmio-perf
 # --verify at 4 KiB and 128 KiB with and without digests, namespaces changed while connected, a
 # refused host, disconnect, kill under I/O and restart from the saved config.
-vm-test-nvmf:
+vm-test-nvmf: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --module nvme-tcp --module crc32c_generic \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
@@ -141,8 +158,7 @@ vm-test-nvmf:
 # pmio's NVMe/TCP host against Linux's nvmet-tcp (configfs, a tmpfs file) in the guest (issue
 # 18): pmio-perf --verify with and without digests, and the subsystem unlinked from its port
 # and relinked under a pmio-perf --verify run with reconnect options.
-RELEASE ?= $(or $(CARGO_TARGET_DIR),target)/release
-vm-test-nvmet:
+vm-test-nvmet: host-qemu
 	$(CARGO) build --release -p pmio-perf
 	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --module nvmet-tcp --module crc32c_generic \
 		--file $(RELEASE)/pmio-perf -- test/vm/nvmet-host-in-guest.sh
@@ -152,13 +168,13 @@ vm-test-nvmet:
 # reset, discard and write zeroes, a read-only disk; pmio-tgt restarted from save_config; last,
 # pmio-tgt killed -9 under the guest's pmio-perf --verify and restarted (QEMU reconnects, the
 # in-flight log resubmits). About 40 s.
-vm-test-vhost:
+vm-test-vhost: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(CARGO) build --release -p pmio-vhost --example blkzeroout
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-test.sh
 
 # pmio-tgt against Linux's nvmet-tcp in the guest, same initiator load (BENCHMARKS.md).
-bench-nvmf:
+bench-nvmf: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(RUN_IN_VM) --quiet --timeout 600 --cpus 2 --module nvme-tcp --module nvmet-tcp \
 		--module null_blk --append "null_blk.nr_devices=1 null_blk.gb=1" \
@@ -191,7 +207,7 @@ bench-nvmf-spdk-interleaved:
 # 2 minutes; not part of `make test`. BENCH_PRIO=1 (root) raises the session's autogroup so a
 # loaded machine's other work gets little of the backends' core (it then starves that work);
 # BENCH_ROUNDS, BENCH_SECS, BENCH_DEPTH, BENCH_CPU, BENCH_GUEST_CPUS, BENCH_LOGS: see the script.
-bench-vhost:
+bench-vhost: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-bench.sh
 

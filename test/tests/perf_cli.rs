@@ -31,8 +31,8 @@ fn perf_bad_inputs_exit_2_and_name_the_problem() {
         (&["-m", "zz"], "-m zz"),
         (&["--verify"], "does not store data"),
         (
-            &["--verify", "--dev", "malloc:size=64k", "-b", "4096"],
-            "need more than the depth",
+            &["--verify", "--dev", "malloc:size=4k", "-b", "4096"],
+            "1 I/O unit of 4096 bytes; verifying needs 2",
         ),
         (&["--bogus-flag"], "--bogus-flag"),
     ];

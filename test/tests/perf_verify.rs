@@ -59,6 +59,35 @@ fn perf_verify_randread_after_fill_has_no_mismatch() {
 }
 
 #[test]
+fn perf_verify_lowers_the_depth_to_what_the_region_holds() {
+    // 64 KiB at -b 4096: 16 units for one core, so at most 15 I/Os in flight (two never
+    // share a unit); the default depth 128 is lowered, as bdevperf does, and said on stderr.
+    let out = perf(&[
+        "--dev",
+        "malloc:size=64k",
+        "-b",
+        "4096",
+        "-w",
+        "randrw",
+        "-t",
+        "1",
+        "-m",
+        "[0]",
+        "--verify",
+        "--json",
+    ]);
+    verify_clean(&out, "malloc 64k, depth 128");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "pmio-perf: --verify: Malloc0 gives each core 16 I/O units of 4096 bytes: depth \
+             lowered from 128 to 15 on it"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn fault_perf_verify_detects_a_corrupted_block() {
     // Block 100 (512-byte blocks) lies in 4 KiB unit 12, in core 0's region. A sequential
     // read pass over each region is guaranteed to read it back after the fill wrote it.

@@ -89,7 +89,8 @@ pub struct Opts {
     #[arg(long)]
     pub json: bool,
     /// Write a self-describing pattern and check every read (first fills each core's region
-    /// when the workload reads).
+    /// when the workload reads). The depth is lowered, with a note on stderr, where a core's
+    /// region holds no more I/O units than --depth.
     #[arg(long)]
     pub verify: bool,
     /// Every core drives every device (spdk_nvme_perf --use-every-core).

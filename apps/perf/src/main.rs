@@ -6,7 +6,9 @@
 //! its own queue; three devices, one core: that core drives all three), or every pair with
 //! `--use-every-core`. Each pair keeps `--depth` I/Os in flight on its own [`BdevQueue`]; when
 //! several cores share a device, each addresses its own slice of the LBA range (so `--verify`
-//! sequence numbers have one writer per block).
+//! sequence numbers have one writer per block). With `--verify` two I/Os in flight never share
+//! a unit of the region, so on a device whose regions hold no more units than `--depth`, its
+//! jobs run at a lower depth, said on stderr (as SPDK's bdevperf does for verify jobs).
 //!
 //! [`BdevQueue`]: pmio::bdev::BdevQueue
 //!
@@ -50,6 +52,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for note in &plan.notes {
+        eprintln!("pmio-perf: {note}");
+    }
     match run(&opts, plan) {
         Ok(report) => {
             if opts.json {
@@ -89,6 +94,11 @@ struct Dev {
 struct Plan {
     mask: CoreMask,
     devs: Vec<Dev>,
+    /// Per device, the depth of each of its jobs: `--depth`, or lower with `--verify` on a
+    /// device too small for it ([`verify_depth`]).
+    depths: Vec<u32>,
+    /// What the plan changed from the command line, for stderr.
+    notes: Vec<String>,
     /// Per device, its mq-deadline instance (`--sched mq-deadline`).
     scheds: Vec<Option<Arc<SharedDeadline>>>,
     /// (core, device index, region index among that device's cores, region count).
@@ -186,8 +196,12 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
             .count() as u64;
         pairs.push((c, d, index, count));
     }
-    for &(_, d, _, count) in &pairs {
-        let i = devs[d].dev.info();
+    // Each of a device's cores addresses a region of `units` I/O units of it.
+    let mut depths = Vec::with_capacity(devs.len());
+    let mut notes = Vec::new();
+    for (d, dev) in devs.iter().enumerate() {
+        let i = dev.dev.info();
+        let count = pairs.iter().filter(|p| p.1 == d).count() as u64;
         let units = i.size_bytes() / opts.bs / count;
         if units == 0 {
             return Err(Usage(format!(
@@ -195,12 +209,24 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
                 i.name, opts.bs
             )));
         }
-        if opts.verify && units <= u64::from(opts.depth) {
-            return Err(Usage(format!(
-                "--verify: {} gives each core {units} I/O units of {} bytes; need more than the depth {}",
+        let depth = if opts.verify {
+            verify_depth(units, opts.depth).ok_or_else(|| {
+                Usage(format!(
+                    "--verify: {} gives each core 1 I/O unit of {} bytes; verifying needs 2",
+                    i.name, opts.bs
+                ))
+            })?
+        } else {
+            opts.depth
+        };
+        if depth < opts.depth {
+            notes.push(format!(
+                "--verify: {} gives each core {units} I/O units of {} bytes: depth lowered from \
+                 {} to {depth} on it (two I/Os in flight never share a unit)",
                 i.name, opts.bs, opts.depth
-            )));
+            ));
         }
+        depths.push(depth);
     }
     let mut scheds = Vec::with_capacity(devs.len());
     for (d, dev) in devs.iter().enumerate() {
@@ -210,7 +236,7 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
         }
         let i = dev.dev.info();
         let owners = pairs.iter().filter(|p| p.1 == d).count() as u16;
-        let dopts = i.deadline_options(opts.hw_depth(), owners);
+        let dopts = i.deadline_options(opts.hw_depth().min(depths[d]), owners);
         let dd = SharedDeadline::new(dopts)
             .map_err(|e| Usage(format!("--sched mq-deadline on {}: {e}", i.name)))?;
         for (name, v) in opts.sched_opts() {
@@ -222,10 +248,21 @@ fn plan(opts: &Opts) -> Result<Plan, Usage> {
     Ok(Plan {
         mask,
         devs,
+        depths,
+        notes,
         scheds,
         pairs,
         _registry: registry,
     })
+}
+
+/// The depth a `--verify` job keeps on a region of `units` I/O units: `depth`, or at most
+/// `units - 1`, since two I/Os in flight never share a unit and the engine needs a free unit
+/// left over (`JobSpec::verify`). `None`: one unit, too small to verify. Lowered rather than
+/// refused, as SPDK's bdevperf limits a verify job's queue depth to what its bdev holds.
+fn verify_depth(units: u64, depth: u32) -> Option<u32> {
+    let most = u32::try_from(units.saturating_sub(1)).unwrap_or(u32::MAX);
+    (most > 0).then(|| depth.min(most))
 }
 
 /// Starts reactors, runs the fill (if verifying reads) and timed phases, and builds the report.
@@ -301,10 +338,11 @@ fn phase(
             let (_, d, index, count) = plan.pairs[i];
             let info = plan.devs[d].dev.info();
             let units = info.size_bytes() / opts.bs / count;
-            let mut s = JobSpec::new(Arc::clone(&plan.devs[d].dev), opts.depth, opts.bs);
-            s.queue_depth = opts.hw_depth();
-            s.submit_batch = opts.submit_batch;
-            s.complete_batch = opts.complete_batch;
+            let depth = plan.depths[d];
+            let mut s = JobSpec::new(Arc::clone(&plan.devs[d].dev), depth, opts.bs);
+            s.queue_depth = opts.hw_depth().min(depth);
+            s.submit_batch = opts.submit_batch.min(depth);
+            s.complete_batch = opts.complete_batch.min(depth);
             s.random = opts.rw.random();
             s.read_pct = opts.rw.read_pct(opts.rwmixread);
             s.region_start = if count > 1 { index * units } else { 0 };
@@ -391,4 +429,30 @@ fn phase(
     }
     outcomes.sort_by_key(|o| o.core);
     Ok(outcomes.iter().map(CoreResult::of).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verify_depth;
+
+    #[test]
+    fn verify_depth_leaves_a_free_unit() {
+        // (units, --depth, depth kept)
+        let rows: &[(u64, u32, Option<u32>)] = &[
+            (0, 128, None),
+            (1, 1, None),
+            (2, 128, Some(1)),
+            (64, 128, Some(63)), // the README's malloc:size=64M at -b 1M
+            (128, 128, Some(127)),
+            (129, 128, Some(128)),
+            (1 << 40, 65535, Some(65535)),
+        ];
+        for &(units, depth, want) in rows {
+            assert_eq!(
+                verify_depth(units, depth),
+                want,
+                "{units} units, depth {depth}"
+            );
+        }
+    }
 }

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The host tools the tests need, installed where missing without touching what is there
+# (issue 27):
+#   test/ci/host-deps.sh [all]   everything .ci/run provides before `make test`
+#   test/ci/host-deps.sh qemu    QEMU alone: the Makefile's VM targets call this first, so that
+#                                ../shared/vm/run-in-vm never installs QEMU itself (it would,
+#                                as root, with a plain apt-get install)
+# A tool already on the machine is used as it is, whatever its version or origin, except that
+# QEMU must be 7.2 or newer (Debian 12's, which the VM tests are written against);
+# RUN_IN_VM_QEMU names another QEMU binary, as for run-in-vm. Missing tools are installed, as
+# root, with `apt-get install --no-remove --no-install-recommends`, after a simulation of the
+# same install that must neither remove nor downgrade a package: where apt would (Debian's
+# qemu-system-x86 beside a newer QEMU's qemu-utils, say), nothing is installed and the script
+# exits 1 saying what to do. Not root, with tools missing: `all` says which and exits 0 (the
+# tests that need them fail with their own messages), `qemu` exits 1.
+set -euo pipefail
+
+MODE=${1:-all}
+QEMU=${RUN_IN_VM_QEMU:-qemu-system-x86_64}
+QEMU_MIN=7.2 # the VM tests' QEMU (Debian 12); older ones are untested
+
+fail() {
+    echo "host-deps: $*" >&2
+    exit 1
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# version_at_least HAVE WANT: whether version HAVE >= WANT (dotted numbers).
+version_at_least() { [ "$(printf '%s\n' "$2" "$1" | sort -V | head -1)" = "$2" ]; }
+
+# The QEMU there is, if any: nothing to install when it is new enough, else an error (it is
+# never replaced). Prints the package to install when there is none.
+need_qemu() {
+    if ! have "$QEMU"; then
+        [ "$QEMU" = qemu-system-x86_64 ] || fail "RUN_IN_VM_QEMU=$QEMU: not found"
+        echo qemu-system-x86
+        return
+    fi
+    local v
+    v=$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9][0-9.]*\).*/\1/p')
+    [ -n "$v" ] || fail "$(command -v "$QEMU") --version does not say which QEMU it is"
+    version_at_least "$v" "$QEMU_MIN" || fail "QEMU $v ($(command -v "$QEMU")) is older than" \
+        "$QEMU_MIN, which the VM tests need; it is left as it is: install a newer QEMU, or name" \
+        "one with RUN_IN_VM_QEMU"
+    echo "host-deps: using QEMU $v ($(command -v "$QEMU"))" >&2
+}
+
+# The packages of the tools that are missing, one per line.
+missing() {
+    need_qemu
+    [ "$MODE" = qemu ] && return
+    have losetup || echo mount
+    have cpio || echo cpio
+    have xz || echo xz-utils
+    # The sock options test reads the target's socket buffers with ss; make readme puts
+    # 10.0.0.1 on a namespace's loopback with ip and enters the namespace with unshare.
+    have ss || echo iproute2
+    have ip || echo iproute2
+    have unshare || echo util-linux
+    # make vm-test links its guest binary statically (crt-static): glibc's libc.a.
+    [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || echo libc6-dev
+}
+
+# refuse WHY APT_OUTPUT: stop before installing anything.
+refuse() {
+    echo "host-deps: not installing ${pkgs[*]}: $1; nothing was changed. apt-get said:" >&2
+    printf '%s\n' "$2" | grep -v '^NOTE\|^  *$' | tail -30 >&2
+    fail "install ${pkgs[*]} (or what provides them) yourself, keeping what you have, and rerun"
+}
+
+# install PKG...: apt-get install, only if its simulation removes and downgrades nothing.
+install() {
+    export DEBIAN_FRONTEND=noninteractive
+    local opts=(--no-remove --no-install-recommends) sim pkg old new
+    apt-get update -qq || fail "apt-get update failed (is Debian's package registry reachable?)"
+    sim=$(apt-get install -s "${opts[@]}" "$@" 2>&1) || refuse "apt would have to remove packages" "$sim"
+    if grep -q '^Remv ' <<<"$sim"; then refuse "apt would remove packages" "$sim"; fi
+    # "Inst PKG [INSTALLED] (CANDIDATE ...)": an installed package apt would change.
+    while read -r pkg old new; do
+        if dpkg --compare-versions "$new" lt "$old"; then
+            refuse "apt would downgrade $pkg from $old to $new" "$sim"
+        fi
+    done < <(sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)\] (\([^ ]*\) .*/\1 \2 \3/p' <<<"$sim")
+    echo "host-deps: installing $* (apt-get install ${opts[*]})" >&2
+    apt-get install -y -qq "${opts[@]}" "$@"
+}
+
+case $MODE in all | qemu) ;; *) fail "usage: $0 [all|qemu]" ;; esac
+list=$(missing) # not in a pipeline: a refusal in it ends the script
+mapfile -t pkgs < <(sort -u <<<"$list" | sed '/^$/d')
+[ ${#pkgs[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "host-deps: missing ${pkgs[*]} and not root: tests that need them will fail" >&2
+    if [ "$MODE" = qemu ]; then exit 1; fi
+    exit 0
+fi
+have apt-get || fail "missing ${pkgs[*]}, and no apt-get to install them with"
+install "${pkgs[@]}"

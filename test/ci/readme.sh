@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# `make readme` (issue 27): every command README.md shows, run as written, as a newcomer would.
+#
+# Each ```sh block of README.md runs in README order, line by line as a script, in one shell:
+#  - its working directory is a scratch directory in the workspace whose ./target is the
+#    build's target directory (CARGO_TARGET_DIR honoured), so ./target/release/... and cargo
+#    work as in a clone, and the files the commands write (cfg.json, disk.img) stay out of the
+#    tree; spdk.json, which "Moving from SPDK" checks, is an SPDK v25.09 save_config from
+#    apps/tgt/tests/fixtures;
+#  - in private namespaces (mount, network, pid): /var/tmp is a fresh tmpfs, so the daemon's
+#    default socket /var/tmp/pmio.sock is this run's alone; the loopback also carries 10.0.0.1,
+#    the NVMe/TCP target's address in the README; whatever the run leaves is gone when it ends;
+#  - the blocks of the NVMe/TCP host's section run as on another machine: /var/tmp is another
+#    tmpfs while they run, with a pmio-tgt of their own (core 1) where they call pmio-rpc.
+# A command that fails fails the run, naming its README line. After a command that starts
+# pmio-tgt in the background the next one waits until it answers (SPDK's waitforlisten), and
+# after spdk_kill_instance until it has exited: a person typing the commands gives it that time.
+#
+# Commands that need a VM, root on the host or hardware are listed in COVERED below with the
+# make target that runs them; any other command the README gains is run here. Also checked: the
+# Rust block is runtime/examples/hello_bdev.rs verbatim, and each `make TARGET` the README names
+# is a Makefile target. About a minute after the build.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+README=$ROOT/README.md
+
+# covered KIND REGEX TARGET WHY: a README line (KIND line) or a whole block (KIND block, where a
+# line of it matches) that runs elsewhere, in make TARGET.
+C_KIND=() C_RE=() C_TARGET=() C_WHY=()
+covered() { C_KIND+=("$1") C_RE+=("$2") C_TARGET+=("$3") C_WHY+=("$4"); }
+covered line '^make test( |$)' 'make test' 'all of CI, this run among it'
+covered line '^make examples( |$)' 'make examples' 'part of make test (the three cargo run lines before it run here)'
+covered block '^qemu-system-x86_64 ' 'make vm-test-vhost' 'a QEMU guest whose disk pmio-tgt serves over vhost-user-blk'
+covered block '^nvme connect ' 'make vm-test-nvmf' "the host kernel's NVMe/TCP initiator: root, nvme-tcp, nvme-cli; the guest connects through /dev/nvme-fabrics as nvme connect does"
+covered block '/dev/nvme-fabrics' 'make vm-test-nvmf' "the kernel's NVMe/TCP initiator in a busybox guest: what the VM test does"
+# The README section whose blocks run as on the NVMe/TCP host.
+HOST_SECTION='(the host)'
+
+fail() {
+    echo "readme: FAIL: $*" >&2
+    exit 1
+}
+
+# ---------------------------------------------------------------- inside the namespaces
+
+# The steps README blocks take between commands, inside the namespaces (see the top).
+if [ "${1:-}" = --inside ]; then
+    S=$2
+    exec 3>&1 >>"$S/run.log" 2>&1
+    mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+    ip link set lo up
+    ip addr add 10.0.0.1/8 dev lo
+    cd "$S"
+    readme_daemons=() # pmio-tgts the README's commands started
+    readme_bg='' readme_prev='' readme_file='' readme_shown=''
+
+    readme_fail() {
+        echo "readme: FAIL: $*" >&3
+        exit 1
+    }
+    # readme_wait_listen PID [WHO]: until the pmio-tgt PID (WHO started it) answers on its
+    # socket (-r, or the default).
+    readme_wait_listen() {
+        local pid=$1 who=${2:-the run} sock=/var/tmp/pmio.sock a prev=''
+        while IFS= read -r -d '' a; do
+            [ "$prev" = -r ] && sock=$a
+            prev=$a
+        done <"/proc/$pid/cmdline"
+        for _ in $(seq 100); do
+            kill -0 "$pid" 2>/dev/null || readme_fail "$who: pmio-tgt (pid $pid) exited before answering on $sock"
+            "$BIN/pmio-rpc" -s "$sock" -t 1 rpc_get_methods >/dev/null 2>&1 && return 0
+            sleep 0.1
+        done
+        readme_fail "$who: pmio-tgt (pid $pid) did not answer on $sock in 10 s"
+    }
+    # readme_wait_exit: until every pmio-tgt the README started has exited (spdk_kill_instance).
+    readme_wait_exit() {
+        local pid
+        for pid in "${readme_daemons[@]}"; do
+            for _ in $(seq 100); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.1
+            done
+            kill -0 "$pid" 2>/dev/null && readme_fail "$readme_shown: pmio-tgt (pid $pid) still runs 10 s later"
+            wait "$pid" 2>/dev/null || true
+        done
+        readme_daemons=()
+    }
+    # Between two commands of a block (the DEBUG trap): settle what the previous one started or
+    # stopped; show the next one.
+    readme_step() {
+        [ "${BASH_SOURCE[1]}" = "$readme_file" ] || return 0 # this script's own lines
+        if [ -n "${!:-}" ] && [ "$!" != "$readme_bg" ]; then
+            readme_bg=$!
+            if [ "$(basename "$(tr '\0' '\n' <"/proc/$!/cmdline" 2>/dev/null | head -1)")" = pmio-tgt ]; then
+                readme_daemons+=("$!")
+                readme_wait_listen "$!" "$readme_shown"
+            fi
+        fi
+        case $readme_prev in *spdk_kill_instance*) readme_wait_exit ;; esac
+        local shown="README.md:$1: $BASH_COMMAND"
+        [ "$shown" = "$readme_shown" ] && return 0 # the ERR trap's run of the same command
+        readme_prev=$BASH_COMMAND readme_shown=$shown
+        echo "$shown"
+        echo "$shown" >&3
+    }
+    # readme_block FILE: runs one block (FILE: the block at its README line numbers).
+    readme_block() {
+        readme_file=$1 readme_prev=''
+        set -eET -o pipefail
+        trap 'readme_fail "README.md:$LINENO: exit $?: $BASH_COMMAND (log: $S/run.log)"' ERR
+        trap 'readme_step $LINENO' DEBUG
+        # shellcheck disable=SC1090
+        source "$1"
+        trap - DEBUG ERR
+        case $readme_prev in *spdk_kill_instance*) readme_wait_exit ;; esac
+        set +eET
+    }
+    # readme_host FILE: runs FILE as on the NVMe/TCP host: its own /var/tmp and, if the block
+    # calls pmio-rpc, its own pmio-tgt on core 1.
+    readme_host() {
+        local pid=''
+        mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+        if grep -q pmio-rpc "$1"; then
+            "$BIN/pmio-tgt" -m 0x2 2>>"$S/host-tgt.log" &
+            pid=$!
+            readme_bg=$pid
+            readme_wait_listen "$pid"
+        fi
+        readme_block "$1"
+        if [ -n "$pid" ]; then
+            kill "$pid" 2>/dev/null || true
+            wait "$pid" || true
+        fi
+        umount /var/tmp
+    }
+    # shellcheck disable=SC1091
+    source "$S/plan.sh"
+    for pid in "${readme_daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
+    exit 0
+fi
+
+# ---------------------------------------------------------------- outside
+
+# The Rust block: hello_bdev.rs verbatim (its main's body, indented as there).
+rust=$(awk '/^```rust$/ { f = 1; next } /^```/ { f = 0 } f { print ($0 == "" ? "" : "    " $0) }' "$README")
+[ -n "$rust" ] || fail "README.md has no Rust block"
+[[ $(<runtime/examples/hello_bdev.rs) == *"$rust"* ]] ||
+    fail "README.md's Rust block is not runtime/examples/hello_bdev.rs verbatim"
+
+# Every `make TARGET` named in the README is a Makefile target.
+for t in $(grep -o '`make [a-z0-9-]*' "$README" | sed 's/`make //' | sort -u); do
+    grep -q "^$t:" Makefile || fail "README.md names make $t; the Makefile has no such target"
+done
+
+. test/ci/release-bins.sh
+"${CARGO:-cargo}" build -q -p pmio-runtime --examples
+TD=${BIN%/release}
+S=$ROOT/target/readme-test
+rm -rf "$S"
+mkdir -p "$S"
+ln -s "$TD" "$S/target"
+ln -s "$ROOT/Makefile" "$S/Makefile"
+cp apps/tgt/tests/fixtures/spdk-v25.09-sample.json "$S/spdk.json"
+
+# The blocks: each ```sh block becomes $S/block-LINE.sh, a script whose line N is README line N
+# (the rest blank), without the lines and blocks COVERED lists; $S/plan.sh runs them in order.
+# covered_by LINE: the index in COVERED of the first entry LINE matches, or nothing.
+covered_by() {
+    local i
+    for i in "${!C_RE[@]}"; do
+        if [[ $1 =~ ${C_RE[$i]} ]]; then
+            echo "$i"
+            return
+        fi
+    done
+}
+n=0 fence='' section='' start=0 lines=() blocks=0 runs=0
+skipped=()
+: >"$S/plan.sh"
+while IFS= read -r line; do
+    n=$((n + 1))
+    if [ -z "$fence" ]; then
+        case $line in
+        '```'*) fence=${line#\`\`\`} fence=${fence:-plain} start=$((n + 1)) lines=() ;;
+        '#'*) section=$line ;;
+        esac
+        continue
+    fi
+    if [ "$line" != '```' ]; then
+        lines+=("$line")
+        continue
+    fi
+    if [ "$fence" = sh ]; then
+        blocks=$((blocks + 1))
+        f=$S/block-$start.sh
+        whole=''
+        for l in "${lines[@]}"; do
+            i=$(covered_by "$l")
+            if [ -n "$i" ] && [ "${C_KIND[$i]}" = block ]; then whole=$i; fi
+        done
+        if [ -n "$whole" ]; then
+            skipped+=("README.md:$start: the block (${lines[0]} ...): ${C_TARGET[$whole]}: ${C_WHY[$whole]}")
+        else
+            for _ in $(seq $((start - 1))); do echo; done >"$f"
+            cont=0
+            for ((k = 0; k < ${#lines[@]}; k++)); do
+                l=${lines[$k]}
+                i=$(covered_by "$l")
+                if [ "$cont" = 1 ] || [ -n "$i" ]; then
+                    [ -n "$i" ] && skipped+=("README.md:$((start + k)): $l: ${C_TARGET[$i]}: ${C_WHY[$i]}")
+                    echo >>"$f"
+                    case $l in *\\) cont=1 ;; *) cont=0 ;; esac
+                    continue
+                fi
+                printf '%s\n' "$l" >>"$f"
+                case $l in '' | '#'*) ;; *) runs=$((runs + 1)) ;; esac
+            done
+            if [[ $section == *"$HOST_SECTION"* ]]; then
+                echo "readme_host $f" >>"$S/plan.sh"
+            else
+                echo "readme_block $f" >>"$S/plan.sh"
+            fi
+        fi
+    fi
+    fence=''
+done <"$README"
+[ -z "$fence" ] || fail "README.md: a code block from line $start is not closed"
+[ "$blocks" -gt 0 ] || fail "README.md has no sh block"
+
+echo "readme: $blocks sh blocks, $runs lines to run (output in $S/run.log)"
+ns=(--mount --net --pid --fork --mount-proc)
+[ "$(id -u)" -eq 0 ] || ns+=(--user --map-root-user)
+CARGO_TARGET_DIR=$TD BIN=$BIN unshare "${ns[@]}" bash "$0" --inside "$S" ||
+    { echo "--- last lines of $S/run.log" >&2; tail -40 "$S/run.log" >&2; exit 1; }
+echo "readme: not run here, run by the make target named:"
+printf '  %s\n' "${skipped[@]}"
+echo "readme: OK"
+# $S stays for a look at run.log; the next run clears it.
