@@ -1,12 +1,16 @@
-//! rpc.py's `bdev_nvme_*` subcommands: the same flags and requests (keys in rpc.py's order,
-//! `store_true` flags sent as `false`, absent options left out) and the same output (the new
+//! rpc.py's `bdev_nvme_*` subcommands: the same flags and requests and the same output (the new
 //! bdev names space-separated for an attach, nothing for detach, reset and settings, indent-2
-//! JSON for the query).
+//! JSON for the query). The requests are the NVMe module's own declarations
+//! ([`pmio_nvme::rpc::params`]) serialized: keys in rpc.py's order, `store_true` flags sent as
+//! `false`, absent options left out.
 
 use clap::Subcommand;
+use pmio_jsonrpc::decl::BoolDefault;
+use pmio_nvme::rpc::{NvmeAttach, NvmeDetach, NvmeGetControllers, NvmeReset, NvmeSetOptions};
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::{Print, obj, opt, some};
+use crate::Print;
 
 /// The NVMe bdev module's methods.
 #[derive(Subcommand, Debug)]
@@ -65,22 +69,22 @@ pub enum NvmeMethod {
         multipath: Option<String>,
         /// Number of I/O queues.
         #[arg(long)]
-        num_io_queues: Option<u32>,
+        num_io_queues: Option<u16>,
         /// Seconds to keep reconnecting a lost controller (-1: forever, 0: never).
         #[arg(short = 'l', long, allow_negative_numbers = true)]
-        ctrlr_loss_timeout_sec: Option<i64>,
+        ctrlr_loss_timeout_sec: Option<i32>,
         /// Seconds between reconnect attempts.
         #[arg(short = 'o', long)]
-        reconnect_delay_sec: Option<u64>,
+        reconnect_delay_sec: Option<u32>,
         /// Seconds after which I/O held during a reconnect fails (0: never).
         #[arg(short = 'u', long)]
-        fast_io_fail_timeout_sec: Option<u64>,
+        fast_io_fail_timeout_sec: Option<u32>,
         /// TLS pre-shared key (pmio: not supported).
         #[arg(short = 'k', long)]
         psk: Option<String>,
         /// Most bdev names to return.
         #[arg(short = 'm', long)]
-        max_bdevs: Option<u64>,
+        max_bdevs: Option<u32>,
         /// DH-HMAC-CHAP key (pmio: not supported).
         #[arg(long)]
         dhchap_key: Option<String>,
@@ -209,37 +213,36 @@ pub struct SetOptions {
 }
 
 impl SetOptions {
-    fn params(&self) -> Value {
-        obj(vec![
-            ("action_on_timeout", opt(self.action_on_timeout.clone())),
-            ("timeout_us", opt(self.timeout_us)),
-            ("timeout_admin_us", opt(self.timeout_admin_us)),
-            ("keep_alive_timeout_ms", opt(self.keep_alive_timeout_ms)),
-            (
-                "nvme_adminq_poll_period_us",
-                opt(self.nvme_adminq_poll_period_us),
-            ),
-            ("nvme_ioq_poll_period_us", opt(self.nvme_ioq_poll_period_us)),
-            ("io_queue_requests", opt(self.io_queue_requests)),
-            ("delay_cmd_submit", some(!self.disable_delay_cmd_submit)),
-            ("transport_retry_count", opt(self.transport_retry_count)),
-            ("bdev_retry_count", opt(self.bdev_retry_count)),
-            ("transport_ack_timeout", opt(self.transport_ack_timeout)),
-            ("ctrlr_loss_timeout_sec", opt(self.ctrlr_loss_timeout_sec)),
-            ("reconnect_delay_sec", opt(self.reconnect_delay_sec)),
-            (
-                "fast_io_fail_timeout_sec",
-                opt(self.fast_io_fail_timeout_sec),
-            ),
-            ("disable_auto_failback", some(self.disable_auto_failback)),
-            ("generate_uuids", some(self.generate_uuids)),
-            ("nvme_error_stat", some(self.nvme_error_stat)),
-            ("io_path_stat", some(self.io_path_stat)),
-            ("allow_accel_sequence", some(self.allow_accel_sequence)),
-            ("tcp_connect_timeout_ms", opt(self.tcp_connect_timeout_ms)),
-            ("enable_flush", some(self.enable_flush)),
-        ])
+    fn params(&self) -> NvmeSetOptions {
+        NvmeSetOptions {
+            action_on_timeout: self.action_on_timeout.clone(),
+            timeout_us: self.timeout_us,
+            timeout_admin_us: self.timeout_admin_us,
+            keep_alive_timeout_ms: self.keep_alive_timeout_ms,
+            nvme_adminq_poll_period_us: self.nvme_adminq_poll_period_us,
+            nvme_ioq_poll_period_us: self.nvme_ioq_poll_period_us,
+            io_queue_requests: self.io_queue_requests,
+            delay_cmd_submit: !self.disable_delay_cmd_submit,
+            transport_retry_count: self.transport_retry_count,
+            bdev_retry_count: self.bdev_retry_count,
+            transport_ack_timeout: self.transport_ack_timeout,
+            ctrlr_loss_timeout_sec: self.ctrlr_loss_timeout_sec,
+            reconnect_delay_sec: self.reconnect_delay_sec,
+            fast_io_fail_timeout_sec: self.fast_io_fail_timeout_sec,
+            disable_auto_failback: self.disable_auto_failback,
+            generate_uuids: self.generate_uuids,
+            nvme_error_stat: self.nvme_error_stat,
+            io_path_stat: self.io_path_stat,
+            allow_accel_sequence: self.allow_accel_sequence,
+            tcp_connect_timeout_ms: self.tcp_connect_timeout_ms,
+            enable_flush: self.enable_flush,
+        }
     }
+}
+
+/// A declaration as the request's params (a declaration always serializes to an object).
+fn params(p: &impl Serialize) -> Value {
+    serde_json::to_value(p).expect("serialising a declaration")
 }
 
 /// Method name, params and output style of a `bdev_nvme_*` subcommand.
@@ -271,40 +274,42 @@ pub fn request(m: &NvmeMethod) -> (&'static str, Option<Value>, Print) {
             dhchap_key,
             dhchap_ctrlr_key,
             allow_unrecognized_csi,
-        } => (
-            "bdev_nvme_attach_controller",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("trtype", some(trtype.clone())),
-                ("traddr", some(traddr.clone())),
-                ("adrfam", opt(adrfam.clone())),
-                ("trsvcid", opt(trsvcid.clone())),
-                ("priority", opt(priority.clone())),
-                ("subnqn", opt(subnqn.clone())),
-                ("hostnqn", opt(hostnqn.clone())),
-                ("hostaddr", opt(hostaddr.clone())),
-                ("hostsvcid", opt(hostsvcid.clone())),
-                ("prchk_reftag", some(*prchk_reftag)),
-                ("prchk_guard", some(*prchk_guard)),
-                ("hdgst", some(*hdgst)),
-                ("ddgst", some(*ddgst)),
-                (
-                    "fabrics_connect_timeout_us",
-                    opt(*fabrics_connect_timeout_us),
-                ),
-                ("multipath", opt(multipath.clone())),
-                ("num_io_queues", opt(*num_io_queues)),
-                ("ctrlr_loss_timeout_sec", opt(*ctrlr_loss_timeout_sec)),
-                ("reconnect_delay_sec", opt(*reconnect_delay_sec)),
-                ("fast_io_fail_timeout_sec", opt(*fast_io_fail_timeout_sec)),
-                ("psk", opt(psk.clone())),
-                ("max_bdevs", opt(*max_bdevs)),
-                ("dhchap_key", opt(dhchap_key.clone())),
-                ("dhchap_ctrlr_key", opt(dhchap_ctrlr_key.clone())),
-                ("allow_unrecognized_csi", some(*allow_unrecognized_csi)),
-            ])),
-            Print::Array,
-        ),
+        } => {
+            let p = NvmeAttach {
+                name: name.clone(),
+                trtype: trtype.clone(),
+                traddr: traddr.clone(),
+                adrfam: adrfam.clone(),
+                trsvcid: trsvcid.clone(),
+                priority: priority.clone(),
+                subnqn: subnqn.clone(),
+                hostnqn: hostnqn.clone(),
+                hostaddr: hostaddr.clone(),
+                hostsvcid: hostsvcid.clone(),
+                prchk_reftag: BoolDefault(*prchk_reftag),
+                prchk_guard: BoolDefault(*prchk_guard),
+                hdgst: *hdgst,
+                ddgst: *ddgst,
+                fabrics_connect_timeout_us: *fabrics_connect_timeout_us,
+                multipath: multipath.clone(),
+                num_io_queues: *num_io_queues,
+                ctrlr_loss_timeout_sec: *ctrlr_loss_timeout_sec,
+                reconnect_delay_sec: *reconnect_delay_sec,
+                fast_io_fail_timeout_sec: *fast_io_fail_timeout_sec,
+                psk: psk.clone(),
+                max_bdevs: *max_bdevs,
+                dhchap_key: dhchap_key.clone(),
+                dhchap_ctrlr_key: dhchap_ctrlr_key.clone(),
+                allow_unrecognized_csi: BoolDefault(*allow_unrecognized_csi),
+                disable_sq_flow_control: None,
+                multipath_opts: None,
+            };
+            (
+                "bdev_nvme_attach_controller",
+                Some(params(&p)),
+                Print::Array,
+            )
+        }
         NvmeMethod::DetachController {
             name,
             trtype,
@@ -314,34 +319,49 @@ pub fn request(m: &NvmeMethod) -> (&'static str, Option<Value>, Print) {
             subnqn,
             hostaddr,
             hostsvcid,
-        } => (
-            "bdev_nvme_detach_controller",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("trtype", opt(trtype.clone())),
-                ("traddr", opt(traddr.clone())),
-                ("adrfam", opt(adrfam.clone())),
-                ("trsvcid", opt(trsvcid.clone())),
-                ("subnqn", opt(subnqn.clone())),
-                ("hostaddr", opt(hostaddr.clone())),
-                ("hostsvcid", opt(hostsvcid.clone())),
-            ])),
-            Print::Nothing,
-        ),
-        NvmeMethod::ResetController { name, cntlid } => (
-            "bdev_nvme_reset_controller",
-            Some(obj(vec![
-                ("name", some(name.clone())),
-                ("cntlid", opt(*cntlid)),
-            ])),
-            Print::Nothing,
-        ),
+        } => {
+            let p = NvmeDetach {
+                name: name.clone(),
+                trtype: trtype.clone(),
+                traddr: traddr.clone(),
+                adrfam: adrfam.clone(),
+                trsvcid: trsvcid.clone(),
+                subnqn: subnqn.clone(),
+                hostaddr: hostaddr.clone(),
+                hostsvcid: hostsvcid.clone(),
+            };
+            (
+                "bdev_nvme_detach_controller",
+                Some(params(&p)),
+                Print::Nothing,
+            )
+        }
+        NvmeMethod::ResetController { name, cntlid } => {
+            let p = NvmeReset {
+                name: name.clone(),
+                cntlid: *cntlid,
+            };
+            (
+                "bdev_nvme_reset_controller",
+                Some(params(&p)),
+                Print::Nothing,
+            )
+        }
+        // rpc.py sends no params at all without a name.
         NvmeMethod::GetControllers { name } => (
             "bdev_nvme_get_controllers",
-            name.as_ref().map(|n| obj(vec![("name", some(n.clone()))])),
+            name.as_ref().map(|n| {
+                params(&NvmeGetControllers {
+                    name: Some(n.clone()),
+                })
+            }),
             Print::Dict,
         ),
-        NvmeMethod::SetOptions(o) => ("bdev_nvme_set_options", Some(o.params()), Print::Nothing),
+        NvmeMethod::SetOptions(o) => (
+            "bdev_nvme_set_options",
+            Some(params(&o.params())),
+            Print::Nothing,
+        ),
     }
 }
 

@@ -6,7 +6,7 @@
 //! - [`target`]: the daemon state (framework state, bdev records, statistics, reactors).
 //! - [`methods`]: the method table and the SPDK methods on the target state;
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
-//!   [`uring`] and [`nvme`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
+//!   [`uring`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
 //!   target; [`sock`] answers `sock_impl_get_options` for its sockets; [`vhost`] has SPDK's
 //!   `vhost_*` methods on the vhost-user-blk target.
 //! - [`config`]: configurations in `save_config`'s shape, pmio's and SPDK's unchanged (`-c`,
@@ -21,7 +21,6 @@
 
 pub mod config;
 pub mod methods;
-pub mod nvme;
 pub mod nvmf;
 pub mod sock;
 pub mod target;
@@ -35,7 +34,7 @@ pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
     t.nvmf.shutdown();
     t.vhost.shutdown();
-    nvme::detach_all(t);
+    t.nvme.detach_all();
     for r in t.bdevs.records().into_iter().rev() {
         if let Err(e) = t.bdevs.registry.unregister(&r.name) {
             log::debug!("unregistering {}: {e}", r.name);

@@ -53,7 +53,10 @@ pub fn all_methods() -> Registry<Rpc> {
     methods.merge(pmio_null::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_malloc::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_uring::rpc::methods().into_iter().collect(), bdevs);
-    methods.extend(crate::nvme::methods());
+    methods.merge(
+        pmio_nvme::rpc::methods().into_iter().collect(),
+        |r: &Rpc| &*r.target.nvme,
+    );
     methods.extend(crate::nvmf::methods());
     methods.extend(crate::sock::methods());
     methods.extend(crate::vhost::methods());
@@ -65,11 +68,11 @@ impl Rpc {
     /// The full method table over `target`; `on_kill` handles `spdk_kill_instance`.
     pub fn new(target: Arc<Target>, on_kill: KillFn) -> Rpc {
         Rpc {
+            settings: crate::config::settings::Settings::new(target.nvme.defaults().clone()),
             target,
             methods: all_methods(),
             on_kill,
             pending_config: std::sync::Mutex::new(None),
-            settings: Default::default(),
         }
     }
 
@@ -282,7 +285,7 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     // NVMe driver defaults first: they apply to the controllers attached after them.
     let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
     out.extend(t.bdevs.create_calls());
-    out.extend(crate::nvme::config(t));
+    out.extend(t.nvme.config());
     out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));
     out
 }
@@ -505,6 +508,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(reads(&r), 0);
+    }
+
+    /// `bdev_nvme_set_options` (a configuration setting) sets the NVMe module's defaults for
+    /// later attaches, with SPDK's rules between the reconnect knobs.
+    #[test]
+    fn nvme_set_options_reach_the_nvme_module() {
+        let (_re, r) = rpc(RpcState::Runtime);
+        call(
+            &r,
+            "bdev_nvme_set_options",
+            json!({"ctrlr_loss_timeout_sec": 20, "reconnect_delay_sec": 2}),
+        )
+        .unwrap();
+        let d = r.target.nvme.defaults().get().reconnect;
+        assert_eq!(
+            (d.ctrlr_loss_timeout_sec, d.reconnect_delay_sec),
+            (Some(20), Some(2))
+        );
+        assert_eq!(bdev_config(&r)[0]["method"], "bdev_nvme_set_options");
+        let e = call(
+            &r,
+            "bdev_nvme_set_options",
+            json!({"ctrlr_loss_timeout_sec": 5, "reconnect_delay_sec": 6}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, -32602, "{}", e.message);
     }
 
     #[test]

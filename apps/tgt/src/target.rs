@@ -1,39 +1,20 @@
 //! The daemon's state: the framework state machine, its bdevs ([`BdevHost`]), the targets that
-//! serve them, the NVMe controllers it attached, the reactors.
+//! serve them, the NVMe bdev module (the controllers it attached), the reactors.
 //!
 //! RPC methods run on connection threads and only touch this state and the bdev registry; work
 //! that must happen on a reactor (opening queues, running I/O) is sent there as a message and its
 //! result comes back on a channel.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use pmio_jsonrpc::RpcState;
+use pmio_nvme::rpc::NvmeRpc;
 use pmio_nvmf::NvmfTarget;
 use pmio_reactors::ReactorsHandle;
 use pmio_reactors::rpc::ReactorsRpc;
 use pmio_runtime::rpc::{BdevHost, BdevUser};
 use pmio_vhost::VhostTarget;
-use serde_json::Value;
-
-use crate::nvme::trid::Trid;
-
-/// An attached NVMe controller.
-#[derive(Clone)]
-pub struct CtrlrRecord {
-    /// Controller name.
-    pub name: String,
-    /// Where it is.
-    pub trid: Trid,
-    /// Bdev names, one per namespace.
-    pub bdevs: Vec<String>,
-    /// The driver's controller.
-    pub ctrlr: Arc<pmio_nvme::Controller>,
-    /// The `bdev_nvme_attach_controller` parameters that attach it again (`save_config`).
-    pub saved: Value,
-    /// The host NQN it connected with (empty for PCIe).
-    pub hostnqn: String,
-}
 
 /// The daemon state shared by every RPC connection.
 pub struct Target {
@@ -43,18 +24,11 @@ pub struct Target {
     pub nvmf: Arc<NvmfTarget>,
     /// The vhost-user-blk target serving these bdevs to VMs (the `vhost_*` methods).
     pub vhost: Arc<VhostTarget>,
-    ctrlrs: Mutex<Vec<CtrlrRecord>>,
-    /// Controllers being attached (name, path): reserved so that two attaches never take the
-    /// same name or path while the slow bring-up runs with `ctrlrs` unlocked. Locked after
-    /// `ctrlrs`.
-    attaching: Mutex<Vec<(String, Trid)>>,
+    /// The NVMe bdev module: attached controllers, driver defaults (the `bdev_nvme_*` methods).
+    pub nvme: Arc<NvmeRpc>,
     state: AtomicU8,
     /// The reactors as the reactor methods see them (thread ids, start time).
     pub reactors: ReactorsRpc,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The NVMe/TCP target as a user of bdevs: a namespace's bdev is claimed.
@@ -97,9 +71,8 @@ impl Target {
             reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,
             vhost,
+            nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
             bdevs,
-            ctrlrs: Mutex::new(Vec::new()),
-            attaching: Mutex::new(Vec::new()),
             state: AtomicU8::new(state as u8),
         }
     }
@@ -133,20 +106,5 @@ impl Target {
                 Ordering::Acquire,
             )
             .is_ok()
-    }
-
-    /// Attached controllers.
-    pub fn ctrlrs(&self) -> Vec<CtrlrRecord> {
-        lock(&self.ctrlrs).clone()
-    }
-
-    /// Locks the controller list (attach/detach hold it across the whole operation).
-    pub fn ctrlrs_mut(&self) -> MutexGuard<'_, Vec<CtrlrRecord>> {
-        lock(&self.ctrlrs)
-    }
-
-    /// Locks the list of attaches in progress (after [`Target::ctrlrs_mut`]).
-    pub fn attaching_mut(&self) -> MutexGuard<'_, Vec<(String, Trid)>> {
-        lock(&self.attaching)
     }
 }

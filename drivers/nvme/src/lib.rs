@@ -15,6 +15,7 @@
 //!   same [`Controller`] and bdevs as PCIe, I/O queue pairs on TCP connections
 //!   ([`tcp::TcpQpair`]), Keep Alive and SPDK's reconnect policy.
 //! - [`error`]: attach and I/O errors.
+//! - `rpc` (feature `rpc`): SPDK's `bdev_nvme_*` methods on a daemon's bdevs.
 //!
 //! A software controller (tests, the emulator of issue 7) implements [`RegisterIo`] and
 //! [`DmaMapper`] and is attached with [`Controller::attach_with`].
@@ -43,6 +44,8 @@ pub mod qpair;
 mod recovery;
 pub mod regs;
 mod ring;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 pub mod tcp;
 pub mod vfio;
 

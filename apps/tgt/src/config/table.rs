@@ -193,7 +193,7 @@ fn bdev_name(v: &Value) -> String {
 }
 
 fn ctrlr_name(v: &Value) -> String {
-    let at = match crate::nvme::args::parse(Some(v)) {
+    let at = match pmio_nvme::rpc::args::parse(Some(v)) {
         Ok(a) => a.trid.describe(),
         Err(_) => p(v, "traddr"),
     };
@@ -259,8 +259,14 @@ fn allow_any_host_name(v: &Value) -> String {
 /// answers its bdevs); a new one is detached by a rollback.
 fn before_attach(rpc: &Rpc, v: &Value) -> Before {
     let name = p(v, "name");
-    let trid = crate::nvme::args::parse(Some(v)).map(|a| a.trid);
-    match rpc.target.ctrlrs().into_iter().find(|c| c.name == name) {
+    let trid = pmio_nvme::rpc::args::parse(Some(v)).map(|a| a.trid);
+    match rpc
+        .target
+        .nvme
+        .ctrlrs()
+        .into_iter()
+        .find(|c| c.name == name)
+    {
         Some(c) if trid.as_ref().is_ok_and(|t| c.trid.same_path(t)) => Before::Present(format!(
             "NVMe controller {name} is attached at {}",
             c.trid.describe()

@@ -43,7 +43,7 @@ pub struct World {
     /// The methods of this pmio-tgt (a vhost entry is a create when its method is one).
     methods: Vec<&'static str>,
     bdevs: Vec<(String, Option<Uuid>)>,
-    ctrlrs: Vec<(String, crate::nvme::trid::Trid)>,
+    ctrlrs: Vec<(String, pmio_nvme::rpc::Trid)>,
     transport: Option<TransportOpts>,
     subsystems: Vec<SubSeen>,
     vhost: Vec<String>,
@@ -82,7 +82,12 @@ impl World {
                 .iter()
                 .map(|d| (d.info().name.clone(), Some(d.info().uuid)))
                 .collect(),
-            ctrlrs: t.ctrlrs().into_iter().map(|c| (c.name, c.trid)).collect(),
+            ctrlrs: t
+                .nvme
+                .ctrlrs()
+                .into_iter()
+                .map(|c| (c.name, c.trid))
+                .collect(),
             transport: c.transport.clone(),
             subsystems: c
                 .subsystems

@@ -12,7 +12,7 @@ use pmio_nvmf::subsystem::{DISCOVERY_NQN, ListenAddr, Subsystem, SubsystemParams
 use serde_json::{Map, Value, json};
 
 use super::{SubSeen, World};
-use crate::nvme::trid::Trid;
+use pmio_nvme::rpc::Trid;
 
 /// A call's parameters, taken key by key as the method takes them.
 struct P<'a> {
@@ -235,7 +235,7 @@ pub fn aio_as_uring(v: &Value) -> Result<Value, String> {
 /// `bdev_nvme_attach_controller`: the method's own decoding; a PCIe device must be there, an
 /// NVMe/TCP target is only reached at load.
 pub fn nvme_attach(v: &Value, w: &mut World) -> Result<String, String> {
-    let a = crate::nvme::args::parse(Some(v)).map_err(|e| {
+    let a = pmio_nvme::rpc::args::parse(Some(v)).map_err(|e| {
         if e.code != -libc::EOPNOTSUPP {
             return e.message;
         }

@@ -15,13 +15,14 @@
 pub mod plans;
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pmio_nvme::NvmeOptions;
+pub use pmio_nvme::rpc::NvmeDefaults;
+use pmio_nvme::rpc::SharedDefaults;
 use pmio_nvmf::SockOptions;
 
-use crate::nvme::args::Reconnect;
 use serde_json::{Value, json};
 
 use crate::methods::Rpc;
@@ -113,47 +114,6 @@ impl Plan {
 /// A planning function: decodes a call's parameters, no side effect.
 pub type PlanFn = fn(Option<&Value>) -> Result<Plan, RpcError>;
 
-/// NVMe driver options `bdev_nvme_set_options` sets for controllers attached afterwards
-/// (`None`: the driver's default).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct NvmeDefaults {
-    /// [`NvmeOptions::io_timeout`] (`timeout_us` with action abort or reset).
-    pub io_timeout: Option<Duration>,
-    /// [`NvmeOptions::admin_timeout`] (`timeout_admin_us`).
-    pub admin_timeout: Option<Duration>,
-    /// [`NvmeOptions::io_retries`] (`transport_retry_count`).
-    pub io_retries: Option<u8>,
-    /// [`NvmeOptions::recovery_retries`] (`bdev_retry_count`).
-    pub recovery_retries: Option<u8>,
-    /// [`NvmeOptions::health_check_interval`] (`nvme_adminq_poll_period_us`).
-    pub health_check_interval: Option<Duration>,
-    /// Reconnect knobs of NVMe/TCP controllers (an attach's own win).
-    pub reconnect: Reconnect,
-    /// Keep-alive timeout of NVMe/TCP controllers, ms (`keep_alive_timeout_ms`).
-    pub keep_alive_timeout_ms: Option<u32>,
-}
-
-impl NvmeDefaults {
-    /// Overrides the fields that were set.
-    pub fn apply_to(&self, o: &mut NvmeOptions) {
-        if let Some(v) = self.io_timeout {
-            o.io_timeout = v;
-        }
-        if let Some(v) = self.admin_timeout {
-            o.admin_timeout = v;
-        }
-        if let Some(v) = self.io_retries {
-            o.io_retries = v;
-        }
-        if let Some(v) = self.recovery_retries {
-            o.recovery_retries = v;
-        }
-        if let Some(v) = self.health_check_interval {
-            o.health_check_interval = v;
-        }
-    }
-}
-
 /// What `sock_impl_set_options -i posix` changes of the NVMe/TCP target's socket options
 /// (`None`: kept; SPDK's call also starts from the options in effect).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -198,12 +158,19 @@ pub struct ReactorMode {
 /// The mapped settings of the daemon.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SettingsState {
-    /// NVMe driver defaults for later attaches.
+    /// NVMe driver defaults for later attaches (held by the NVMe module).
     pub nvme: NvmeDefaults,
     /// The last `bdev_nvme_set_options` parameters (written back by `save_config`).
     pub nvme_saved: Option<Value>,
     /// The last `framework_set_scheduler` choice and parameters.
     pub scheduler: Option<(SchedChoice, Value)>,
+}
+
+/// What [`Settings`] holds itself: the state but the NVMe defaults.
+#[derive(Clone, Debug, Default)]
+struct Saved {
+    nvme_saved: Option<Value>,
+    scheduler: Option<(SchedChoice, Value)>,
 }
 
 /// A copy of the settings and the reactors' modes, to go back to when a load fails.
@@ -215,9 +182,11 @@ pub struct Snapshot {
 }
 
 /// The daemon's mapped settings (one per [`Rpc`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Settings {
-    state: Mutex<SettingsState>,
+    /// The NVMe module's driver defaults, which `bdev_nvme_set_options` sets.
+    nvme: Arc<SharedDefaults>,
+    state: Mutex<Saved>,
     reactor_mode: Mutex<Option<ReactorMode>>,
     /// Ignored notes already logged (each is logged once).
     logged: Mutex<HashSet<String>>,
@@ -228,6 +197,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Settings {
+    /// Settings that map `bdev_nvme_set_options` onto the NVMe module's defaults `nvme`.
+    pub fn new(nvme: Arc<SharedDefaults>) -> Settings {
+        Settings {
+            nvme,
+            state: Mutex::default(),
+            reactor_mode: Mutex::default(),
+            logged: Mutex::default(),
+        }
+    }
+
     /// Records what the command line asked of the reactors.
     pub fn set_reactor_mode(&self, mode: ReactorMode) {
         *lock(&self.reactor_mode) = Some(mode);
@@ -235,23 +214,23 @@ impl Settings {
 
     /// The current state.
     pub fn state(&self) -> SettingsState {
-        lock(&self.state).clone()
+        let s = lock(&self.state).clone();
+        SettingsState {
+            nvme: self.nvme.get(),
+            nvme_saved: s.nvme_saved,
+            scheduler: s.scheduler,
+        }
     }
 
     /// NVMe driver options for a new controller named `name`: the driver's defaults with what
     /// `bdev_nvme_set_options` mapped.
     pub fn nvme_options(&self, name: &str) -> NvmeOptions {
-        let mut o = NvmeOptions {
-            name: name.to_string(),
-            ..NvmeOptions::default()
-        };
-        lock(&self.state).nvme.apply_to(&mut o);
-        o
+        self.nvme.options(name)
     }
 
     /// What `bdev_nvme_set_options` mapped for NVMe/TCP controllers attached from now on.
     pub fn nvme_defaults(&self) -> NvmeDefaults {
-        lock(&self.state).nvme
+        self.nvme.get()
     }
 
     /// Copies the settings and the reactors' modes.
@@ -277,7 +256,11 @@ impl Settings {
             }
         }
         rpc.target.nvmf.set_sock_options(snap.sock);
-        *lock(&self.state) = snap.state;
+        self.nvme.set(snap.state.nvme);
+        *lock(&self.state) = Saved {
+            nvme_saved: snap.state.nvme_saved,
+            scheduler: snap.state.scheduler,
+        };
     }
 
     /// Applies a planned effect.
@@ -286,7 +269,7 @@ impl Settings {
             Effect::None => Ok(()),
             Effect::Nvme { defaults, saved } => {
                 let mut s = lock(&self.state);
-                s.nvme = *defaults;
+                self.nvme.set(*defaults);
                 s.nvme_saved = Some(saved.clone());
                 Ok(())
             }

@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::{Effect, Note, NoteKind, NvmeDefaults, Plan, SchedChoice, SockChange};
-use crate::nvme::args::Reconnect;
 use pmio_jsonrpc::{RpcError, code};
+use pmio_nvme::rpc::Reconnect;
 
 /// A call's parameters taken key by key; whatever is left over is ignored with a note.
 struct Keys {

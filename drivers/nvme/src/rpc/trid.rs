@@ -79,6 +79,30 @@ impl Trid {
         }
     }
 
+    /// The address family (`None` for PCIe).
+    pub fn adrfam(&self) -> Option<Adrfam> {
+        match self {
+            Trid::Pcie { .. } => None,
+            Trid::Tcp { adrfam, .. } => Some(*adrfam),
+        }
+    }
+
+    /// The port (`None` for PCIe).
+    pub fn trsvcid(&self) -> Option<&str> {
+        match self {
+            Trid::Pcie { .. } => None,
+            Trid::Tcp { trsvcid, .. } => Some(trsvcid),
+        }
+    }
+
+    /// The subsystem NQN (`None` for PCIe).
+    pub fn subnqn(&self) -> Option<&str> {
+        match self {
+            Trid::Pcie { .. } => None,
+            Trid::Tcp { subnqn, .. } => Some(subnqn),
+        }
+    }
+
     /// Whether both name the same controller: the same PCI function, or the same subsystem at
     /// the same address and port (a PCI address or host name in any case).
     pub fn same_path(&self, other: &Trid) -> bool {

@@ -1,42 +1,110 @@
-//! `bdev_nvme_*` over NVMe/TCP, in one process: one daemon state serves a subsystem over
-//! 127.0.0.1 (pmio-nvmf), another attaches it as SPDK's host would.
+//! `bdev_nvme_*` over NVMe/TCP, in one process: pmio-nvmf serves a subsystem over 127.0.0.1
+//! on its reactors, the module attaches it as SPDK's host would.
 
+use std::sync::Arc;
+
+use pmio::bdev::Registry as BdevRegistry;
+use pmio_jsonrpc::{Registry, RpcError, RpcState};
+use pmio_malloc::{MallocDevice, MallocOptions};
+use pmio_nvmf::{ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
+use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+use pmio_runtime::rpc::BdevHost;
 use serde_json::{Value, json};
 
-use crate::config::testutil::{call, free_port, rpc};
-use crate::methods::Rpc;
-use pmio_jsonrpc::RpcState;
+use super::defaults::{NvmeDefaults, Reconnect};
+use super::{NvmeRpc, methods};
 
 const NQN: &str = "nqn.2016-06.io.pmio:nvme-tests";
 
+/// One unpinned reactor.
+fn reactors() -> Reactors {
+    Reactors::start(
+        CoreMask::parse("0x1").unwrap(),
+        ReactorsOptions {
+            pin_threads: false,
+            interrupt_idle: Some(std::time::Duration::from_millis(1)),
+            ..ReactorsOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The module on a bdev host of its own, with the bdev layer's methods beside its own (what a
+/// daemon merges).
+struct Host {
+    nvme: NvmeRpc,
+    methods: Registry<NvmeRpc>,
+    bdev_methods: Registry<Arc<BdevHost>>,
+    _reactors: Reactors,
+}
+
+fn host() -> Host {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let reactors = reactors();
+    Host {
+        nvme: NvmeRpc::new(Arc::new(BdevHost::new(reactors.handle()))),
+        methods: methods().into_iter().collect(),
+        bdev_methods: pmio_runtime::rpc::methods(),
+        _reactors: reactors,
+    }
+}
+
+fn call(h: &Host, m: &str, p: Value) -> Result<Value, RpcError> {
+    let p = Some(&p).filter(|p| !p.is_null());
+    if h.methods.find(m).is_some() {
+        h.methods.call(&h.nvme, RpcState::Runtime, m, p)
+    } else {
+        h.bdev_methods.call(&h.nvme.bdevs, RpcState::Runtime, m, p)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// pmio-nvmf serving a subsystem with a 4 MiB malloc namespace.
+struct Served {
+    tgt: Arc<NvmfTarget>,
+    _reactors: Reactors,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.tgt.shutdown();
+    }
+}
+
 /// A subsystem with a 4 MiB malloc namespace on 127.0.0.1:`port`.
-fn serve(r: &Rpc, port: u16) {
-    call(
-        r,
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 8192, "block_size": 512}),
-    )
+fn serve(port: u16) -> Served {
+    let reactors = reactors();
+    let registry = Arc::new(BdevRegistry::new());
+    let dev = MallocDevice::new(MallocOptions {
+        name: "Malloc0".into(),
+        num_blocks: 8192,
+        block_size: 512,
+        ..MallocOptions::default()
+    })
     .unwrap();
-    call(r, "nvmf_create_transport", json!({"trtype": "TCP"})).unwrap();
-    call(
-        r,
-        "nvmf_create_subsystem",
-        json!({"nqn": NQN, "allow_any_host": true}),
-    )
+    registry.register(dev).unwrap();
+    let tgt = NvmfTarget::new(reactors.handle(), registry);
+    tgt.create_transport(TransportOpts::default()).unwrap();
+    tgt.create_subsystem(&SubsystemParams {
+        nqn: NQN.into(),
+        allow_any_host: true,
+        ..SubsystemParams::default()
+    })
     .unwrap();
-    call(
-        r,
-        "nvmf_subsystem_add_ns",
-        json!({"nqn": NQN, "namespace": {"bdev_name": "Malloc0"}}),
-    )
-    .unwrap();
-    call(
-        r,
-        "nvmf_subsystem_add_listener",
-        json!({"nqn": NQN, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1",
-            "trsvcid": port.to_string()}}),
-    )
-    .unwrap();
+    tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap();
+    let la = ListenAddr::new("127.0.0.1", &port.to_string(), None).unwrap();
+    tgt.add_listener(NQN, la).unwrap();
+    Served {
+        tgt,
+        _reactors: reactors,
+    }
 }
 
 fn attach_params(name: &str, port: u16) -> Value {
@@ -49,15 +117,18 @@ fn attach_params(name: &str, port: u16) -> Value {
 #[test]
 fn tcp_attach_list_save_detach() {
     let port = free_port();
-    let (_t, tgt) = rpc(RpcState::Runtime);
-    serve(&tgt, port);
-    let (_h, host) = rpc(RpcState::Runtime);
-    call(
-        &host,
-        "bdev_nvme_set_options",
-        json!({"ctrlr_loss_timeout_sec": 20, "reconnect_delay_sec": 2}),
-    )
-    .unwrap();
+    let tgt = serve(port);
+    let host = host();
+    // What `bdev_nvme_set_options {"ctrlr_loss_timeout_sec": 20, "reconnect_delay_sec": 2}`
+    // sets in a daemon.
+    host.nvme.defaults().set(NvmeDefaults {
+        reconnect: Reconnect {
+            ctrlr_loss_timeout_sec: Some(20),
+            reconnect_delay_sec: Some(2),
+            fast_io_fail_timeout_sec: None,
+        },
+        ..NvmeDefaults::default()
+    });
     let p = attach_params("Nvme0", port);
     assert_eq!(
         call(&host, "bdev_nvme_attach_controller", p.clone()).unwrap(),
@@ -106,14 +177,13 @@ fn tcp_attach_list_save_detach() {
         -libc::ENODEV
     );
     // The target sees the host's controller.
-    let tc = call(&tgt, "nvmf_subsystem_get_controllers", json!({"nqn": NQN})).unwrap();
-    assert_eq!(tc.as_array().unwrap().len(), 1, "{tc}");
+    let tc = tgt.tgt.controllers(NQN).unwrap();
+    assert_eq!(tc.len(), 1);
 
-    // save_config: the set_options defaults, then the attach with every knob it used.
-    let saved = crate::methods::bdev_config(&host);
-    assert_eq!(saved[0]["method"], "bdev_nvme_set_options");
-    let a = &saved[1]["params"];
-    assert_eq!(saved[1]["method"], "bdev_nvme_attach_controller");
+    // save_config: the attach with every knob it used.
+    let saved = host.nvme.config();
+    let a = &saved[0]["params"];
+    assert_eq!(saved[0]["method"], "bdev_nvme_attach_controller");
     assert_eq!(
         (
             &a["trtype"],
@@ -149,13 +219,12 @@ fn tcp_attach_list_save_detach() {
         call(&host, "bdev_get_bdevs", Value::Null).unwrap(),
         json!([])
     );
-    crate::shutdown(&host);
-    crate::shutdown(&tgt);
+    host.nvme.detach_all();
 }
 
 #[test]
 fn tcp_attach_failures() {
-    let (_h, host) = rpc(RpcState::Runtime);
+    let host = host();
     // Nothing listens: the driver's reason, and nothing is left reserved.
     let port = free_port();
     let e = call(
@@ -166,7 +235,7 @@ fn tcp_attach_failures() {
     .unwrap_err();
     assert_eq!(e.code, -libc::EIO, "{}", e.message);
     assert!(e.message.contains(&port.to_string()), "{}", e.message);
-    assert!(host.target.attaching_mut().is_empty());
+    assert!(host.nvme.attaching_mut().is_empty());
     assert_eq!(
         call(&host, "bdev_nvme_get_controllers", Value::Null).unwrap(),
         json!([])
@@ -176,11 +245,4 @@ fn tcp_attach_failures() {
     p["reconnect_delay_sec"] = json!(1);
     let e = call(&host, "bdev_nvme_attach_controller", p).unwrap_err();
     assert_eq!(e.code, -libc::EINVAL, "{}", e.message);
-    let e = call(
-        &host,
-        "bdev_nvme_set_options",
-        json!({"ctrlr_loss_timeout_sec": 5, "reconnect_delay_sec": 6}),
-    )
-    .unwrap_err();
-    assert_eq!(e.code, -32602, "{}", e.message);
 }

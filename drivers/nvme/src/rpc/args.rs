@@ -1,50 +1,15 @@
-//! `bdev_nvme_attach_controller`'s parameters decoded once, for the method and for
-//! `--check-config` alike: SPDK's keys (rpc.py sends its `store_true` flags as `false`, and a
-//! saved configuration carries keys such as `hostnqn` and the reconnect knobs for every
-//! controller), and what each transport takes. (SPDK's rules between the reconnect knobs are
-//! the driver's `TcpOptions::validate`.)
+//! `bdev_nvme_attach_controller`'s parameters checked once, for the method and for
+//! `--check-config` alike: SPDK's keys ([`NvmeAttach`]: rpc.py sends its `store_true` flags as
+//! `false`, and a saved configuration carries keys such as `hostnqn` and the reconnect knobs for
+//! every controller), and what each transport takes. (SPDK's rules between the reconnect knobs
+//! are the driver's `TcpOptions::validate`.)
 
-use serde_json::{Map, Value, json};
+use pmio_jsonrpc::{RpcError, decl};
+use serde_json::Value;
 
+use super::defaults::Reconnect;
+use super::params::NvmeAttach;
 use super::trid::{Adrfam, Trid};
-use pmio_jsonrpc::RpcError;
-use pmio_jsonrpc::params::Params;
-
-/// SPDK's reconnect knobs (`bdev_nvme_set_options` and the attach's own), each `None` when not
-/// given: an attach's value wins over `bdev_nvme_set_options`', which wins over the driver's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reconnect {
-    /// Seconds to keep reconnecting a lost controller before deleting it (0: never reconnect,
-    /// -1: forever).
-    pub ctrlr_loss_timeout_sec: Option<i32>,
-    /// Seconds between reconnect attempts.
-    pub reconnect_delay_sec: Option<u32>,
-    /// Seconds after which I/O held during a reconnect fails (0: held until the controller is
-    /// deleted).
-    pub fast_io_fail_timeout_sec: Option<u32>,
-}
-
-impl Reconnect {
-    /// Each knob from `self`, else from `base`.
-    pub fn or(self, base: Reconnect) -> Reconnect {
-        Reconnect {
-            ctrlr_loss_timeout_sec: self.ctrlr_loss_timeout_sec.or(base.ctrlr_loss_timeout_sec),
-            reconnect_delay_sec: self.reconnect_delay_sec.or(base.reconnect_delay_sec),
-            fast_io_fail_timeout_sec: self
-                .fast_io_fail_timeout_sec
-                .or(base.fast_io_fail_timeout_sec),
-        }
-    }
-
-    /// Takes the three keys out of `p`.
-    fn take(p: &mut Params) -> Result<Reconnect, RpcError> {
-        Ok(Reconnect {
-            ctrlr_loss_timeout_sec: p.opt("ctrlr_loss_timeout_sec")?,
-            reconnect_delay_sec: p.opt("reconnect_delay_sec")?,
-            fast_io_fail_timeout_sec: p.opt("fast_io_fail_timeout_sec")?,
-        })
-    }
-}
 
 /// What an NVMe/TCP attach asks beyond its transport ID.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -75,35 +40,16 @@ pub struct AttachArgs {
     pub tcp: Option<TcpArgs>,
 }
 
-/// Parameters only NVMe-oF controllers take: refused for PCIe when given. (`hostnqn` and the
-/// reconnect knobs are not among them: SPDK's `save_config` writes them for every controller,
-/// PCIe ones included, and SPDK accepts them back.)
-const FABRICS_ONLY: [&str; 9] = [
-    "adrfam",
-    "trsvcid",
-    "subnqn",
-    "hostaddr",
-    "hostsvcid",
-    "psk",
-    "dhchap_key",
-    "dhchap_ctrlr_key",
-    "priority",
-];
-
 /// Decodes `params`. Errors are SPDK's: `-32603` for a bad or unknown key, `-22` for a value
 /// that does not fit the transport, `-95` for what pmio does not do.
 pub fn parse(params: Option<&Value>) -> Result<AttachArgs, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    let trtype: String = p.req("trtype")?;
-    let traddr: String = p.req("traddr")?;
-    let num_io_queues: Option<u16> = p.opt("num_io_queues")?;
-    for k in ["prchk_reftag", "prchk_guard", "allow_unrecognized_csi"] {
-        p.accept_default(k, json!(false))?;
-    }
-    // Newer SPDK clients always send it.
-    p.accept_default("disable_sq_flow_control", json!(false))?;
-    let multipath = match p.opt::<String>("multipath")?.as_deref() {
+    let p: NvmeAttach = decl::decode(params)?;
+    check(p)
+}
+
+/// Checks a decoded attach against what its transport takes.
+pub fn check(p: NvmeAttach) -> Result<AttachArgs, RpcError> {
+    let multipath = match p.multipath.as_deref() {
         None | Some("disable") => false,
         Some("failover" | "multipath") => true,
         Some(m) => {
@@ -113,97 +59,103 @@ pub fn parse(params: Option<&Value>) -> Result<AttachArgs, RpcError> {
             ));
         }
     };
-    if let Some(o) = p.opt::<Map<String, Value>>("multipath_opts")?
-        && !o.is_empty()
-    {
+    if p.multipath_opts.as_ref().is_some_and(|o| !o.is_empty()) {
         return Err(RpcError::errno_detail(
             -libc::EOPNOTSUPP,
             "multipath_opts: pmio attaches one path per controller",
         ));
     }
-    let hdgst = p.opt::<bool>("hdgst")?.unwrap_or(false);
-    let ddgst = p.opt::<bool>("ddgst")?.unwrap_or(false);
-    let hostnqn: Option<String> = p.opt("hostnqn")?;
-    let reconnect = Reconnect::take(&mut p)?;
-    // SPDK's connect timeout and its cap on the names returned: the driver has its own
-    // connect timeout, and pmio answers every namespace.
-    p.opt::<u64>("fabrics_connect_timeout_us")?;
-    p.opt::<u32>("max_bdevs")?;
-    let mut given = Map::new();
-    for k in FABRICS_ONLY {
-        if let Some(v) = p.opt::<Value>(k)? {
-            given.insert(k.to_string(), v);
-        }
-    }
-    p.finish()?;
-    let (trid, tcp) = if trtype.eq_ignore_ascii_case("pcie") {
-        if let Some(k) = given.keys().next() {
-            return Err(RpcError::errno_detail(
-                -libc::EINVAL,
-                format_args!("parameter \"{k}\" does not apply to trtype PCIe"),
-            ));
-        }
-        for (k, on) in [("hdgst", hdgst), ("ddgst", ddgst)] {
-            if on {
-                return Err(RpcError::errno_detail(
-                    -libc::EINVAL,
-                    format_args!("parameter \"{k}\" (digests) does not apply to trtype PCIe"),
-                ));
-            }
-        }
-        (Trid::Pcie { traddr }, None)
-    } else if trtype.eq_ignore_ascii_case("tcp") {
-        let trid = tcp_trid(traddr, &mut given)?;
+    let (trid, tcp) = if p.trtype.eq_ignore_ascii_case("pcie") {
+        check_pcie(&p)?;
+        (
+            Trid::Pcie {
+                traddr: p.traddr.clone(),
+            },
+            None,
+        )
+    } else if p.trtype.eq_ignore_ascii_case("tcp") {
+        let trid = tcp_trid(&p)?;
         let args = TcpArgs {
-            hostnqn,
-            hdgst,
-            ddgst,
-            reconnect,
+            hostnqn: p.hostnqn.clone(),
+            hdgst: p.hdgst,
+            ddgst: p.ddgst,
+            reconnect: Reconnect {
+                ctrlr_loss_timeout_sec: p.ctrlr_loss_timeout_sec,
+                reconnect_delay_sec: p.reconnect_delay_sec,
+                fast_io_fail_timeout_sec: p.fast_io_fail_timeout_sec,
+            },
         };
         (trid, Some(args))
     } else {
         return Err(RpcError::errno_detail(
             -libc::EOPNOTSUPP,
-            format_args!("trtype {trtype}: pmio attaches PCIe and TCP controllers"),
+            format_args!(
+                "trtype {}: pmio attaches PCIe and TCP controllers",
+                p.trtype
+            ),
         ));
     };
-    if num_io_queues == Some(0) {
+    if p.num_io_queues == Some(0) {
         return Err(RpcError::errno_detail(
             -libc::EINVAL,
             "num_io_queues must be at least 1",
         ));
     }
     Ok(AttachArgs {
-        name,
+        name: p.name,
         trid,
-        num_io_queues,
+        num_io_queues: p.num_io_queues,
         multipath,
         tcp,
     })
 }
 
-/// A TCP controller's transport ID from `traddr` and the fabrics keys given; refuses the keys
-/// pmio's host has no use for.
-fn tcp_trid(traddr: String, given: &mut Map<String, Value>) -> Result<Trid, RpcError> {
-    let mut string = |k: &str| -> Result<Option<String>, RpcError> {
-        match given.remove(k) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => Err(RpcError::decode(format_args!(
-                "parameter \"{k}\": {v} is not a string"
-            ))),
+/// Refuses the parameters only NVMe-oF controllers take, and digests. (`hostnqn` and the
+/// reconnect knobs are not among them: SPDK's `save_config` writes them for every controller,
+/// PCIe ones included, and SPDK accepts them back.)
+fn check_pcie(p: &NvmeAttach) -> Result<(), RpcError> {
+    let fabrics_only = [
+        ("adrfam", p.adrfam.is_some()),
+        ("trsvcid", p.trsvcid.is_some()),
+        ("subnqn", p.subnqn.is_some()),
+        ("hostaddr", p.hostaddr.is_some()),
+        ("hostsvcid", p.hostsvcid.is_some()),
+        ("psk", p.psk.is_some()),
+        ("dhchap_key", p.dhchap_key.is_some()),
+        ("dhchap_ctrlr_key", p.dhchap_ctrlr_key.is_some()),
+        ("priority", p.priority.is_some()),
+    ];
+    if let Some((k, _)) = fabrics_only.iter().find(|(_, given)| *given) {
+        return Err(RpcError::errno_detail(
+            -libc::EINVAL,
+            format_args!("parameter \"{k}\" does not apply to trtype PCIe"),
+        ));
+    }
+    for (k, on) in [("hdgst", p.hdgst), ("ddgst", p.ddgst)] {
+        if on {
+            return Err(RpcError::errno_detail(
+                -libc::EINVAL,
+                format_args!("parameter \"{k}\" (digests) does not apply to trtype PCIe"),
+            ));
         }
-    };
-    let adrfam = match string("adrfam")? {
+    }
+    Ok(())
+}
+
+/// A TCP controller's transport ID from the attach; refuses the keys pmio's host has no use
+/// for.
+fn tcp_trid(p: &NvmeAttach) -> Result<Trid, RpcError> {
+    let traddr = p.traddr.clone();
+    let adrfam = match &p.adrfam {
         None => Adrfam::of_addr(&traddr),
-        Some(a) => Adrfam::parse(&a).ok_or_else(|| {
+        Some(a) => Adrfam::parse(a).ok_or_else(|| {
             RpcError::errno_detail(
                 -libc::EINVAL,
                 format_args!("adrfam {a}: NVMe/TCP addresses are ipv4 or ipv6"),
             )
         })?,
     };
-    let trsvcid = string("trsvcid")?.ok_or_else(|| {
+    let trsvcid = p.trsvcid.clone().ok_or_else(|| {
         RpcError::errno_detail(
             -libc::EINVAL,
             "trsvcid (the target's port, e.g. 4420) is required for trtype TCP",
@@ -215,7 +167,7 @@ fn tcp_trid(traddr: String, given: &mut Map<String, Value>) -> Result<Trid, RpcE
             format_args!("trsvcid {trsvcid}: not a TCP port"),
         ));
     }
-    let subnqn = string("subnqn")?.ok_or_else(|| {
+    let subnqn = p.subnqn.clone().ok_or_else(|| {
         RpcError::errno_detail(
             -libc::EINVAL,
             "subnqn (the subsystem's NQN) is required for trtype TCP",
@@ -227,7 +179,7 @@ fn tcp_trid(traddr: String, given: &mut Map<String, Value>) -> Result<Trid, RpcE
             "traddr and subnqn must not be empty",
         ));
     }
-    if let Some(prio) = string("priority")?
+    if let Some(prio) = &p.priority
         && prio != "0"
     {
         return Err(RpcError::errno_detail(
@@ -235,26 +187,30 @@ fn tcp_trid(traddr: String, given: &mut Map<String, Value>) -> Result<Trid, RpcE
             format_args!("priority {prio}: pmio's sockets keep the default priority 0"),
         ));
     }
-    for (k, why) in [
+    for (k, given, why) in [
         (
             "hostaddr",
+            &p.hostaddr,
             "pmio's host lets the kernel pick the source address",
         ),
         (
             "hostsvcid",
+            &p.hostsvcid,
             "pmio's host lets the kernel pick the source port",
         ),
-        ("psk", "pmio's host has no TLS"),
+        ("psk", &p.psk, "pmio's host has no TLS"),
         (
             "dhchap_key",
+            &p.dhchap_key,
             "pmio's host has no DH-HMAC-CHAP authentication",
         ),
         (
             "dhchap_ctrlr_key",
+            &p.dhchap_ctrlr_key,
             "pmio's host has no DH-HMAC-CHAP authentication",
         ),
     ] {
-        if given.remove(k).is_some() {
+        if given.is_some() {
             return Err(RpcError::errno_detail(
                 -libc::EOPNOTSUPP,
                 format_args!("parameter \"{k}\": {why}"),
@@ -272,6 +228,7 @@ fn tcp_trid(traddr: String, given: &mut Map<String, Value>) -> Result<Trid, RpcE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn parse_v(v: Value) -> Result<AttachArgs, RpcError> {
         parse(Some(&v))
@@ -380,26 +337,5 @@ mod tests {
         let mut p = base.clone();
         p["priority"] = json!("0");
         parse_v(p).unwrap();
-    }
-
-    #[test]
-    fn attach_knobs_win_over_defaults() {
-        let a = Reconnect {
-            ctrlr_loss_timeout_sec: Some(5),
-            ..Default::default()
-        };
-        let b = Reconnect {
-            ctrlr_loss_timeout_sec: Some(9),
-            reconnect_delay_sec: Some(1),
-            fast_io_fail_timeout_sec: None,
-        };
-        assert_eq!(
-            a.or(b),
-            Reconnect {
-                ctrlr_loss_timeout_sec: Some(5),
-                reconnect_delay_sec: Some(1),
-                fast_io_fail_timeout_sec: None
-            }
-        );
     }
 }

@@ -4,15 +4,15 @@
 //! them for a TCP controller (`nvme_ctrlr_config_json`): the effective knobs, so a restart from
 //! the file connects as this attach did.
 
-use pmio_nvme::tcp::{TcpOptions, TcpTarget};
+use pmio_jsonrpc::RpcError;
 use serde_json::{Value, json};
 
 use super::args::{AttachArgs, TcpArgs};
+use super::context::Attached;
+use super::defaults::NvmeDefaults;
+use super::error::nvme_error;
 use super::trid::Trid;
-use super::{Attached, nvme_error};
-use crate::config::settings::NvmeDefaults;
-use crate::methods::Rpc;
-use pmio_jsonrpc::RpcError;
+use crate::tcp::{TcpOptions, TcpTarget};
 
 /// The driver's options for `tcp` under `defaults`.
 fn options(a: &AttachArgs, tcp: &TcpArgs, defaults: &NvmeDefaults) -> TcpOptions {
@@ -36,8 +36,13 @@ fn options(a: &AttachArgs, tcp: &TcpArgs, defaults: &NvmeDefaults) -> TcpOptions
 }
 
 /// Connects to the subsystem of `a` (blocking: the TCP connection, ICReq, fabrics Connect,
-/// identify; the driver's connect timeout bounds it).
-pub(super) fn attach(rpc: &Rpc, a: &AttachArgs, tcp: &TcpArgs) -> Result<Attached, RpcError> {
+/// identify; the driver's connect timeout bounds it), with `defaults` under the attach's own
+/// knobs.
+pub fn attach(
+    a: &AttachArgs,
+    tcp: &TcpArgs,
+    defaults: &NvmeDefaults,
+) -> Result<Attached, RpcError> {
     let Trid::Tcp {
         traddr,
         trsvcid,
@@ -52,10 +57,9 @@ pub(super) fn attach(rpc: &Rpc, a: &AttachArgs, tcp: &TcpArgs) -> Result<Attache
         trsvcid: trsvcid.clone(),
         subnqn: subnqn.clone(),
     };
-    let opts = options(a, tcp, &rpc.settings.nvme_defaults());
+    let opts = options(a, tcp, defaults);
     opts.validate().map_err(|e| nvme_error(&e))?;
-    let ctrlr =
-        pmio_nvme::tcp::connect(&a.name, &target, opts.clone()).map_err(|e| nvme_error(&e))?;
+    let ctrlr = crate::tcp::connect(&a.name, &target, opts.clone()).map_err(|e| nvme_error(&e))?;
     let hostnqn = ctrlr.hostnqn().unwrap_or_default().to_string();
     Ok(Attached {
         saved: saved(a, &opts, &hostnqn),
@@ -91,7 +95,8 @@ fn saved(a: &AttachArgs, o: &TcpOptions, hostnqn: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvme::args::{self, Reconnect};
+    use crate::rpc::args;
+    use crate::rpc::defaults::Reconnect;
 
     fn parse(v: Value) -> (AttachArgs, TcpArgs) {
         let a = args::parse(Some(&v)).unwrap();
