@@ -6,7 +6,6 @@
 
 mod client;
 mod config;
-mod nvme;
 mod nvmf;
 mod sock;
 mod vhost;
@@ -97,7 +96,7 @@ enum Method {
     #[command(flatten)]
     Bdev(pmio_runtime::rpc::cli::BdevCommand),
     #[command(flatten)]
-    Nvme(nvme::NvmeMethod),
+    Nvme(pmio_nvme::cli::NvmeCommand),
     #[command(flatten)]
     Nvmf(nvmf::NvmfMethod),
     #[command(flatten)]
@@ -159,7 +158,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
             Some(json!({ "sig_name": sig_name })),
             Print::Nothing,
         ),
-        Method::Nvme(m) => nvme::request(m),
+        Method::Nvme(m) => m.request().into_parts(),
         Method::Nvmf(m) => nvmf::request(m),
         Method::Sock(m) => sock::request(m),
         Method::Vhost(m) => vhost::request(m),

@@ -15,7 +15,8 @@
 //!   same [`Controller`] and bdevs as PCIe, I/O queue pairs on TCP connections
 //!   ([`tcp::TcpQpair`]), Keep Alive and SPDK's reconnect policy.
 //! - [`error`]: attach and I/O errors.
-//! - `rpc` (feature `rpc`): SPDK's `bdev_nvme_*` methods on a daemon's bdevs.
+//! - `rpc` (feature `rpc`): SPDK's `bdev_nvme_*` methods on a daemon's bdevs; `cli` (feature
+//!   `cli`): pmio-rpc's subcommands for them, built from the same declarations.
 //!
 //! A software controller (tests, the emulator of issue 7) implements [`RegisterIo`] and
 //! [`DmaMapper`] and is attached with [`Controller::attach_with`].
@@ -33,6 +34,8 @@
 
 mod admin;
 pub mod bdev;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod ctrlr;
 pub mod dma;
 #[cfg(any(test, feature = "emulator"))]

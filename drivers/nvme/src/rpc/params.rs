@@ -1,6 +1,7 @@
 //! The one declaration of each `bdev_nvme_*` method's parameters, fields in the order SPDK's
 //! rpc.py sends them: the methods decode them, `pmio-rpc` builds them from rpc.py's command line
-//! and serializes them (absent options left out, `store_true` flags sent as `false`).
+//! ([`crate::cli`], feature `cli`; clap's derive is on the declaration where rpc.py's flags are
+//! its keys) and serializes them (absent options left out, `store_true` flags sent as `false`).
 
 use pmio_jsonrpc::decl::BoolDefault;
 use serde::{Deserialize, Serialize};
@@ -96,49 +97,61 @@ pub struct NvmeAttach {
 /// (the controller goes only if every key given matches it).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct NvmeDetach {
     /// Controller name.
     pub name: String,
     /// Transport type.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub trtype: Option<String>,
     /// Transport address.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'a', long))]
     pub traddr: Option<String>,
     /// Address family.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'f', long))]
     pub adrfam: Option<String>,
     /// Port.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 's', long))]
     pub trsvcid: Option<String>,
     /// Subsystem NQN.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'n', long))]
     pub subnqn: Option<String>,
     /// Source address (pmio's host picks none: matches only when empty).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'i', long))]
     pub hostaddr: Option<String>,
     /// Source port (matches only when empty).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'c', long))]
     pub hostsvcid: Option<String>,
 }
 
 /// `bdev_nvme_reset_controller` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct NvmeReset {
     /// Controller name.
     pub name: String,
     /// The controller's ID, which must then be the controller's.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'c', long))]
     pub cntlid: Option<u16>,
 }
 
 /// `bdev_nvme_get_controllers` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct NvmeGetControllers {
     /// Only this controller.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'n', long))]
     pub name: Option<String>,
 }
 

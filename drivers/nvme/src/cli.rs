@@ -1,24 +1,23 @@
-//! rpc.py's `bdev_nvme_*` subcommands: the same flags and requests and the same output (the new
-//! bdev names space-separated for an attach, nothing for detach, reset and settings, indent-2
-//! JSON for the query). The requests are the NVMe module's own declarations
-//! ([`pmio_nvme::rpc::params`]) serialized: keys in rpc.py's order, `store_true` flags sent as
-//! `false`, absent options left out.
+//! rpc.py's `bdev_nvme_*` subcommands for `pmio-rpc` (feature `cli`): the same flags and the
+//! same output (the new bdev names space-separated for an attach, nothing for detach, reset and
+//! settings, indent-2 JSON for the query), turned into the methods' declarations
+//! ([`crate::rpc::params`]) and serialized: keys in rpc.py's order, `store_true` flags sent as
+//! `false`, absent options left out. Where rpc.py's flags are the keys, clap's derive is on the
+//! declaration itself.
 
 use clap::Subcommand;
+use pmio_jsonrpc::cli::{Print, Request};
 use pmio_jsonrpc::decl::BoolDefault;
-use pmio_nvme::rpc::{NvmeAttach, NvmeDetach, NvmeGetControllers, NvmeReset, NvmeSetOptions};
-use serde::Serialize;
-use serde_json::Value;
 
-use crate::Print;
+use crate::rpc::params::{NvmeAttach, NvmeDetach, NvmeGetControllers, NvmeReset, NvmeSetOptions};
 
-/// The NVMe bdev module's methods.
+/// The NVMe bdev module's subcommands.
 #[derive(Subcommand, Debug)]
-pub enum NvmeMethod {
+pub enum NvmeCommand {
     /// Attach an NVMe controller (PCIe, or an NVMe/TCP subsystem) and create a bdev per
     /// namespace.
     #[command(name = "bdev_nvme_attach_controller", rename_all = "kebab-case")]
-    AttachController {
+    BdevNvmeAttachController {
         /// Controller name, prefix of each bdev name (NAMEn1, ...).
         #[arg(short = 'b', long)]
         name: String,
@@ -96,51 +95,17 @@ pub enum NvmeMethod {
         allow_unrecognized_csi: bool,
     },
     /// Detach an NVMe controller (or one of its paths) and delete its bdevs.
-    #[command(name = "bdev_nvme_detach_controller", rename_all = "kebab-case")]
-    DetachController {
-        /// Controller name.
-        name: String,
-        /// Transport type.
-        #[arg(short = 't', long)]
-        trtype: Option<String>,
-        /// Transport address.
-        #[arg(short = 'a', long)]
-        traddr: Option<String>,
-        /// Address family.
-        #[arg(short = 'f', long)]
-        adrfam: Option<String>,
-        /// Transport service id.
-        #[arg(short = 's', long)]
-        trsvcid: Option<String>,
-        /// Subsystem NQN.
-        #[arg(short = 'n', long)]
-        subnqn: Option<String>,
-        /// Host address.
-        #[arg(short = 'i', long)]
-        hostaddr: Option<String>,
-        /// Host port.
-        #[arg(short = 'c', long)]
-        hostsvcid: Option<String>,
-    },
+    #[command(name = "bdev_nvme_detach_controller")]
+    BdevNvmeDetachController(NvmeDetach),
     /// Reset an NVMe controller (its queue pairs recreate their queues).
-    #[command(name = "bdev_nvme_reset_controller", rename_all = "kebab-case")]
-    ResetController {
-        /// Controller name.
-        name: String,
-        /// NVMe controller ID.
-        #[arg(short = 'c', long)]
-        cntlid: Option<u16>,
-    },
+    #[command(name = "bdev_nvme_reset_controller")]
+    BdevNvmeResetController(NvmeReset),
     /// List NVMe controllers, or one.
-    #[command(name = "bdev_nvme_get_controllers", rename_all = "kebab-case")]
-    GetControllers {
-        /// Controller name.
-        #[arg(short = 'n', long)]
-        name: Option<String>,
-    },
+    #[command(name = "bdev_nvme_get_controllers")]
+    BdevNvmeGetControllers(NvmeGetControllers),
     /// Set options of NVMe controllers attached from now on.
     #[command(name = "bdev_nvme_set_options", rename_all = "kebab-case")]
-    SetOptions(SetOptions),
+    BdevNvmeSetOptions(SetOptions),
 }
 
 /// `bdev_nvme_set_options`' flags, in rpc.py's order.
@@ -240,143 +205,106 @@ impl SetOptions {
     }
 }
 
-/// A declaration as the request's params (a declaration always serializes to an object).
-fn params(p: &impl Serialize) -> Value {
-    serde_json::to_value(p).expect("serialising a declaration")
-}
-
-/// Method name, params and output style of a `bdev_nvme_*` subcommand.
-pub fn request(m: &NvmeMethod) -> (&'static str, Option<Value>, Print) {
-    match m {
-        NvmeMethod::AttachController {
-            name,
-            trtype,
-            traddr,
-            adrfam,
-            trsvcid,
-            priority,
-            subnqn,
-            hostnqn,
-            hostaddr,
-            hostsvcid,
-            prchk_reftag,
-            prchk_guard,
-            hdgst,
-            ddgst,
-            fabrics_connect_timeout_us,
-            multipath,
-            num_io_queues,
-            ctrlr_loss_timeout_sec,
-            reconnect_delay_sec,
-            fast_io_fail_timeout_sec,
-            psk,
-            max_bdevs,
-            dhchap_key,
-            dhchap_ctrlr_key,
-            allow_unrecognized_csi,
-        } => {
-            let p = NvmeAttach {
-                name: name.clone(),
-                trtype: trtype.clone(),
-                traddr: traddr.clone(),
-                adrfam: adrfam.clone(),
-                trsvcid: trsvcid.clone(),
-                priority: priority.clone(),
-                subnqn: subnqn.clone(),
-                hostnqn: hostnqn.clone(),
-                hostaddr: hostaddr.clone(),
-                hostsvcid: hostsvcid.clone(),
-                prchk_reftag: BoolDefault(*prchk_reftag),
-                prchk_guard: BoolDefault(*prchk_guard),
-                hdgst: *hdgst,
-                ddgst: *ddgst,
-                fabrics_connect_timeout_us: *fabrics_connect_timeout_us,
-                multipath: multipath.clone(),
-                num_io_queues: *num_io_queues,
-                ctrlr_loss_timeout_sec: *ctrlr_loss_timeout_sec,
-                reconnect_delay_sec: *reconnect_delay_sec,
-                fast_io_fail_timeout_sec: *fast_io_fail_timeout_sec,
-                psk: psk.clone(),
-                max_bdevs: *max_bdevs,
-                dhchap_key: dhchap_key.clone(),
-                dhchap_ctrlr_key: dhchap_ctrlr_key.clone(),
-                allow_unrecognized_csi: BoolDefault(*allow_unrecognized_csi),
-                disable_sq_flow_control: None,
-                multipath_opts: None,
-            };
-            (
-                "bdev_nvme_attach_controller",
-                Some(params(&p)),
-                Print::Array,
-            )
+impl NvmeCommand {
+    /// The call this subcommand makes.
+    pub fn request(&self) -> Request {
+        match self {
+            NvmeCommand::BdevNvmeAttachController {
+                name,
+                trtype,
+                traddr,
+                adrfam,
+                trsvcid,
+                priority,
+                subnqn,
+                hostnqn,
+                hostaddr,
+                hostsvcid,
+                prchk_reftag,
+                prchk_guard,
+                hdgst,
+                ddgst,
+                fabrics_connect_timeout_us,
+                multipath,
+                num_io_queues,
+                ctrlr_loss_timeout_sec,
+                reconnect_delay_sec,
+                fast_io_fail_timeout_sec,
+                psk,
+                max_bdevs,
+                dhchap_key,
+                dhchap_ctrlr_key,
+                allow_unrecognized_csi,
+            } => {
+                let p = NvmeAttach {
+                    name: name.clone(),
+                    trtype: trtype.clone(),
+                    traddr: traddr.clone(),
+                    adrfam: adrfam.clone(),
+                    trsvcid: trsvcid.clone(),
+                    priority: priority.clone(),
+                    subnqn: subnqn.clone(),
+                    hostnqn: hostnqn.clone(),
+                    hostaddr: hostaddr.clone(),
+                    hostsvcid: hostsvcid.clone(),
+                    prchk_reftag: BoolDefault(*prchk_reftag),
+                    prchk_guard: BoolDefault(*prchk_guard),
+                    hdgst: *hdgst,
+                    ddgst: *ddgst,
+                    fabrics_connect_timeout_us: *fabrics_connect_timeout_us,
+                    multipath: multipath.clone(),
+                    num_io_queues: *num_io_queues,
+                    ctrlr_loss_timeout_sec: *ctrlr_loss_timeout_sec,
+                    reconnect_delay_sec: *reconnect_delay_sec,
+                    fast_io_fail_timeout_sec: *fast_io_fail_timeout_sec,
+                    psk: psk.clone(),
+                    max_bdevs: *max_bdevs,
+                    dhchap_key: dhchap_key.clone(),
+                    dhchap_ctrlr_key: dhchap_ctrlr_key.clone(),
+                    allow_unrecognized_csi: BoolDefault(*allow_unrecognized_csi),
+                    disable_sq_flow_control: None,
+                    multipath_opts: None,
+                };
+                Request::new("bdev_nvme_attach_controller", &p, Print::Array)
+            }
+            NvmeCommand::BdevNvmeDetachController(p) => {
+                Request::new("bdev_nvme_detach_controller", p, Print::Nothing)
+            }
+            NvmeCommand::BdevNvmeResetController(p) => {
+                Request::new("bdev_nvme_reset_controller", p, Print::Nothing)
+            }
+            // rpc.py sends no params at all without a name.
+            NvmeCommand::BdevNvmeGetControllers(p) if p.name.is_none() => {
+                Request::bare("bdev_nvme_get_controllers", Print::Dict)
+            }
+            NvmeCommand::BdevNvmeGetControllers(p) => {
+                Request::new("bdev_nvme_get_controllers", p, Print::Dict)
+            }
+            NvmeCommand::BdevNvmeSetOptions(o) => {
+                Request::new("bdev_nvme_set_options", &o.params(), Print::Nothing)
+            }
         }
-        NvmeMethod::DetachController {
-            name,
-            trtype,
-            traddr,
-            adrfam,
-            trsvcid,
-            subnqn,
-            hostaddr,
-            hostsvcid,
-        } => {
-            let p = NvmeDetach {
-                name: name.clone(),
-                trtype: trtype.clone(),
-                traddr: traddr.clone(),
-                adrfam: adrfam.clone(),
-                trsvcid: trsvcid.clone(),
-                subnqn: subnqn.clone(),
-                hostaddr: hostaddr.clone(),
-                hostsvcid: hostsvcid.clone(),
-            };
-            (
-                "bdev_nvme_detach_controller",
-                Some(params(&p)),
-                Print::Nothing,
-            )
-        }
-        NvmeMethod::ResetController { name, cntlid } => {
-            let p = NvmeReset {
-                name: name.clone(),
-                cntlid: *cntlid,
-            };
-            (
-                "bdev_nvme_reset_controller",
-                Some(params(&p)),
-                Print::Nothing,
-            )
-        }
-        // rpc.py sends no params at all without a name.
-        NvmeMethod::GetControllers { name } => (
-            "bdev_nvme_get_controllers",
-            name.as_ref().map(|n| {
-                params(&NvmeGetControllers {
-                    name: Some(n.clone()),
-                })
-            }),
-            Print::Dict,
-        ),
-        NvmeMethod::SetOptions(o) => (
-            "bdev_nvme_set_options",
-            Some(params(&o.params())),
-            Print::Nothing,
-        ),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{Args, Method, request};
+    use super::NvmeCommand;
     use clap::Parser;
+
+    /// pmio-rpc's command line, with only this module's subcommands.
+    #[derive(Parser)]
+    struct Args {
+        #[command(subcommand)]
+        method: NvmeCommand,
+    }
 
     /// The request's params exactly as rpc.py serialises them (key order included).
     fn params(argv: &[&str]) -> String {
         let mut full = vec!["pmio-rpc"];
         full.extend_from_slice(argv);
         let a = Args::try_parse_from(full).unwrap();
-        assert!(matches!(a.method, Method::Nvme(_)));
-        serde_json::to_string(&request(&a.method).unwrap().1.unwrap()).unwrap()
+        serde_json::to_string(&a.method.request().params.unwrap()).unwrap()
     }
 
     #[test]
@@ -479,7 +407,7 @@ mod tests {
             r#"{"name":"Nvme0"}"#
         );
         let a = Args::try_parse_from(["pmio-rpc", "bdev_nvme_get_controllers"]).unwrap();
-        assert_eq!(request(&a.method).unwrap().1, None);
+        assert_eq!(a.method.request().params, None);
         assert_eq!(
             params(&[
                 "bdev_nvme_set_options",
