@@ -74,7 +74,9 @@ impl MemDevice {
             .checked_add(len)
             .filter(|&e| e <= self.data.len() as u64);
         match end {
-            Some(end) if offset % bl == 0 && len % bl == 0 => Ok(offset as usize..end as usize),
+            Some(end) if offset.is_multiple_of(bl) && len.is_multiple_of(bl) => {
+                Ok(offset as usize..end as usize)
+            }
             _ => Err(Error::Device(format!(
                 "I/O {offset}+{len} is past the end ({}) or not aligned to {bl}",
                 self.data.len()

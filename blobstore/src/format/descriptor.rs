@@ -241,7 +241,7 @@ impl Descriptor {
                 }
             }
             TYPE_EXTENT_RLE => {
-                if body.is_empty() || body.len() % RLE_ENTRY_LEN != 0 {
+                if body.is_empty() || !body.len().is_multiple_of(RLE_ENTRY_LEN) {
                     return Err(bad());
                 }
                 let mut extents = Vec::with_capacity(body.len() / RLE_ENTRY_LEN);
@@ -254,7 +254,9 @@ impl Descriptor {
                 Descriptor::ExtentRle(extents)
             }
             TYPE_EXTENT_TABLE => {
-                if body.len() < ET_FIXED_LEN || (body.len() - ET_FIXED_LEN) % ET_ENTRY_LEN != 0 {
+                if body.len() < ET_FIXED_LEN
+                    || !(body.len() - ET_FIXED_LEN).is_multiple_of(ET_ENTRY_LEN)
+                {
                     return Err(bad());
                 }
                 let num_clusters = r.u64().ok_or_else(bad)?;
@@ -271,7 +273,7 @@ impl Descriptor {
                 }
             }
             TYPE_EXTENT_PAGE => {
-                if body.len() <= EP_FIXED_LEN || (body.len() - EP_FIXED_LEN) % 4 != 0 {
+                if body.len() <= EP_FIXED_LEN || !(body.len() - EP_FIXED_LEN).is_multiple_of(4) {
                     return Err(bad());
                 }
                 let start_cluster_idx = r.u32().ok_or_else(bad)?;

@@ -47,12 +47,12 @@ impl Geometry {
     ) -> Result<(Geometry, SuperBlock)> {
         let size = dev.size();
         let bl = dev.block_len();
-        if cluster_size == 0 || cluster_size as usize % PAGE_SIZE != 0 {
+        if cluster_size == 0 || !(cluster_size as usize).is_multiple_of(PAGE_SIZE) {
             return Err(Error::InvalidOption(format!(
                 "cluster size {cluster_size} is not a multiple of {PAGE_SIZE}"
             )));
         }
-        if bl == 0 || PAGE_SIZE as u32 % bl != 0 {
+        if bl == 0 || !(PAGE_SIZE as u32).is_multiple_of(bl) {
             return Err(Error::InvalidOption(format!(
                 "device block length {bl} does not divide {PAGE_SIZE}"
             )));
@@ -132,7 +132,7 @@ impl Geometry {
             sb.io_unit_size
         };
         if !io_unit.is_power_of_two()
-            || PAGE_SIZE as u32 % io_unit != 0
+            || !(PAGE_SIZE as u32).is_multiple_of(io_unit)
             || io_unit < dev.block_len()
         {
             return bad(format!(
@@ -140,7 +140,7 @@ impl Geometry {
                 dev.block_len()
             ));
         }
-        if sb.cluster_size == 0 || sb.cluster_size as usize % PAGE_SIZE != 0 {
+        if sb.cluster_size == 0 || !(sb.cluster_size as usize).is_multiple_of(PAGE_SIZE) {
             return bad(format!(
                 "cluster size {} is not a multiple of {PAGE_SIZE}",
                 sb.cluster_size

@@ -29,7 +29,10 @@ impl<D: BlobDevice> Blobstore<D> {
         let io = u64::from(self.geo.io_unit);
         let size = b.num_clusters() * cs;
         let end = offset.checked_add(len as u64);
-        if offset % io != 0 || len as u64 % io != 0 || end.is_none_or(|e| e > size) {
+        if !offset.is_multiple_of(io)
+            || !(len as u64).is_multiple_of(io)
+            || end.is_none_or(|e| e > size)
+        {
             return Err(Error::BadRange {
                 id,
                 offset,

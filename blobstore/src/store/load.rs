@@ -12,14 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::bitarray::BitArray;
 use super::blob::Blob;
 use super::geometry::Geometry;
+use super::maps::Maps;
 use super::serialize::{apply_extent_page, check_clusters, parse_chain};
 use super::snapshot::plan_fixups;
 use super::{Blobstore, LoadOptions};
 use crate::device::BlobDevice;
-use crate::format::{
-    BSTYPE_LEN, Mask, MaskType, MdPage, PAGE_SIZE, SuperBlock, blobid_to_page, page_to_blobid,
-};
-use crate::{BlobId, Error, Result};
+use crate::format::{BSTYPE_LEN, Mask, MaskType, MdPage, PAGE_SIZE, SuperBlock, page_to_blobid};
+use crate::{Error, Result};
 
 /// Metadata pages read at once while scanning for blobs.
 const SCAN_BATCH: u32 = 256;
@@ -100,10 +99,12 @@ fn scan_roots(dev: &mut impl BlobDevice, geo: &Geometry) -> Result<Vec<u32>> {
         for (i, raw) in bytes.chunks(PAGE_SIZE).enumerate() {
             let idx = batch + i as u32;
             // A page that fails its CRC is free or torn: not a committed first page.
-            if let Ok(p) = MdPage::decode(raw) {
-                if p.sequence_num == 0 && p.id == page_to_blobid(idx) && !p.is_extent_page() {
-                    roots.push(idx);
-                }
+            if let Ok(p) = MdPage::decode(raw)
+                && p.sequence_num == 0
+                && p.id == page_to_blobid(idx)
+                && !p.is_extent_page()
+            {
+                roots.push(idx);
             }
         }
     }
@@ -131,15 +132,8 @@ fn read_mask(
     Ok(BitArray::from_bits(&m.bits[..bits as usize]))
 }
 
-/// The masks a clean unload wrote.
-struct Masks {
-    pages: BitArray,
-    blobids: BitArray,
-    clusters: BitArray,
-}
-
-fn read_masks(dev: &mut impl BlobDevice, sb: &SuperBlock, geo: &Geometry) -> Result<Masks> {
-    Ok(Masks {
+fn read_masks(dev: &mut impl BlobDevice, sb: &SuperBlock, geo: &Geometry) -> Result<Maps> {
+    Ok(Maps {
         pages: read_mask(
             dev,
             sb.used_page_mask_start,
@@ -165,50 +159,6 @@ fn read_masks(dev: &mut impl BlobDevice, sb: &SuperBlock, geo: &Geometry) -> Res
             false,
         )?,
     })
-}
-
-/// The used maps the blobs' metadata implies; two owners of one cluster is an error.
-fn owned_maps(geo: &Geometry, blobs: &BTreeMap<BlobId, Blob>) -> Result<Masks> {
-    let mut m = Masks {
-        pages: BitArray::new(geo.md_len),
-        blobids: BitArray::new(geo.md_len),
-        clusters: BitArray::new(geo.total_clusters),
-    };
-    (0..geo.md_clusters).for_each(|c| m.clusters.set(c));
-    let mut owner: BTreeMap<u32, BlobId> = BTreeMap::new();
-    for b in blobs.values() {
-        m.blobids.set(blobid_to_page(b.id));
-        b.owned_md_pages().for_each(|p| m.pages.set(p));
-        for c in b.owned_clusters() {
-            if let Some(first) = owner.insert(c, b.id) {
-                return Err(Error::ClusterOwnedTwice {
-                    cluster: c,
-                    first,
-                    second: b.id,
-                });
-            }
-            m.clusters.set(c);
-        }
-    }
-    Ok(m)
-}
-
-/// After a clean unload, everything the metadata uses must be marked used in the masks.
-fn check_masks(masks: &Masks, owned: &Masks) -> Result<()> {
-    for (name, mask, own) in [
-        ("used-page", &masks.pages, &owned.pages),
-        ("used-blob-id", &masks.blobids, &owned.blobids),
-        ("used-cluster", &masks.clusters, &owned.clusters),
-    ] {
-        let missing = own.set_but_not_in(mask);
-        if !missing.is_empty() {
-            return Err(Error::MaskDisagrees {
-                mask: name,
-                detail: format!("in use but marked free: {missing:?}"),
-            });
-        }
-    }
-    Ok(())
 }
 
 impl<D: BlobDevice> Blobstore<D> {
@@ -240,10 +190,10 @@ impl<D: BlobDevice> Blobstore<D> {
             blobs.insert(blob.id, blob);
         }
         let fixups = plan_fixups(&mut blobs);
-        let owned = owned_maps(&geo, &blobs)?;
+        let owned = Maps::owned(&geo, &blobs)?;
         let maps = match masks {
             Some(m) => {
-                check_masks(&m, &owned)?;
+                owned.covered_by(&m)?;
                 m
             }
             None => owned,

@@ -9,6 +9,7 @@
 //! | `serialize.rs` | a blob to and from its metadata pages |
 //! | `persist.rs` | writing metadata crash-consistently (the ordering lives here) |
 //! | `lifecycle.rs` | init and clean unload |
+//! | `maps.rs` | the used maps the metadata implies, compared with those held |
 //! | `load.rs` | load, and the recovery of a store that was not unloaded cleanly |
 //! | `ops.rs` | create, resize, xattrs, read-only, delete |
 //! | `io.rs` | reading and writing a blob's data; allocation and copy-on-write |
@@ -23,6 +24,7 @@ mod geometry;
 mod io;
 mod lifecycle;
 mod load;
+mod maps;
 mod ops;
 mod persist;
 mod serialize;
@@ -39,6 +41,7 @@ use crate::format::{BSTYPE_LEN, SuperBlock};
 use crate::{BlobId, Error, Result};
 use bitarray::BitArray;
 use geometry::Geometry;
+use maps::Maps;
 
 /// How `Blobstore::init` lays out a store (`struct spdk_bs_opts`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,43 +181,11 @@ impl<D: BlobDevice> Blobstore<D> {
     /// owned twice, and the used maps hold exactly what the blobs own (plus the metadata
     /// clusters). The crash tests run it after every load.
     pub fn verify(&self) -> Result<()> {
-        let mut clusters = BitArray::new(self.geo.total_clusters);
-        (0..self.geo.md_clusters).for_each(|c| clusters.set(c));
-        let mut owner: BTreeMap<u32, BlobId> = BTreeMap::new();
-        let mut pages = BitArray::new(self.geo.md_len);
-        for b in self.blobs.values() {
-            for c in b.owned_clusters() {
-                if let Some(first) = owner.insert(c, b.id) {
-                    return Err(Error::ClusterOwnedTwice {
-                        cluster: c,
-                        first,
-                        second: b.id,
-                    });
-                }
-                clusters.set(c);
-            }
-            b.owned_md_pages().for_each(|p| pages.set(p));
-        }
-        if clusters != self.used_clusters {
-            return Err(Error::MaskDisagrees {
-                mask: "used-cluster",
-                detail: format!(
-                    "in use but unowned {:?}, owned but free {:?}",
-                    self.used_clusters.set_but_not_in(&clusters),
-                    clusters.set_but_not_in(&self.used_clusters)
-                ),
-            });
-        }
-        if pages != self.used_md_pages {
-            return Err(Error::MaskDisagrees {
-                mask: "used-page",
-                detail: format!(
-                    "in use but unowned {:?}, owned but free {:?}",
-                    self.used_md_pages.set_but_not_in(&pages),
-                    pages.set_but_not_in(&self.used_md_pages)
-                ),
-            });
-        }
-        Ok(())
+        let held = Maps {
+            pages: self.used_md_pages.clone(),
+            blobids: self.used_blobids.clone(),
+            clusters: self.used_clusters.clone(),
+        };
+        Maps::owned(&self.geo, &self.blobs)?.equal_to(&held)
     }
 }

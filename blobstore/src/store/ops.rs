@@ -113,7 +113,7 @@ impl<D: BlobDevice> Blobstore<D> {
                 let gone: Vec<u32> = b.extent_pages.drain(keep..).filter(|&p| p != 0).collect();
                 b.release_eps.extend(gone);
                 b.dirty_eps.retain(|&ep| ep < keep);
-                if n % EXTENTS_PER_EP != 0 && keep > 0 {
+                if !n.is_multiple_of(EXTENTS_PER_EP) && keep > 0 {
                     b.shrunk_eps.insert(keep - 1);
                 }
             }

@@ -75,8 +75,8 @@ impl<D: BlobDevice> Blobstore<D> {
                 }
             }
         }
-        for i in 0..pages.len() {
-            pages[i].next = placed.get(i + 1).copied().unwrap_or(INVALID_MD_PAGE);
+        for (i, page) in pages.iter_mut().enumerate() {
+            page.next = placed.get(i + 1).copied().unwrap_or(INVALID_MD_PAGE);
         }
 
         // Step 2.

@@ -46,6 +46,34 @@ impl ChainBuilder {
             .push(d);
     }
 
+    /// Pushes `items` as descriptors of `fixed` body bytes plus `entry` bytes an item, as
+    /// many items to a descriptor as the page has room for, continuing on new pages
+    /// (`blob_serialize_extent_table`, `blob_serialize_extents_rle`). With `at_least_one`,
+    /// one descriptor is written even for no items.
+    fn push_split<T>(
+        &mut self,
+        items: &[T],
+        fixed: usize,
+        entry: usize,
+        at_least_one: bool,
+        make: impl Fn(&[T]) -> Descriptor,
+    ) {
+        let fixed = DESCRIPTOR_HEADER_SIZE + fixed;
+        let mut at = 0;
+        while at < items.len() || (at_least_one && at == 0 && items.is_empty()) {
+            let wanted = usize::from(at < items.len());
+            if self.room() < fixed + wanted * entry {
+                self.new_page();
+            }
+            let n = ((self.room() - fixed) / entry).min(items.len() - at);
+            self.push(make(&items[at..at + n]));
+            at += n;
+            if items.is_empty() {
+                break;
+            }
+        }
+    }
+
     fn finish(self) -> Vec<MdPage> {
         let id = self.id;
         self.pages
@@ -117,24 +145,14 @@ fn extent_table_entries(eps: &[u32]) -> Vec<ExtentTableEntry> {
 
 fn push_extent_table(b: &mut ChainBuilder, blob: &Blob) {
     let entries = extent_table_entries(&blob.extent_pages);
-    let fixed = DESCRIPTOR_HEADER_SIZE + ET_FIXED_LEN;
-    let mut at = 0;
+    let num_clusters = blob.clusters.len() as u64;
     // At least one extent table descriptor is always written, even with no entries.
-    loop {
-        let wanted = usize::from(at < entries.len());
-        if b.room() < fixed + wanted * ET_ENTRY_LEN {
-            b.new_page();
+    b.push_split(&entries, ET_FIXED_LEN, ET_ENTRY_LEN, true, |part| {
+        Descriptor::ExtentTable {
+            num_clusters,
+            entries: part.to_vec(),
         }
-        let n = ((b.room() - fixed) / ET_ENTRY_LEN).min(entries.len() - at);
-        b.push(Descriptor::ExtentTable {
-            num_clusters: blob.clusters.len() as u64,
-            entries: entries[at..at + n].to_vec(),
-        });
-        at += n;
-        if at == entries.len() {
-            break;
-        }
-    }
+    });
 }
 
 /// Extent RLE runs: consecutive device clusters, and runs of unallocated clusters.
@@ -157,16 +175,9 @@ fn rle_runs(clusters: &[u32]) -> Vec<RleExtent> {
 
 fn push_extent_rle(b: &mut ChainBuilder, blob: &Blob) {
     let runs = rle_runs(&blob.clusters);
-    let fixed = DESCRIPTOR_HEADER_SIZE;
-    let mut at = 0;
-    while at < runs.len() {
-        if b.room() < fixed + RLE_ENTRY_LEN {
-            b.new_page();
-        }
-        let n = ((b.room() - fixed) / RLE_ENTRY_LEN).min(runs.len() - at);
-        b.push(Descriptor::ExtentRle(runs[at..at + n].to_vec()));
-        at += n;
-    }
+    b.push_split(&runs, 0, RLE_ENTRY_LEN, false, |part| {
+        Descriptor::ExtentRle(part.to_vec())
+    });
 }
 
 /// Extent page `ep` of a blob: sequence 0, no next, one `EXTENT_PAGE` descriptor with the

@@ -100,7 +100,7 @@ fn thin_blob_allocates_on_first_write() {
         assert_eq!(read(&mut bs, id, 0, 4096), vec![0; 4096]);
         bs.write(id, u64::from(CS) * 3 + 1024, &[9; 2048]).unwrap();
         assert_eq!(bs.free_clusters(), free - 1);
-        assert_eq!(bs.open_blob(id).unwrap().cluster(3).is_some(), true);
+        assert!(bs.open_blob(id).unwrap().cluster(3).is_some());
         bs.write(id, u64::from(CS) * 3, &[8; 512]).unwrap();
         assert_eq!(
             bs.free_clusters(),
