@@ -1,0 +1,140 @@
+//! A blob's data: reads through the parent chain where a thin blob has no cluster, and
+//! the first write to such a cluster allocates it (`bs_allocate_and_copy_cluster`):
+//!
+//! 1. claim a free cluster (and an extent page if its range has none);
+//! 2. a clone copies the parent's whole cluster into it, flushed, so the metadata never
+//!    points at a cluster whose inherited data could still be lost;
+//! 3. the metadata maps it: the extent page rewritten in place, or for a new extent page
+//!    (and for RLE blobs) a metadata sync (`persist.rs`);
+//! 4. the write goes to the new cluster.
+
+use super::Blobstore;
+use crate::device::BlobDevice;
+use crate::format::EXTENTS_PER_EP;
+use crate::format::PAGE_SIZE;
+use crate::{BlobId, Error, Result};
+
+/// One piece of an I/O that stays inside one cluster.
+struct Segment {
+    cluster: usize,
+    within: u64,
+    len: usize,
+    at: usize,
+}
+
+impl<D: BlobDevice> Blobstore<D> {
+    fn segments(&self, id: BlobId, offset: u64, len: usize) -> Result<Vec<Segment>> {
+        let b = self.open_blob(id)?;
+        let cs = u64::from(self.geo.cluster_size);
+        let io = u64::from(self.geo.io_unit);
+        let size = b.num_clusters() * cs;
+        let end = offset.checked_add(len as u64);
+        if !offset.is_multiple_of(io)
+            || !(len as u64).is_multiple_of(io)
+            || end.is_none_or(|e| e > size)
+        {
+            return Err(Error::BadRange {
+                id,
+                offset,
+                len: len as u64,
+                io_unit: self.geo.io_unit,
+            });
+        }
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        while at < len {
+            let off = offset + at as u64;
+            let within = off % cs;
+            let n = ((cs - within) as usize).min(len - at);
+            out.push(Segment {
+                cluster: (off / cs) as usize,
+                within,
+                len: n,
+                at,
+            });
+            at += n;
+        }
+        Ok(out)
+    }
+
+    /// Reads `buf.len()` bytes at byte `offset` of the blob; both multiples of the io unit.
+    pub fn read(&mut self, id: BlobId, offset: u64, buf: &mut [u8]) -> Result<()> {
+        for s in self.segments(id, offset, buf.len())? {
+            self.read_through(Some(id), s.cluster, s.within, &mut buf[s.at..s.at + s.len])?;
+        }
+        Ok(())
+    }
+
+    /// Reads part of blob cluster `cluster` of `blob`, or of the first ancestor that has it;
+    /// zeroes where none does or past an ancestor's end.
+    fn read_through(
+        &mut self,
+        mut blob: Option<BlobId>,
+        cluster: usize,
+        within: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        while let Some(id) = blob {
+            let b = self.open_blob(id)?;
+            match b.clusters.get(cluster) {
+                None => break,
+                Some(&0) => blob = b.parent(),
+                Some(&c) => {
+                    let off = self.geo.cluster_offset(c) + within;
+                    return self.dev.read(off, buf);
+                }
+            }
+        }
+        buf.fill(0);
+        Ok(())
+    }
+
+    /// Writes `data` at byte `offset` of the blob; both multiples of the io unit.
+    pub fn write(&mut self, id: BlobId, offset: u64, data: &[u8]) -> Result<()> {
+        if self.open_blob(id)?.is_read_only() {
+            return Err(Error::ReadOnly(id));
+        }
+        for s in self.segments(id, offset, data.len())? {
+            let c = match self.blobs[&id].clusters[s.cluster] {
+                0 => self.allocate_on_write(id, s.cluster)?,
+                c => c,
+            };
+            let off = self.geo.cluster_offset(c) + s.within;
+            self.dev.write(off, &data[s.at..s.at + s.len])?;
+        }
+        Ok(())
+    }
+
+    /// Steps 1 to 3 of the module's list for blob cluster `i`.
+    fn allocate_on_write(&mut self, id: BlobId, i: usize) -> Result<u32> {
+        let b = &self.blobs[&id];
+        if !b.is_thin_provisioned() {
+            return Err(Error::corrupt(
+                id,
+                format!("thick blob without cluster {i}"),
+            ));
+        }
+        let parent = b.parent();
+        let ep = i / EXTENTS_PER_EP;
+        let new_ep = b.uses_extent_table() && b.extent_pages[ep] == 0;
+        let rle = !b.uses_extent_table();
+        let c = self.allocate_cluster_in_map(id, i)?;
+        if parent.is_some() {
+            let mut copy = vec![0u8; self.geo.cluster_size as usize];
+            self.read_through(parent, i, 0, &mut copy)?;
+            self.dev.write(self.geo.cluster_offset(c), &copy)?;
+            self.dev.flush()?;
+        }
+        if new_ep || rle {
+            self.sync_md(id)?;
+        } else {
+            self.mark_dirty()?;
+            let b = self.blobs.get_mut(&id).expect("checked");
+            b.dirty_eps.remove(&ep);
+            let page = b.extent_pages[ep];
+            let bytes: [u8; PAGE_SIZE] = super::serialize::extent_page(b, ep).encode();
+            self.write_md_page(page, &bytes)?;
+        }
+        Ok(c)
+    }
+}
