@@ -5,6 +5,8 @@
 //!   of them, each owned by its reactor's poll group for its life.
 //! - [`pdu`]: the NVMe/TCP wire format, from `pmio-nvme-spec` (shared with the NVMe/TCP host):
 //!   PDUs parsed in place from a receive buffer, headers encoded into a small stack buffer.
+//! - `rpc` (feature `rpc`): SPDK's `nvmf_*` and `sock_*` methods on the target, with the
+//!   "nvmf" and "sock" sections of `save_config`.
 //! - [`spec`]: SQE, CQE, status codes, Identify and discovery layouts: `pmio-nvme-spec`, shared
 //!   with the NVMe driver.
 //!
@@ -43,6 +45,8 @@ pub mod identify;
 mod listener;
 #[allow(unsafe_code)]
 mod ready;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 pub mod sock;
 pub mod stats;
 pub mod subsystem;

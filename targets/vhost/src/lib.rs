@@ -11,6 +11,8 @@
 //!   controller's cpumask, which owns it; the guest is told not to kick while the ring is
 //!   polled, requests become bdev I/O through bounce buffers, and completions signal the
 //!   guest through its call eventfd once per poll.
+//! - `rpc` (feature `rpc`): SPDK's `vhost_*` methods on the target and the "vhost_blk"
+//!   section of `save_config`.
 //! - [`chain`] and [`blk`]: the descriptor-chain parser and the request rules; every chain is
 //!   hostile until proven otherwise. [`spec`]: virtio facts. [`mem`]: guest memory.
 //!
@@ -31,6 +33,8 @@ mod group;
 pub mod inflight;
 pub mod mem;
 mod ring;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 mod session;
 pub mod spec;
 mod sys;

@@ -1,0 +1,42 @@
+//! What the nvmf and sock methods run on: the NVMe/TCP target and the daemon's bdevs.
+
+use std::sync::Arc;
+
+use pmio_runtime::rpc::{BdevHost, BdevUser};
+
+use crate::NvmfTarget;
+
+/// The context of the `nvmf_*` and `sock_*` methods: the target they configure and the bdevs
+/// its namespaces are made of. A daemon holds one and hangs [`super::methods`] on its registry
+/// with a projection to it.
+#[derive(Clone)]
+pub struct NvmfRpc {
+    /// The NVMe/TCP target (SPDK's `spdk_nvmf_tgt`).
+    pub tgt: Arc<NvmfTarget>,
+    /// Every bdev of the daemon.
+    pub bdevs: Arc<BdevHost>,
+}
+
+impl NvmfRpc {
+    /// A target on `bdevs`' reactors serving `bdevs`' devices, registered with the host as a
+    /// user of the bdevs its namespaces are made of (they are never deleted under it).
+    pub fn new(bdevs: Arc<BdevHost>) -> NvmfRpc {
+        let tgt = NvmfTarget::new(bdevs.reactors().clone(), bdevs.registry.clone());
+        bdevs.add_user(Arc::new(NvmfUser(tgt.clone())));
+        NvmfRpc { tgt, bdevs }
+    }
+}
+
+/// The NVMe/TCP target as a user of bdevs: a namespace's bdev is claimed.
+struct NvmfUser(Arc<NvmfTarget>);
+
+impl BdevUser for NvmfUser {
+    fn user_of(&self, name: &str) -> Option<String> {
+        self.0.bdev_in_use(name).map(|(nqn, nsid)| {
+            format!(
+                "bdev {name} is namespace {nsid} of NVMe-oF subsystem {nqn}; remove it first \
+                 (nvmf_subsystem_remove_ns {nqn} {nsid})"
+            )
+        })
+    }
+}

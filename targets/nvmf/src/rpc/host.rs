@@ -1,0 +1,111 @@
+//! `nvmf_subsystem_add_host`, `nvmf_subsystem_remove_host`, `nvmf_subsystem_allow_any_host`.
+
+use pmio_jsonrpc::RpcError;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::context::NvmfRpc;
+use super::errors::{internal, nvmf_error};
+use super::rules::{self, Ignored, TgtName, refuse_given, targeted};
+use super::subsystem::subsystem;
+use crate::error::NvmfError;
+
+/// `nvmf_subsystem_add_host` parameters, in the order rpc.py sends them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddHost {
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// Host NQN.
+    pub host: String,
+    /// The target ([`TgtName`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<TgtName>,
+    /// TLS pre-shared key: refused (pmio has no TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psk: Option<String>,
+    /// DH-HMAC-CHAP key: refused (pmio has no in-band authentication).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<String>,
+    /// DH-HMAC-CHAP controller key: refused (pmio has no in-band authentication).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrlr_key: Option<String>,
+}
+
+/// `nvmf_subsystem_remove_host` parameters, in the order rpc.py sends them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveHost {
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// Host NQN.
+    pub host: String,
+    /// The target ([`TgtName`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<TgtName>,
+    /// How long SPDK waits for the host's controllers to go; pmio disconnects them at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<Ignored<u64>>,
+}
+
+/// `nvmf_subsystem_allow_any_host` parameters, in the order rpc.py sends them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowAnyHost {
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// Any host (true) or only the listed ones (false).
+    pub allow_any_host: bool,
+    /// The target ([`TgtName`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<TgtName>,
+}
+
+targeted!(AddHost, RemoveHost, AllowAnyHost);
+
+pub(super) fn nvmf_subsystem_add_host(
+    rpc: &NvmfRpc,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    let p: AddHost = rules::decode(params)?;
+    refuse_given("psk", &p.psk, "pmio has no TLS")?;
+    let no_auth = "pmio has no in-band authentication";
+    refuse_given("dhchap_key", &p.dhchap_key, no_auth)?;
+    refuse_given("dhchap_ctrlr_key", &p.dhchap_ctrlr_key, no_auth)?;
+    subsystem(rpc, &p.nqn)?;
+    rpc.tgt.add_host(&p.nqn, &p.host).map_err(|e| match e {
+        NvmfError::NotFound(_) => nvmf_error(&e),
+        _ => internal("Internal error", &e),
+    })?;
+    log::info!("nvmf: {} admits host {}", p.nqn, p.host);
+    Ok(Value::Bool(true))
+}
+
+pub(super) fn nvmf_subsystem_remove_host(
+    rpc: &NvmfRpc,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    let p: RemoveHost = rules::decode(params)?;
+    subsystem(rpc, &p.nqn)?;
+    // A host that is not on the list: SPDK's -ENOENT becomes "Internal error".
+    rpc.tgt
+        .remove_host(&p.nqn, &p.host)
+        .map_err(|e| internal("Internal error", &e))?;
+    log::info!("nvmf: {} no longer admits host {}", p.nqn, p.host);
+    Ok(Value::Bool(true))
+}
+
+pub(super) fn nvmf_subsystem_allow_any_host(
+    rpc: &NvmfRpc,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    let p: AllowAnyHost = rules::decode(params)?;
+    rpc.tgt
+        .allow_any_host(&p.nqn, p.allow_any_host)
+        .map_err(|e| nvmf_error(&e))?;
+    log::info!("nvmf: {} allow_any_host {}", p.nqn, p.allow_any_host);
+    Ok(Value::Bool(true))
+}
