@@ -6,9 +6,8 @@
 //! - [`target`]: the daemon state (framework state, bdev records, statistics, reactors).
 //! - [`methods`]: the method table and the SPDK methods on the target state;
 //!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
-//!   [`uring`] add theirs; [`nvmf`] has SPDK's `nvmf_*` methods on the NVMe/TCP
-//!   target; [`sock`] answers `sock_impl_get_options` for its sockets; [`vhost`] has SPDK's
-//!   `vhost_*` methods on the vhost-user-blk target.
+//!   [`uring`] add theirs; the NVMe/TCP target's `nvmf_*` and `sock_*` methods are
+//!   `pmio_nvmf::rpc`'s, the vhost-user-blk target's `vhost_*` methods `pmio_vhost::rpc`'s.
 //! - [`config`]: configurations in `save_config`'s shape, pmio's and SPDK's unchanged (`-c`,
 //!   `load_config`, rpc.py's replay, `--check-config`): what is created, mapped, ignored, refused.
 //!
@@ -21,10 +20,7 @@
 
 pub mod config;
 pub mod methods;
-pub mod nvmf;
-pub mod sock;
 pub mod target;
-pub mod vhost;
 
 /// Releases everything the daemon holds, after the RPC server has stopped and before the
 /// reactors stop: closes the NVMe/TCP target's connections and listeners (they run on the
@@ -32,8 +28,8 @@ pub mod vhost;
 /// unregisters every bdev.
 pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
-    t.nvmf.shutdown();
-    t.vhost.shutdown();
+    t.nvmf.tgt.shutdown();
+    t.vhost.tgt.shutdown();
     t.nvme.detach_all();
     for r in t.bdevs.records().into_iter().rev() {
         if let Err(e) = t.bdevs.registry.unregister(&r.name) {

@@ -163,7 +163,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             let _ = reactors.stop();
             bail!("-S {}: not a directory", dir.display());
         }
-        target.vhost.set_socket_dir(dir);
+        target.vhost.tgt.set_socket_dir(dir);
     }
     let rpc = Arc::new(Rpc::new(
         target.clone(),

@@ -40,6 +40,11 @@ fn bdevs(rpc: &Rpc) -> &Arc<pmio_runtime::rpc::BdevHost> {
     &rpc.target.bdevs
 }
 
+/// The NVMe/TCP target the nvmf and sock methods run on.
+fn nvmf(rpc: &Rpc) -> &pmio_nvmf::rpc::NvmfRpc {
+    &rpc.target.nvmf
+}
+
 /// Every method of pmio-tgt (what [`Rpc::new`] serves; `--check-config` asks it without a
 /// daemon).
 pub fn all_methods() -> Registry<Rpc> {
@@ -57,9 +62,9 @@ pub fn all_methods() -> Registry<Rpc> {
         pmio_nvme::rpc::methods().into_iter().collect(),
         |r: &Rpc| &*r.target.nvme,
     );
-    methods.extend(crate::nvmf::methods());
-    methods.extend(crate::sock::methods());
-    methods.extend(crate::vhost::methods());
+    methods.merge(pmio_nvmf::rpc::methods(), nvmf);
+    methods.merge(pmio_nvmf::rpc::sock::methods().into_iter().collect(), nvmf);
+    methods.merge(pmio_vhost::rpc::methods(), |rpc: &Rpc| &rpc.target.vhost);
     methods.extend(crate::config::methods());
     methods
 }
@@ -265,13 +270,13 @@ fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Va
     p.opt::<bool>("with_batches")?;
     p.finish()?;
     match name.as_str() {
-        "sock" => Ok(Value::Array(crate::sock::config(rpc))),
+        "sock" => Ok(Value::Array(pmio_nvmf::rpc::sock::config(&rpc.target.nvmf))),
         "bdev" => Ok(Value::Array(bdev_config(rpc))),
-        "nvmf" => Ok(Value::Array(crate::nvmf::config(rpc))),
+        "nvmf" => Ok(Value::Array(pmio_nvmf::rpc::config(&rpc.target.nvmf))),
         "scheduler" => Ok(Value::Array(
             rpc.settings.saved_scheduler().into_iter().collect(),
         )),
-        "vhost_blk" => Ok(Value::Array(crate::vhost::config(rpc))),
+        "vhost_blk" => Ok(Value::Array(pmio_vhost::rpc::config(&rpc.target.vhost))),
         _ => Err(RpcError::new(
             code::INVALID_PARAMS,
             format!("Subsystem '{name}' not found"),

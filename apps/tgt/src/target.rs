@@ -10,20 +10,20 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use pmio_jsonrpc::RpcState;
 use pmio_nvme::rpc::NvmeRpc;
-use pmio_nvmf::NvmfTarget;
+use pmio_nvmf::rpc::NvmfRpc;
 use pmio_reactors::ReactorsHandle;
 use pmio_reactors::rpc::ReactorsRpc;
-use pmio_runtime::rpc::{BdevHost, BdevUser};
-use pmio_vhost::VhostTarget;
+use pmio_runtime::rpc::BdevHost;
+use pmio_vhost::rpc::VhostRpc;
 
 /// The daemon state shared by every RPC connection.
 pub struct Target {
     /// Every bdev, with the module that made it, its users and statistics.
     pub bdevs: Arc<BdevHost>,
-    /// The NVMe/TCP target serving these bdevs (the `nvmf_*` methods).
-    pub nvmf: Arc<NvmfTarget>,
+    /// The NVMe/TCP target serving these bdevs (the `nvmf_*` and `sock_*` methods).
+    pub nvmf: NvmfRpc,
     /// The vhost-user-blk target serving these bdevs to VMs (the `vhost_*` methods).
-    pub vhost: Arc<VhostTarget>,
+    pub vhost: VhostRpc,
     /// The NVMe bdev module: attached controllers, driver defaults (the `bdev_nvme_*` methods).
     pub nvme: Arc<NvmeRpc>,
     state: AtomicU8,
@@ -31,42 +31,12 @@ pub struct Target {
     pub reactors: ReactorsRpc,
 }
 
-/// The NVMe/TCP target as a user of bdevs: a namespace's bdev is claimed.
-struct NvmfUser(Arc<NvmfTarget>);
-
-impl BdevUser for NvmfUser {
-    fn user_of(&self, name: &str) -> Option<String> {
-        self.0.bdev_in_use(name).map(|(nqn, nsid)| {
-            format!(
-                "bdev {name} is namespace {nsid} of NVMe-oF subsystem {nqn}; remove it first \
-                 (nvmf_subsystem_remove_ns {nqn} {nsid})"
-            )
-        })
-    }
-}
-
-/// The vhost target as a user of bdevs: a controller's disk is claimed.
-struct VhostUser(Arc<VhostTarget>);
-
-impl BdevUser for VhostUser {
-    fn user_of(&self, name: &str) -> Option<String> {
-        self.0.bdev_in_use(name).map(|ctrlr| {
-            format!(
-                "bdev {name} is the disk of vhost controller {ctrlr}; delete it first \
-                 (vhost_delete_controller {ctrlr})"
-            )
-        })
-    }
-}
-
 impl Target {
     /// A target on `reactors`, in `state`.
     pub fn new(reactors: ReactorsHandle, state: RpcState) -> Target {
         let bdevs = Arc::new(BdevHost::new(reactors.clone()));
-        let nvmf = NvmfTarget::new(reactors.clone(), bdevs.registry.clone());
-        let vhost = VhostTarget::new(reactors.clone(), bdevs.registry.clone());
-        bdevs.add_user(Arc::new(VhostUser(vhost.clone())));
-        bdevs.add_user(Arc::new(NvmfUser(nvmf.clone())));
+        let vhost = VhostRpc::new(bdevs.clone());
+        let nvmf = NvmfRpc::new(bdevs.clone());
         Target {
             reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,

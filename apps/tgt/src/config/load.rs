@@ -284,6 +284,7 @@ mod tests {
     fn nqns(r: &Rpc) -> Vec<String> {
         r.target
             .nvmf
+            .tgt
             .config()
             .subsystems
             .iter()
@@ -341,7 +342,7 @@ mod tests {
         assert_eq!(t[0]["c2h_success"], false);
         // pmio's own save_config of it loads into a fresh daemon as the same target, once
         // this one has let go of its ports.
-        let nvmf_saved = crate::nvmf::config(&r);
+        let nvmf_saved = pmio_nvmf::rpc::config(&r.target.nvmf);
         let saved = json!({"subsystems": [
             {"subsystem": "bdev", "config": crate::methods::bdev_config(&r)},
             {"subsystem": "nvmf", "config": nvmf_saved}]});
@@ -353,7 +354,7 @@ mod tests {
         assert_eq!(call(&r2, "nvmf_get_subsystems", Value::Null).unwrap(), subs);
         assert_eq!(call(&r2, "nvmf_get_transports", Value::Null).unwrap(), t);
         assert_eq!(
-            json!(crate::nvmf::config(&r2)),
+            json!(pmio_nvmf::rpc::config(&r2.target.nvmf)),
             saved["subsystems"][1]["config"]
         );
         crate::shutdown(&r2);
@@ -428,7 +429,7 @@ mod tests {
             crate::methods::bdev_config(&r)[0]["method"],
             "bdev_nvme_set_options"
         );
-        r.target.nvmf.shutdown();
+        r.target.nvmf.tgt.shutdown();
     }
 
     #[test]
@@ -463,7 +464,7 @@ mod tests {
         let s = call(&r, "bdev_get_scheduler", json!({"name": "N0"})).unwrap();
         assert_eq!(s[0]["scheduler"], "mq-deadline");
         assert_eq!(s[0]["tunables"]["fifo_batch"], 4);
-        let c1 = r.target.nvmf.config();
+        let c1 = r.target.nvmf.tgt.config();
         assert!(
             !c1.subsystem("nqn.2016-06.io.spdk:c1")
                 .unwrap()

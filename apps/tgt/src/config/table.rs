@@ -282,7 +282,7 @@ fn before_attach(rpc: &Rpc, v: &Value) -> Before {
 /// The TCP transport cannot be deleted (pmio-nvmf has no such call; it holds no listener once
 /// the subsystems are gone). Loading the same file again finds it with the same options.
 fn before_transport(rpc: &Rpc, v: &Value) -> Before {
-    match crate::nvmf::transport_matches(rpc, v) {
+    match pmio_nvmf::rpc::transport_matches(&rpc.target.nvmf.tgt, v) {
         Some(true) => Before::Present("the TCP transport exists with these options".into()),
         _ => Before::Keep(
             "the TCP transport stays (pmio-nvmf cannot delete a transport; it serves nothing \
@@ -318,7 +318,7 @@ fn before_scheduler(rpc: &Rpc, v: &Value) -> Before {
 /// The subsystem's allow_any_host before the call, set back by a rollback.
 fn before_allow_any_host(rpc: &Rpc, v: &Value) -> Before {
     let nqn = p(v, "nqn");
-    match rpc.target.nvmf.config().subsystem(&nqn) {
+    match rpc.target.nvmf.tgt.config().subsystem(&nqn) {
         Some(s) => Before::Undo(UndoCall {
             what: allow_any_host_name(v),
             method: "nvmf_subsystem_allow_any_host".into(),

@@ -72,7 +72,7 @@ impl World {
     /// What a running daemon has.
     pub fn of(rpc: &Rpc) -> World {
         let t = &rpc.target;
-        let c = t.nvmf.config();
+        let c = t.nvmf.tgt.config();
         World {
             methods: rpc.method_names(false),
             bdevs: t

@@ -22,6 +22,7 @@ use pmio_nvme::NvmeOptions;
 pub use pmio_nvme::rpc::NvmeDefaults;
 use pmio_nvme::rpc::SharedDefaults;
 use pmio_nvmf::SockOptions;
+pub use pmio_nvmf::rpc::sock::SockChange;
 
 use serde_json::{Value, json};
 
@@ -74,7 +75,7 @@ pub enum Effect {
         saved: Value,
     },
     /// New socket options for NVMe/TCP connections accepted from now on (`save_config`
-    /// writes the options in effect, see `crate::sock::config`).
+    /// writes the options in effect, see `pmio_nvmf::rpc::sock::config`).
     Sock(SockChange),
     /// A scheduler choice (reactor modes); `saved` is what `save_config` writes back.
     Scheduler {
@@ -113,29 +114,6 @@ impl Plan {
 
 /// A planning function: decodes a call's parameters, no side effect.
 pub type PlanFn = fn(Option<&Value>) -> Result<Plan, RpcError>;
-
-/// What `sock_impl_set_options -i posix` changes of the NVMe/TCP target's socket options
-/// (`None`: kept; SPDK's call also starts from the options in effect).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SockChange {
-    /// `recv_buf_size`: SO_RCVBUF.
-    pub recv_buf_size: Option<u32>,
-    /// `send_buf_size`: SO_SNDBUF.
-    pub send_buf_size: Option<u32>,
-    /// `enable_quickack`: TCP_QUICKACK.
-    pub enable_quickack: Option<bool>,
-}
-
-impl SockChange {
-    /// `o` with the fields that were set replaced.
-    pub fn apply_to(&self, o: SockOptions) -> SockOptions {
-        SockOptions {
-            recv_buf_size: self.recv_buf_size.unwrap_or(o.recv_buf_size),
-            send_buf_size: self.send_buf_size.unwrap_or(o.send_buf_size),
-            enable_quickack: self.enable_quickack.unwrap_or(o.enable_quickack),
-        }
-    }
-}
 
 /// SPDK's scheduler names, as pmio's reactors honour them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +221,7 @@ impl Settings {
                 .iter()
                 .map(|&c| (c, h.interrupt_idle(c)))
                 .collect(),
-            sock: rpc.target.nvmf.sock_options(),
+            sock: rpc.target.nvmf.tgt.sock_options(),
         }
     }
 
@@ -255,7 +233,7 @@ impl Settings {
                 log::warn!("config: restoring reactor {core}'s mode: {e}");
             }
         }
-        rpc.target.nvmf.set_sock_options(snap.sock);
+        rpc.target.nvmf.tgt.set_sock_options(snap.sock);
         self.nvme.set(snap.state.nvme);
         *lock(&self.state) = Saved {
             nvme_saved: snap.state.nvme_saved,
@@ -274,7 +252,7 @@ impl Settings {
                 Ok(())
             }
             Effect::Sock(change) => {
-                let nvmf = &rpc.target.nvmf;
+                let nvmf = &rpc.target.nvmf.tgt;
                 nvmf.set_sock_options(change.apply_to(nvmf.sock_options()));
                 Ok(())
             }
