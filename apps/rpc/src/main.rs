@@ -121,10 +121,6 @@ fn some<T: Into<Value>>(v: T) -> Option<Value> {
     Some(v.into())
 }
 
-fn opt<T: Into<Value>>(v: Option<T>) -> Option<Value> {
-    v.map(Into::into)
-}
-
 /// Method name, params and output style of a simple (one-call) method.
 fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
     Ok(match m {

@@ -1,11 +1,22 @@
 //! rpc.py's `nvmf_*` subcommands: the same positional arguments and flags, the same request
 //! (keys in rpc.py's order, `store_true` flags sent as `false`, absent options left out) and the
 //! same output (nothing for the methods that change state, indent-2 JSON for the queries).
+//!
+//! The requests are the target's own declarations (`pmio_nvmf::rpc`), built from the command
+//! line and serialized: a key is named once, beside the method that decodes it.
 
 use clap::Subcommand;
+use pmio_jsonrpc::decl::{BoolDefault, IntDefault};
+use pmio_nvmf::rpc::host::{AddHost, AllowAnyHost, RemoveHost};
+use pmio_nvmf::rpc::listener::{AddListener, ListenAddress, RemoveListener};
+use pmio_nvmf::rpc::ns::{AddNs, NsParams, RemoveNs};
+use pmio_nvmf::rpc::rules::{Ignored, TgtName};
+use pmio_nvmf::rpc::subsystem::{self, SubsystemQuery};
+use pmio_nvmf::rpc::{conn, transport};
+use serde::Serialize;
 use serde_json::Value;
 
-use crate::{Print, obj, opt, some};
+use crate::Print;
 
 /// The discovery subsystem's NQN, for rpc.py's `discovery` shortcut.
 const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
@@ -24,22 +35,22 @@ pub enum NvmfMethod {
         tgt_name: Option<String>,
         /// Max number of outstanding I/O per queue.
         #[arg(short = 'q', long)]
-        max_queue_depth: Option<u64>,
+        max_queue_depth: Option<u16>,
         /// Max number of I/O queue pairs per controller.
         #[arg(short = 'm', long)]
-        max_io_qpairs_per_ctrlr: Option<u64>,
+        max_io_qpairs_per_ctrlr: Option<u16>,
         /// Max in-capsule data size.
         #[arg(short = 'c', long)]
-        in_capsule_data_size: Option<u64>,
+        in_capsule_data_size: Option<u32>,
         /// Max I/O size (bytes).
         #[arg(short = 'i', long)]
-        max_io_size: Option<u64>,
+        max_io_size: Option<u32>,
         /// I/O unit size (bytes).
         #[arg(short = 'u', long)]
-        io_unit_size: Option<u64>,
+        io_unit_size: Option<u32>,
         /// Max number of admin commands per admin queue.
         #[arg(short = 'a', long)]
-        max_aq_depth: Option<u64>,
+        max_aq_depth: Option<u16>,
         /// Pooled data buffers of the transport (SPDK; no effect in pmio).
         #[arg(short = 'n', long)]
         num_shared_buffers: Option<u64>,
@@ -66,13 +77,13 @@ pub enum NvmfMethod {
         dif_insert_or_strip: bool,
         /// Socket priority of the connections (pmio: 0 only).
         #[arg(short = 'y', long)]
-        sock_priority: Option<u64>,
+        sock_priority: Option<i64>,
         /// Pending connections allowed at one time (RDMA only).
         #[arg(short = 'l', long)]
         acceptor_backlog: Option<u64>,
         /// Abort execution timeout, seconds.
         #[arg(short = 'x', long)]
-        abort_timeout_sec: Option<u64>,
+        abort_timeout_sec: Option<u32>,
         /// Disable work request batching (RDMA only).
         #[arg(short = 'w', long)]
         no_wr_batching: bool,
@@ -145,22 +156,22 @@ pub enum NvmfMethod {
         allow_any_host: bool,
         /// Maximum number of namespaces.
         #[arg(short = 'm', long)]
-        max_namespaces: Option<u64>,
+        max_namespaces: Option<u32>,
         /// ANA reporting (pmio: not supported).
         #[arg(short = 'r', long)]
         ana_reporting: bool,
         /// Minimum controller ID.
         #[arg(short = 'i', long = "min_cntlid")]
-        min_cntlid: Option<u64>,
+        min_cntlid: Option<u16>,
         /// Maximum controller ID.
         #[arg(short = 'I', long = "max_cntlid")]
-        max_cntlid: Option<u64>,
+        max_cntlid: Option<u16>,
         /// Maximum discard size, KiB.
         #[arg(long)]
-        max_discard_size: Option<u64>,
+        max_discard_size: Option<i64>,
         /// Maximum write zeroes size, KiB.
         #[arg(long)]
-        max_write_zeroes_size: Option<u64>,
+        max_write_zeroes_size: Option<i64>,
         /// NVMe pass-through (pmio: not supported).
         #[arg(short = 'p', long)]
         passthrough: bool,
@@ -213,7 +224,7 @@ pub enum NvmfMethod {
         ptpl_file: Option<String>,
         /// The requested NSID.
         #[arg(short = 'n', long)]
-        nsid: Option<u64>,
+        nsid: Option<u32>,
         /// Namespace globally unique identifier (32 hex digits).
         #[arg(short = 'g', long)]
         nguid: Option<String>,
@@ -225,7 +236,7 @@ pub enum NvmfMethod {
         uuid: Option<String>,
         /// ANA group ID (pmio: not supported).
         #[arg(short = 'a', long)]
-        anagrpid: Option<u64>,
+        anagrpid: Option<i64>,
         /// Do not make the namespace visible to controllers automatically (pmio: not supported).
         #[arg(short = 'i', long)]
         no_auto_visible: bool,
@@ -239,7 +250,7 @@ pub enum NvmfMethod {
         /// Subsystem NQN.
         nqn: String,
         /// Namespace ID.
-        nsid: u64,
+        nsid: u32,
         /// The name of the parent NVMe-oF target.
         #[arg(short = 't', long)]
         tgt_name: Option<String>,
@@ -342,13 +353,13 @@ impl Listener {
     }
 
     /// `listen_address` as rpc.py groups it.
-    fn address(&self) -> Value {
-        obj(vec![
-            ("trtype", some(self.trtype.clone())),
-            ("traddr", some(self.traddr.clone())),
-            ("adrfam", opt(self.adrfam.clone())),
-            ("trsvcid", opt(self.trsvcid.clone())),
-        ])
+    fn address(&self) -> ListenAddress {
+        ListenAddress {
+            trtype: self.trtype.clone(),
+            traddr: self.traddr.clone(),
+            adrfam: self.adrfam.clone(),
+            trsvcid: self.trsvcid.clone(),
+        }
     }
 }
 
@@ -365,19 +376,40 @@ pub struct Query {
 
 impl Query {
     fn params(&self) -> Option<Value> {
-        Some(obj(vec![
-            ("nqn", some(self.nqn.clone())),
-            ("tgt_name", opt(self.tgt_name.clone())),
-        ]))
+        encode(&SubsystemQuery {
+            nqn: self.nqn.clone(),
+            tgt_name: tgt(&self.tgt_name),
+        })
     }
 }
 
-/// `None` for an empty object: rpc.py leaves out empty params.
-fn non_empty(v: Value) -> Option<Value> {
-    match &v {
-        Value::Object(m) if m.is_empty() => None,
-        _ => Some(v),
+/// A declaration's request params: the object its fields serialize to, `None` when empty
+/// (rpc.py leaves out empty params). The client's one encoder of declarations.
+pub(crate) fn encode<T: Serialize>(p: &T) -> Option<Value> {
+    match serde_json::to_value(p) {
+        Ok(Value::Object(m)) if m.is_empty() => None,
+        Ok(v) => Some(v),
+        // The declarations are structs of strings, numbers and booleans.
+        Err(e) => unreachable!("a declaration serializes: {e}"),
     }
+}
+
+fn tgt(name: &Option<String>) -> Option<TgtName> {
+    name.clone().map(TgtName)
+}
+
+/// A `store_true` flag rpc.py sends as is (`false` when not given) to a key pmio ignores.
+fn flag(b: bool) -> Option<Ignored<bool>> {
+    Some(Ignored(b))
+}
+
+fn ignored(v: Option<u64>) -> Option<Ignored<u64>> {
+    v.map(Ignored)
+}
+
+/// A `store_true` flag rpc.py sends as is to a key pmio accepts only as `false`.
+fn only_false(b: bool) -> Option<BoolDefault<false>> {
+    Some(BoolDefault(b))
 }
 
 /// Method name, params and output style of an nvmf subcommand.
@@ -417,54 +449,54 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             min_kato,
         } => (
             "nvmf_create_transport",
-            Some(obj(vec![
-                ("trtype", some(trtype.clone())),
-                ("tgt_name", opt(tgt_name.clone())),
-                ("max_queue_depth", opt(*max_queue_depth)),
-                ("max_io_qpairs_per_ctrlr", opt(*max_io_qpairs_per_ctrlr)),
-                ("in_capsule_data_size", opt(*in_capsule_data_size)),
-                ("max_io_size", opt(*max_io_size)),
-                ("io_unit_size", opt(*io_unit_size)),
-                ("max_aq_depth", opt(*max_aq_depth)),
-                ("num_shared_buffers", opt(*num_shared_buffers)),
-                ("buf_cache_size", opt(*buf_cache_size)),
-                ("num_cqe", opt(*num_cqe)),
-                ("max_srq_depth", opt(*max_srq_depth)),
-                ("c2h_success", some(!*no_c2h_success)),
-                ("no_srq", some(*no_srq)),
-                ("zcopy", some(*zcopy)),
-                ("dif_insert_or_strip", some(*dif_insert_or_strip)),
-                ("sock_priority", opt(*sock_priority)),
-                ("acceptor_backlog", opt(*acceptor_backlog)),
-                ("abort_timeout_sec", opt(*abort_timeout_sec)),
-                ("no_wr_batching", some(*no_wr_batching)),
-                ("control_msg_num", opt(*control_msg_num)),
-                ("disable_mappable_bar0", some(*disable_mappable_bar0)),
-                ("disable_adaptive_irq", some(*disable_adaptive_irq)),
-                ("disable_shadow_doorbells", some(*disable_shadow_doorbells)),
-                ("acceptor_poll_rate", opt(*acceptor_poll_rate)),
-                ("ack_timeout", opt(*ack_timeout)),
-                ("data_wr_pool_size", opt(*data_wr_pool_size)),
-                ("disable_command_passthru", some(*disable_command_passthru)),
-                ("kas", opt(*kas)),
-                ("min_kato", opt(*min_kato)),
-            ])),
+            encode(&transport::CreateTransport {
+                trtype: trtype.clone(),
+                tgt_name: tgt(tgt_name),
+                max_queue_depth: *max_queue_depth,
+                max_io_qpairs_per_ctrlr: *max_io_qpairs_per_ctrlr,
+                in_capsule_data_size: *in_capsule_data_size,
+                max_io_size: *max_io_size,
+                io_unit_size: *io_unit_size,
+                max_aq_depth: *max_aq_depth,
+                num_shared_buffers: ignored(*num_shared_buffers),
+                buf_cache_size: ignored(*buf_cache_size),
+                num_cqe: ignored(*num_cqe),
+                max_srq_depth: ignored(*max_srq_depth),
+                c2h_success: Some(!*no_c2h_success),
+                no_srq: flag(*no_srq),
+                zcopy: only_false(*zcopy),
+                dif_insert_or_strip: only_false(*dif_insert_or_strip),
+                sock_priority: sock_priority.map(IntDefault),
+                acceptor_backlog: ignored(*acceptor_backlog),
+                abort_timeout_sec: *abort_timeout_sec,
+                no_wr_batching: flag(*no_wr_batching),
+                control_msg_num: ignored(*control_msg_num),
+                disable_mappable_bar0: flag(*disable_mappable_bar0),
+                disable_adaptive_irq: flag(*disable_adaptive_irq),
+                disable_shadow_doorbells: flag(*disable_shadow_doorbells),
+                acceptor_poll_rate: ignored(*acceptor_poll_rate),
+                ack_timeout: ignored(*ack_timeout),
+                data_wr_pool_size: ignored(*data_wr_pool_size),
+                disable_command_passthru: flag(*disable_command_passthru),
+                kas: ignored(*kas),
+                min_kato: ignored(*min_kato),
+            }),
             Print::Nothing,
         ),
         GetTransports { trtype, tgt_name } => (
             "nvmf_get_transports",
-            non_empty(obj(vec![
-                ("tgt_name", opt(tgt_name.clone())),
-                ("trtype", opt(trtype.clone())),
-            ])),
+            encode(&transport::GetTransports {
+                tgt_name: tgt(tgt_name),
+                trtype: trtype.clone(),
+            }),
             Print::Dict,
         ),
         GetSubsystems { nqn, tgt_name } => (
             "nvmf_get_subsystems",
-            non_empty(obj(vec![
-                ("tgt_name", opt(tgt_name.clone())),
-                ("nqn", opt(nqn.clone())),
-            ])),
+            encode(&subsystem::GetSubsystems {
+                tgt_name: tgt(tgt_name),
+                nqn: nqn.clone(),
+            }),
             Print::Dict,
         ),
         CreateSubsystem {
@@ -483,21 +515,21 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             enable_nssr,
         } => (
             "nvmf_create_subsystem",
-            Some(obj(vec![
-                ("nqn", some(nqn.clone())),
-                ("tgt_name", opt(tgt_name.clone())),
-                ("serial_number", opt(serial_number.clone())),
-                ("model_number", opt(model_number.clone())),
-                ("allow_any_host", some(*allow_any_host)),
-                ("max_namespaces", opt(*max_namespaces)),
-                ("ana_reporting", some(*ana_reporting)),
-                ("min_cntlid", opt(*min_cntlid)),
-                ("max_cntlid", opt(*max_cntlid)),
-                ("max_discard_size_kib", opt(*max_discard_size)),
-                ("max_write_zeroes_size_kib", opt(*max_write_zeroes_size)),
-                ("passthrough", some(*passthrough)),
-                ("enable_nssr", some(*enable_nssr)),
-            ])),
+            encode(&subsystem::CreateSubsystem {
+                nqn: nqn.clone(),
+                tgt_name: tgt(tgt_name),
+                serial_number: serial_number.clone(),
+                model_number: model_number.clone(),
+                allow_any_host: *allow_any_host,
+                max_namespaces: *max_namespaces,
+                ana_reporting: only_false(*ana_reporting),
+                min_cntlid: *min_cntlid,
+                max_cntlid: *max_cntlid,
+                max_discard_size_kib: max_discard_size.map(IntDefault),
+                max_write_zeroes_size_kib: max_write_zeroes_size.map(IntDefault),
+                passthrough: only_false(*passthrough),
+                enable_nssr: only_false(*enable_nssr),
+            }),
             Print::Nothing,
         ),
         DeleteSubsystem {
@@ -505,10 +537,10 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             tgt_name,
         } => (
             "nvmf_delete_subsystem",
-            Some(obj(vec![
-                ("nqn", some(subsystem_nqn.clone())),
-                ("tgt_name", opt(tgt_name.clone())),
-            ])),
+            encode(&SubsystemQuery {
+                nqn: subsystem_nqn.clone(),
+                tgt_name: tgt(tgt_name),
+            }),
             Print::Nothing,
         ),
         SubsystemAddListener {
@@ -518,23 +550,23 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             sock_impl,
         } => (
             "nvmf_subsystem_add_listener",
-            Some(obj(vec![
-                ("nqn", some(listener.nqn())),
-                ("tgt_name", opt(listener.tgt_name.clone())),
-                ("secure_channel", some(*secure_channel)),
-                ("ana_state", opt(ana_state.clone())),
-                ("sock_impl", opt(sock_impl.clone())),
-                ("listen_address", some(listener.address())),
-            ])),
+            encode(&AddListener {
+                nqn: listener.nqn(),
+                tgt_name: tgt(&listener.tgt_name),
+                secure_channel: only_false(*secure_channel),
+                ana_state: ana_state.clone(),
+                sock_impl: sock_impl.clone().map(Ignored),
+                listen_address: listener.address(),
+            }),
             Print::Nothing,
         ),
         SubsystemRemoveListener { listener } => (
             "nvmf_subsystem_remove_listener",
-            Some(obj(vec![
-                ("nqn", some(listener.nqn())),
-                ("tgt_name", opt(listener.tgt_name.clone())),
-                ("listen_address", some(listener.address())),
-            ])),
+            encode(&RemoveListener {
+                nqn: listener.nqn(),
+                tgt_name: tgt(&listener.tgt_name),
+                listen_address: listener.address(),
+            }),
             Print::Nothing,
         ),
         SubsystemAddNs {
@@ -551,24 +583,21 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             hide_metadata,
         } => (
             "nvmf_subsystem_add_ns",
-            Some(obj(vec![
-                ("nqn", some(nqn.clone())),
-                ("tgt_name", opt(tgt_name.clone())),
-                (
-                    "namespace",
-                    some(obj(vec![
-                        ("bdev_name", some(bdev_name.clone())),
-                        ("ptpl_file", opt(ptpl_file.clone())),
-                        ("nsid", opt(*nsid)),
-                        ("nguid", opt(nguid.clone())),
-                        ("eui64", opt(eui64.clone())),
-                        ("uuid", opt(uuid.clone())),
-                        ("anagrpid", opt(*anagrpid)),
-                        ("no_auto_visible", some(*no_auto_visible)),
-                        ("hide_metadata", some(*hide_metadata)),
-                    ])),
-                ),
-            ])),
+            encode(&AddNs {
+                nqn: nqn.clone(),
+                tgt_name: tgt(tgt_name),
+                namespace: NsParams {
+                    bdev_name: bdev_name.clone(),
+                    ptpl_file: ptpl_file.clone(),
+                    nsid: *nsid,
+                    nguid: nguid.clone(),
+                    eui64: eui64.clone(),
+                    uuid: uuid.clone(),
+                    anagrpid: anagrpid.map(IntDefault),
+                    no_auto_visible: only_false(*no_auto_visible),
+                    hide_metadata: only_false(*hide_metadata),
+                },
+            }),
             Print::Nothing,
         ),
         SubsystemRemoveNs {
@@ -577,11 +606,11 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             tgt_name,
         } => (
             "nvmf_subsystem_remove_ns",
-            Some(obj(vec![
-                ("nqn", some(nqn.clone())),
-                ("nsid", some(*nsid)),
-                ("tgt_name", opt(tgt_name.clone())),
-            ])),
+            encode(&RemoveNs {
+                nqn: nqn.clone(),
+                nsid: *nsid,
+                tgt_name: tgt(tgt_name),
+            }),
             Print::Nothing,
         ),
         SubsystemAddHost {
@@ -593,14 +622,14 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             dhchap_ctrlr_key,
         } => (
             "nvmf_subsystem_add_host",
-            Some(obj(vec![
-                ("nqn", some(nqn.clone())),
-                ("host", some(host.clone())),
-                ("tgt_name", opt(tgt_name.clone())),
-                ("psk", opt(psk.clone())),
-                ("dhchap_key", opt(dhchap_key.clone())),
-                ("dhchap_ctrlr_key", opt(dhchap_ctrlr_key.clone())),
-            ])),
+            encode(&AddHost {
+                nqn: nqn.clone(),
+                host: host.clone(),
+                tgt_name: tgt(tgt_name),
+                psk: psk.clone(),
+                dhchap_key: dhchap_key.clone(),
+                dhchap_ctrlr_key: dhchap_ctrlr_key.clone(),
+            }),
             Print::Nothing,
         ),
         SubsystemRemoveHost {
@@ -609,11 +638,12 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             tgt_name,
         } => (
             "nvmf_subsystem_remove_host",
-            Some(obj(vec![
-                ("nqn", some(nqn.clone())),
-                ("host", some(host.clone())),
-                ("tgt_name", opt(tgt_name.clone())),
-            ])),
+            encode(&RemoveHost {
+                nqn: nqn.clone(),
+                host: host.clone(),
+                tgt_name: tgt(tgt_name),
+                timeout_ms: None,
+            }),
             Print::Nothing,
         ),
         // rpc.py: allow unless -d (-e is the default, kept for symmetry).
@@ -624,11 +654,11 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
             tgt_name,
         } => (
             "nvmf_subsystem_allow_any_host",
-            Some(obj(vec![
-                ("nqn", some(nqn.clone())),
-                ("allow_any_host", some(!*disable)),
-                ("tgt_name", opt(tgt_name.clone())),
-            ])),
+            encode(&AllowAnyHost {
+                nqn: nqn.clone(),
+                allow_any_host: !*disable,
+                tgt_name: tgt(tgt_name),
+            }),
             Print::Nothing,
         ),
         SubsystemGetControllers(q) => ("nvmf_subsystem_get_controllers", q.params(), Print::Dict),
@@ -636,7 +666,9 @@ pub fn request(m: &NvmfMethod) -> (&'static str, Option<Value>, Print) {
         SubsystemGetListeners(q) => ("nvmf_subsystem_get_listeners", q.params(), Print::Dict),
         GetStats { tgt_name } => (
             "nvmf_get_stats",
-            non_empty(obj(vec![("tgt_name", opt(tgt_name.clone()))])),
+            encode(&conn::GetStats {
+                tgt_name: tgt(tgt_name),
+            }),
             Print::Dict,
         ),
     }

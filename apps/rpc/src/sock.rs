@@ -2,9 +2,11 @@
 //! pair sends `X` only when one of them is given), the same output.
 
 use clap::Subcommand;
+use pmio_nvmf::rpc::sock::{SockImpl, SockImplSetOptions};
 use serde_json::Value;
 
-use crate::{Print, obj, opt, some};
+use crate::Print;
+use crate::nvmf::encode;
 
 /// The socket layer's methods.
 #[derive(Subcommand, Debug)]
@@ -82,10 +84,10 @@ pub enum SockMethod {
 
 /// An `--enable-X`/`--disable-X` pair: `X` only when one was given (the later wins, as in
 /// rpc.py: clap's `overrides_with` keeps only the later of the two set).
-fn pair(enable: bool, disable: bool) -> Option<Value> {
+fn pair(enable: bool, disable: bool) -> Option<bool> {
     match (enable, disable) {
-        (true, _) => some(true),
-        (false, true) => some(false),
+        (true, _) => Some(true),
+        (false, true) => Some(false),
         (false, false) => None,
     }
 }
@@ -95,7 +97,9 @@ pub fn request(m: &SockMethod) -> (&'static str, Option<Value>, Print) {
     match m {
         SockMethod::ImplGetOptions { impl_name } => (
             "sock_impl_get_options",
-            Some(obj(vec![("impl_name", some(impl_name.as_str()))])),
+            encode(&SockImpl {
+                impl_name: impl_name.clone(),
+            }),
             Print::Json,
         ),
         SockMethod::ImplSetOptions {
@@ -117,33 +121,33 @@ pub fn request(m: &SockMethod) -> (&'static str, Option<Value>, Print) {
             disable_ktls,
         } => (
             "sock_impl_set_options",
-            Some(obj(vec![
-                ("impl_name", some(impl_name.as_str())),
-                ("recv_buf_size", opt(*recv_buf_size)),
-                ("send_buf_size", opt(*send_buf_size)),
-                (
-                    "enable_recv_pipe",
-                    pair(*enable_recv_pipe, *disable_recv_pipe),
+            encode(&SockImplSetOptions {
+                impl_name: impl_name.clone(),
+                recv_buf_size: *recv_buf_size,
+                send_buf_size: *send_buf_size,
+                enable_recv_pipe: pair(*enable_recv_pipe, *disable_recv_pipe),
+                enable_quickack: pair(*enable_quickack, *disable_quickack),
+                enable_placement_id: *enable_placement_id,
+                enable_zerocopy_send_server: pair(
+                    *enable_zerocopy_send_server,
+                    *disable_zerocopy_send_server,
                 ),
-                ("enable_quickack", pair(*enable_quickack, *disable_quickack)),
-                ("enable_placement_id", opt(*enable_placement_id)),
-                (
-                    "enable_zerocopy_send_server",
-                    pair(*enable_zerocopy_send_server, *disable_zerocopy_send_server),
+                enable_zerocopy_send_client: pair(
+                    *enable_zerocopy_send_client,
+                    *disable_zerocopy_send_client,
                 ),
-                (
-                    "enable_zerocopy_send_client",
-                    pair(*enable_zerocopy_send_client, *disable_zerocopy_send_client),
-                ),
-                ("zerocopy_threshold", opt(*zerocopy_threshold)),
-                ("tls_version", opt(*tls_version)),
-                ("enable_ktls", pair(*enable_ktls, *disable_ktls)),
-            ])),
+                zerocopy_threshold: *zerocopy_threshold,
+                tls_version: *tls_version,
+                enable_ktls: pair(*enable_ktls, *disable_ktls),
+                ..SockImplSetOptions::default()
+            }),
             Print::Nothing,
         ),
         SockMethod::SetDefaultImpl { impl_name } => (
             "sock_set_default_impl",
-            Some(obj(vec![("impl_name", some(impl_name.as_str()))])),
+            encode(&SockImpl {
+                impl_name: impl_name.clone(),
+            }),
             Print::Json,
         ),
         SockMethod::GetDefaultImpl => ("sock_get_default_impl", None, Print::Json),

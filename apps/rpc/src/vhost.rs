@@ -3,9 +3,11 @@
 //! output (nothing for create and delete, indent-2 JSON for the query).
 
 use clap::Subcommand;
+use pmio_vhost::rpc::{CreateBlkController, DeleteController, GetControllers};
 use serde_json::Value;
 
-use crate::{Print, obj, opt, some};
+use crate::Print;
+use crate::nvmf::encode;
 
 /// The vhost target's methods.
 #[derive(Subcommand, Debug)]
@@ -57,24 +59,26 @@ pub fn request(m: &VhostMethod) -> (&'static str, Option<Value>, Print) {
             packed_ring,
         } => (
             "vhost_create_blk_controller",
-            Some(obj(vec![
-                ("ctrlr", some(ctrlr.as_str())),
-                ("dev_name", some(dev_name.as_str())),
-                ("cpumask", opt(cpumask.as_deref())),
-                ("transport", opt(transport.as_deref())),
-                ("readonly", some(*readonly)),
-                ("packed_ring", some(*packed_ring)),
-            ])),
+            encode(&CreateBlkController {
+                ctrlr: ctrlr.clone(),
+                dev_name: dev_name.clone(),
+                cpumask: cpumask.clone(),
+                transport: transport.clone(),
+                readonly: *readonly,
+                packed_ring: *packed_ring,
+            }),
             Print::Nothing,
         ),
         VhostMethod::GetControllers { name } => (
             "vhost_get_controllers",
-            name.as_ref().map(|n| obj(vec![("name", some(n.as_str()))])),
+            encode(&GetControllers { name: name.clone() }),
             Print::Dict,
         ),
         VhostMethod::DeleteController { ctrlr } => (
             "vhost_delete_controller",
-            Some(obj(vec![("ctrlr", some(ctrlr.as_str()))])),
+            encode(&DeleteController {
+                ctrlr: ctrlr.clone(),
+            }),
             Print::Nothing,
         ),
     }
