@@ -230,6 +230,21 @@ impl<C: ?Sized + 'static> Registry<C> {
         s.writers.push(Arc::new(write));
     }
 
+    /// Fixes the replay order of sections `names` (each created empty if no module wrote it
+    /// yet): a daemon calls it before merging its modules.
+    pub fn order_sections(&mut self, names: &[&'static str]) {
+        for n in names {
+            if !self.sections.iter().any(|s| s.name == *n) {
+                self.sections.push(Section {
+                    name: n,
+                    depends_on: Vec::new(),
+                    always_listed: false,
+                    writers: Vec::new(),
+                });
+            }
+        }
+    }
+
     /// Lists section `name` in `framework_get_subsystems` even when it has no calls (SPDK
     /// lists every subsystem it has; a section of settings only is listed when it has some).
     pub fn list_always(&mut self, name: &'static str) {

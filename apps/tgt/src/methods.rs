@@ -49,7 +49,17 @@ fn nvmf(rpc: &Rpc) -> &pmio_nvmf::rpc::NvmfRpc {
 /// daemon).
 pub fn all_methods() -> Registry<Rpc> {
     let mut methods = Registry::new();
+    // The sections of save_config in replay order: the NVMe-oF target's namespaces need their
+    // bdevs, its listeners the socket options.
+    methods.order_sections(&["sock", "bdev", "vhost_blk", "nvmf", "scheduler"]);
+    methods.section("bdev", &[], bdev_config);
+    methods.list_always("bdev");
+    // A scheduler loaded from a configuration is saved in SPDK's section for it.
+    methods.section("scheduler", &[], |rpc: &Rpc| {
+        rpc.settings.saved_scheduler().into_iter().collect()
+    });
     methods.extend(base_methods());
+    methods.extend(pmio_jsonrpc::framework::methods());
     methods.merge(
         pmio_reactors::rpc::methods().into_iter().collect(),
         |rpc: &Rpc| &rpc.target.reactors,
@@ -63,7 +73,6 @@ pub fn all_methods() -> Registry<Rpc> {
         |r: &Rpc| &*r.target.nvme,
     );
     methods.merge(pmio_nvmf::rpc::methods(), nvmf);
-    methods.merge(pmio_nvmf::rpc::sock::methods().into_iter().collect(), nvmf);
     methods.merge(pmio_vhost::rpc::methods(), |rpc: &Rpc| &rpc.target.vhost);
     methods.extend(crate::config::methods());
     methods
@@ -114,6 +123,16 @@ impl Rpc {
     }
 }
 
+impl pmio_jsonrpc::framework::Framework for Rpc {
+    fn registry(&self) -> &Registry<Rpc> {
+        &self.methods
+    }
+
+    fn state(&self) -> pmio_jsonrpc::RpcState {
+        self.target.state()
+    }
+}
+
 impl Handler for Rpc {
     fn call(&self, call: &Call) -> Result<Value, RpcError> {
         log::debug!("RPC {}", call.method);
@@ -161,11 +180,8 @@ fn base_methods() -> Vec<Method> {
     const ANY: u8 = STARTUP | RUNTIME;
     vec![
         Method::new("spdk_get_version", ANY, spdk_get_version),
-        Method::new("rpc_get_methods", ANY, rpc_get_methods),
         Method::new("spdk_kill_instance", ANY, spdk_kill_instance),
         Method::new("framework_start_init", STARTUP, framework_start_init),
-        Method::new("framework_get_subsystems", ANY, framework_get_subsystems),
-        Method::new("framework_get_config", RUNTIME, framework_get_config),
     ]
 }
 
@@ -182,14 +198,6 @@ fn spdk_get_version(_: &Rpc, method: &str, params: Option<&Value>) -> Result<Val
             "suffix": ""
         }
     }))
-}
-
-fn rpc_get_methods(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let current = p.opt::<bool>("current")?.unwrap_or(false);
-    p.opt::<bool>("include_aliases")?;
-    p.finish()?;
-    Ok(json!(rpc.method_names(current)))
 }
 
 fn spdk_kill_instance(_: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
@@ -234,54 +242,6 @@ fn framework_start_init(
         log::info!("-c configuration applied: {}", r.totals());
     }
     Ok(Value::Bool(true))
-}
-
-/// The subsystems `save_config` walks, each with the subsystems it depends on, in the order
-/// their configurations replay: the NVMe-oF target's namespaces need their bdevs.
-pub const SUBSYSTEMS: [(&str, &[&str]); 4] = [
-    ("sock", &[]),
-    ("bdev", &[]),
-    ("vhost_blk", &["bdev"]),
-    ("nvmf", &["bdev", "sock"]),
-];
-
-fn framework_get_subsystems(
-    rpc: &Rpc,
-    method: &str,
-    params: Option<&Value>,
-) -> Result<Value, RpcError> {
-    no_params(method, params)?;
-    let mut out: Vec<Value> = SUBSYSTEMS
-        .iter()
-        .map(|(s, deps)| json!({"subsystem": s, "depends_on": deps}))
-        .collect();
-    // A scheduler loaded from a configuration is saved in SPDK's section for it.
-    if rpc.settings.saved_scheduler().is_some() {
-        out.push(json!({"subsystem": "scheduler", "depends_on": []}));
-    }
-    Ok(Value::Array(out))
-}
-
-fn framework_get_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let name: String = p.req("name")?;
-    // Newer SPDK clients send `with_batches`; pmio's configurations have no batches, so the
-    // flattened and the batched form are the same.
-    p.opt::<bool>("with_batches")?;
-    p.finish()?;
-    match name.as_str() {
-        "sock" => Ok(Value::Array(pmio_nvmf::rpc::sock::config(&rpc.target.nvmf))),
-        "bdev" => Ok(Value::Array(bdev_config(rpc))),
-        "nvmf" => Ok(Value::Array(pmio_nvmf::rpc::config(&rpc.target.nvmf))),
-        "scheduler" => Ok(Value::Array(
-            rpc.settings.saved_scheduler().into_iter().collect(),
-        )),
-        "vhost_blk" => Ok(Value::Array(pmio_vhost::rpc::config(&rpc.target.vhost))),
-        _ => Err(RpcError::new(
-            code::INVALID_PARAMS,
-            format!("Subsystem '{name}' not found"),
-        )),
-    }
 }
 
 /// The method calls that recreate every bdev, controller and scheduler setting, in order.

@@ -69,9 +69,10 @@ impl BdevUser for VhostUser {
     }
 }
 
-/// The methods of this module (runtime only, as SPDK's).
+/// The methods of this module (runtime only, as SPDK's) and its `save_config` section,
+/// "vhost_blk".
 pub fn methods() -> Registry<VhostRpc> {
-    [
+    let mut r: Registry<VhostRpc> = [
         Method::new(
             "vhost_create_blk_controller",
             RUNTIME,
@@ -81,7 +82,10 @@ pub fn methods() -> Registry<VhostRpc> {
         Method::new("vhost_delete_controller", RUNTIME, vhost_delete_controller),
     ]
     .into_iter()
-    .collect()
+    .collect();
+    r.section("vhost_blk", &["bdev"], config);
+    r.list_always("vhost_blk");
+    r
 }
 
 /// SPDK's one vhost-blk transport, which pmio has.

@@ -64,11 +64,11 @@ use serde_json::Value;
 /// A method body of this module.
 type Run = fn(&NvmfRpc, &str, Option<&Value>) -> Result<Value, RpcError>;
 
-/// The `nvmf_*` methods (runtime only, as SPDK's), in SPDK's order. The socket methods are
-/// [`sock::methods`].
+/// The `nvmf_*` methods (runtime only, as SPDK's), in SPDK's order, then the socket methods
+/// ([`sock::methods`]), with the module's `save_config` sections: "nvmf" and "sock".
 pub fn methods() -> Registry<NvmfRpc> {
     let m = |name: &'static str, run: Run| Method::new(name, RUNTIME, run);
-    [
+    let mut r: Registry<NvmfRpc> = [
         m("nvmf_create_transport", transport::nvmf_create_transport),
         m("nvmf_get_transports", transport::nvmf_get_transports),
         m("nvmf_create_subsystem", subsystem::nvmf_create_subsystem),
@@ -105,5 +105,13 @@ pub fn methods() -> Registry<NvmfRpc> {
         m("nvmf_get_stats", conn::nvmf_get_stats),
     ]
     .into_iter()
-    .collect()
+    .collect();
+    // The nvmf section replays after the bdevs its namespaces take and the socket options
+    // its listeners use.
+    r.section("nvmf", &["bdev", "sock"], config::config);
+    r.list_always("nvmf");
+    r.extend(sock::methods());
+    r.section("sock", &[], sock::config);
+    r.list_always("sock");
+    r
 }
