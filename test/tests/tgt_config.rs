@@ -1,5 +1,5 @@
 //! pmio-tgt as a drop-in for spdk_tgt's configuration files: SPDK v25.09's `save_config`
-//! output (apps/tgt/tests/fixtures) with `-c`, `--check-config`, pmio-rpc's `load_config` and
+//! output (config/tests/fixtures) with `-c`, `--check-config`, pmio-rpc's `load_config` and
 //! rpc.py's call-by-call replay; mapped, ignored and refused methods; rollback of a load that
 //! fails at run time; hostile files that start nothing; pmio's own `save_config` round trip.
 
@@ -16,7 +16,7 @@ use tgt_util::{Daemon, bin_dir, free_port};
 
 fn fixture(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../apps/tgt/tests/fixtures")
+        .join("../config/tests/fixtures")
         .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

@@ -18,7 +18,8 @@
 //! assert_eq!(methods.find("framework_start_init").unwrap().states, pmio_jsonrpc::STARTUP);
 //! ```
 
-pub mod config;
+#[cfg(test)]
+mod config_tests;
 pub mod methods;
 pub mod target;
 

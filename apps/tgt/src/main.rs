@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use pmio_config::{self as config, settings::ReactorMode};
 use pmio_jsonrpc::RpcState;
 use pmio_jsonrpc::server::{Server, ServerError, ServerOptions};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
-use pmio_tgt::config::{self, settings::ReactorMode};
 use pmio_tgt::methods::Rpc;
 use pmio_tgt::target::Target;
 
@@ -97,9 +97,11 @@ fn main() {
     let args = Args::parse();
     if let Some(path) = &args.check_config {
         // No socket, no reactors, no device: safe beside a running SPDK.
-        match pmio_tgt::config::check::run(path) {
-            Ok(true) => std::process::exit(0),
-            Ok(false) => std::process::exit(1),
+        match pmio_config::check::run(path, pmio_tgt::methods::all_methods().names(None)) {
+            Ok((report, ok)) => {
+                print!("{report}");
+                std::process::exit(if ok { 0 } else { 1 });
+            }
             Err(e) => {
                 eprintln!("pmio-tgt: {e:#}");
                 std::process::exit(1);
@@ -117,9 +119,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mask = CoreMask::parse(&args.cpumask).with_context(|| format!("-m {}", args.cpumask))?;
     let doc = match &args.json {
         Some(p) => {
-            let doc = pmio_tgt::config::load(p)?;
+            let doc = pmio_config::load(p)?;
             // What pmio cannot create stops us here, before the socket and the reactors.
-            let r = config::check::check(&doc, config::check::World::default());
+            let r = config::check::check(
+                &doc,
+                config::check::World::with_methods(pmio_tgt::methods::all_methods().names(None)),
+            );
             if r.count(config::report::Verdict::Refuse) > 0 {
                 let refusals: Vec<String> = r.refusals().map(|l| l.describe()).collect();
                 bail!(
@@ -132,7 +137,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
             doc
         }
-        None => pmio_tgt::config::Document::default(),
+        None => pmio_config::Document::default(),
     };
     // Bind first: a live daemon on the socket stops us before anything else starts.
     let server = Server::bind(ServerOptions {
@@ -181,7 +186,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     });
     if args.wait_for_rpc {
         rpc.defer_config(doc);
-    } else if let Err(e) = pmio_tgt::config::apply(&rpc, &doc).map(|r| {
+    } else if let Err(e) = pmio_config::apply(&*rpc, &doc).map(|r| {
         if !doc.calls.is_empty() {
             log::info!("configuration applied: {}", r.totals());
         }

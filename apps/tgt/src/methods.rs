@@ -30,9 +30,14 @@ pub struct Rpc {
     methods: Registry<Rpc>,
     on_kill: KillFn,
     /// The `-c` configuration held back by `--wait-for-rpc` until `framework_start_init`.
-    pending_config: std::sync::Mutex<Option<crate::config::Document>>,
+    pending_config: std::sync::Mutex<Option<pmio_config::Document>>,
     /// Settings mapped from SPDK configurations (NVMe driver defaults, scheduler).
-    pub settings: crate::config::settings::Settings,
+    pub settings: pmio_config::settings::Settings,
+}
+
+/// The daemon as the configuration loader sees it.
+fn as_daemon(rpc: &Rpc) -> &(dyn pmio_config::Daemon + 'static) {
+    rpc
 }
 
 /// The bdev host the bdev modules' methods run on.
@@ -74,7 +79,7 @@ pub fn all_methods() -> Registry<Rpc> {
     );
     methods.merge(pmio_nvmf::rpc::methods(), nvmf);
     methods.merge(pmio_vhost::rpc::methods(), |rpc: &Rpc| &rpc.target.vhost);
-    methods.extend(crate::config::methods());
+    methods.merge(pmio_config::methods().into_iter().collect(), as_daemon);
     methods
 }
 
@@ -82,7 +87,7 @@ impl Rpc {
     /// The full method table over `target`; `on_kill` handles `spdk_kill_instance`.
     pub fn new(target: Arc<Target>, on_kill: KillFn) -> Rpc {
         Rpc {
-            settings: crate::config::settings::Settings::new(target.nvme.defaults().clone()),
+            settings: pmio_config::settings::Settings::new(target.nvme.defaults().clone()),
             target,
             methods: all_methods(),
             on_kill,
@@ -91,7 +96,7 @@ impl Rpc {
     }
 
     /// Holds `doc` until `framework_start_init` (start-up with `--wait-for-rpc` and `-c`).
-    pub fn defer_config(&self, doc: crate::config::Document) {
+    pub fn defer_config(&self, doc: pmio_config::Document) {
         *self
             .pending_config
             .lock()
@@ -112,7 +117,7 @@ impl Rpc {
     pub fn invoke(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
         if self.methods.find(method).is_none() {
             // What pmio does instead of an SPDK-only method, when it knows one.
-            return Err(match crate::config::not_found_detail(method) {
+            return Err(match pmio_config::not_found_detail(method) {
                 Some(why) => {
                     RpcError::new(code::METHOD_NOT_FOUND, format!("Method not found: {why}"))
                 }
@@ -133,12 +138,50 @@ impl pmio_jsonrpc::framework::Framework for Rpc {
     }
 }
 
+impl pmio_config::Daemon for Rpc {
+    fn invoke(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+        Rpc::invoke(self, method, params)
+    }
+
+    fn states_of(&self, method: &str) -> Option<u8> {
+        Rpc::states_of(self, method)
+    }
+
+    fn method_names(&self, current: bool) -> Vec<&'static str> {
+        Rpc::method_names(self, current)
+    }
+
+    fn state(&self) -> pmio_jsonrpc::RpcState {
+        self.target.state()
+    }
+
+    fn settings(&self) -> &pmio_config::settings::Settings {
+        &self.settings
+    }
+
+    fn reactors(&self) -> &pmio_reactors::ReactorsHandle {
+        self.target.reactors()
+    }
+
+    fn bdevs(&self) -> &pmio::bdev::Registry {
+        &self.target.bdevs.registry
+    }
+
+    fn nvmf(&self) -> &Arc<pmio_nvmf::NvmfTarget> {
+        &self.target.nvmf.tgt
+    }
+
+    fn nvme_ctrlrs(&self) -> Vec<pmio_nvme::rpc::CtrlrRecord> {
+        self.target.nvme.ctrlrs()
+    }
+}
+
 impl Handler for Rpc {
     fn call(&self, call: &Call) -> Result<Value, RpcError> {
         log::debug!("RPC {}", call.method);
         // rpc.py's load_config replays a file call by call on one connection: the session
-        // makes that replay all-or-nothing (see config::session).
-        crate::config::session::call(self, call)
+        // makes that replay all-or-nothing (see pmio_config::session).
+        pmio_config::session::call(self, call)
     }
 
     fn after_reply(&self, call: &Call) {
@@ -233,7 +276,7 @@ fn framework_start_init(
         .unwrap_or_else(|p| p.into_inner())
         .take();
     if let Some(doc) = doc {
-        let r = crate::config::apply(rpc, &doc).map_err(|e| {
+        let r = pmio_config::apply(rpc, &doc).map_err(|e| {
             RpcError::errno_detail(
                 -libc::EINVAL,
                 format_args!("applying the -c configuration: {e}"),
@@ -372,9 +415,9 @@ mod tests {
         )
         .unwrap();
         let cfg = json!({"subsystems": [{"subsystem": "bdev", "config": bdev_config(&r)}]});
-        let calls = crate::config::parse(&cfg.to_string()).unwrap();
+        let calls = pmio_config::parse(&cfg.to_string()).unwrap();
         let (_b, r2) = rpc(RpcState::Runtime);
-        crate::config::apply(&r2, &calls).unwrap();
+        pmio_config::apply(&r2, &calls).unwrap();
         let a = call(&r, "bdev_get_bdevs", Value::Null).unwrap();
         let b = call(&r2, "bdev_get_bdevs", Value::Null).unwrap();
         assert_eq!(a, b);

@@ -26,7 +26,7 @@ pub use pmio_nvmf::rpc::sock::SockChange;
 
 use serde_json::{Value, json};
 
-use crate::methods::Rpc;
+use crate::Daemon;
 use pmio_jsonrpc::RpcError;
 
 /// What one key of a setting became.
@@ -212,8 +212,8 @@ impl Settings {
     }
 
     /// Copies the settings and the reactors' modes.
-    pub fn snapshot(&self, rpc: &Rpc) -> Snapshot {
-        let h = rpc.target.reactors();
+    pub fn snapshot(&self, rpc: &dyn Daemon) -> Snapshot {
+        let h = rpc.reactors();
         Snapshot {
             state: self.state(),
             modes: h
@@ -221,19 +221,19 @@ impl Settings {
                 .iter()
                 .map(|&c| (c, h.interrupt_idle(c)))
                 .collect(),
-            sock: rpc.target.nvmf.tgt.sock_options(),
+            sock: rpc.nvmf().sock_options(),
         }
     }
 
     /// Goes back to `snap`.
-    pub fn restore(&self, rpc: &Rpc, snap: Snapshot) {
-        let h = rpc.target.reactors();
+    pub fn restore(&self, rpc: &dyn Daemon, snap: Snapshot) {
+        let h = rpc.reactors();
         for (core, idle) in snap.modes {
             if let Err(e) = h.set_interrupt_idle(core, idle) {
                 log::warn!("config: restoring reactor {core}'s mode: {e}");
             }
         }
-        rpc.target.nvmf.tgt.set_sock_options(snap.sock);
+        rpc.nvmf().set_sock_options(snap.sock);
         self.nvme.set(snap.state.nvme);
         *lock(&self.state) = Saved {
             nvme_saved: snap.state.nvme_saved,
@@ -242,7 +242,7 @@ impl Settings {
     }
 
     /// Applies a planned effect.
-    pub fn apply(&self, rpc: &Rpc, effect: &Effect) -> Result<(), RpcError> {
+    pub fn apply(&self, rpc: &dyn Daemon, effect: &Effect) -> Result<(), RpcError> {
         match effect {
             Effect::None => Ok(()),
             Effect::Nvme { defaults, saved } => {
@@ -252,7 +252,7 @@ impl Settings {
                 Ok(())
             }
             Effect::Sock(change) => {
-                let nvmf = &rpc.target.nvmf.tgt;
+                let nvmf = &rpc.nvmf();
                 nvmf.set_sock_options(change.apply_to(nvmf.sock_options()));
                 Ok(())
             }
@@ -266,7 +266,7 @@ impl Settings {
 
     /// `dynamic`: every reactor in interrupt mode; `static`: back to the command line's mode
     /// (unchanged when the daemon did not say what it was).
-    fn switch_reactors(&self, rpc: &Rpc, choice: SchedChoice) -> Result<(), RpcError> {
+    fn switch_reactors(&self, rpc: &dyn Daemon, choice: SchedChoice) -> Result<(), RpcError> {
         let mode = *lock(&self.reactor_mode);
         let want = match (choice, mode) {
             (SchedChoice::Dynamic, Some(m)) => Some(m.interrupt_idle.unwrap_or(m.idle_sleep)),
@@ -274,7 +274,7 @@ impl Settings {
             (SchedChoice::Static, Some(m)) => m.interrupt_idle,
             (SchedChoice::Static, None) => return Ok(()),
         };
-        let h = rpc.target.reactors();
+        let h = rpc.reactors();
         for &core in h.cores() {
             h.set_interrupt_idle(core, want).map_err(|e| {
                 RpcError::errno_detail(-libc::EINVAL, format_args!("reactor {core}: {e}"))

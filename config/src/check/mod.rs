@@ -21,7 +21,7 @@ use super::document::{ConfigCall, Document};
 use super::report::{Report, Verdict};
 use super::settings::NoteKind;
 use super::table::{self, Handling, SECTIONS};
-use crate::methods::Rpc;
+use crate::Daemon;
 
 /// A check of one object-creating call: what it would create, or what is wrong.
 pub type CheckFn = fn(&Value, &mut World) -> Result<String, String>;
@@ -52,7 +52,7 @@ pub struct World {
 impl Default for World {
     fn default() -> World {
         World {
-            methods: crate::methods::all_methods().names(None),
+            methods: Vec::new(),
             bdevs: Vec::new(),
             ctrlrs: Vec::new(),
             transport: None,
@@ -69,22 +69,28 @@ impl Default for World {
 }
 
 impl World {
+    /// Nothing yet, in a daemon whose methods are `methods` (`--check-config` without a
+    /// daemon: a vhost call is a create only if the daemon has the vhost methods).
+    pub fn with_methods(methods: Vec<&'static str>) -> World {
+        World {
+            methods,
+            ..World::default()
+        }
+    }
+
     /// What a running daemon has.
-    pub fn of(rpc: &Rpc) -> World {
-        let t = &rpc.target;
-        let c = t.nvmf.tgt.config();
+    pub fn of(rpc: &dyn Daemon) -> World {
+        let c = rpc.nvmf().config();
         World {
             methods: rpc.method_names(false),
-            bdevs: t
-                .bdevs
-                .registry
+            bdevs: rpc
+                .bdevs()
                 .list()
                 .iter()
                 .map(|d| (d.info().name.clone(), Some(d.info().uuid)))
                 .collect(),
-            ctrlrs: t
-                .nvme
-                .ctrlrs()
+            ctrlrs: rpc
+                .nvme_ctrlrs()
                 .into_iter()
                 .map(|c| (c.name, c.trid))
                 .collect(),
@@ -254,31 +260,27 @@ fn check_call(r: &mut Report, c: &ConfigCall, world: &mut World) {
     }
 }
 
-/// `pmio-tgt --check-config FILE`: prints the report; true when the file would load.
-pub fn run(path: &Path) -> anyhow::Result<bool> {
+/// `pmio-tgt --check-config FILE` in a daemon whose methods are `methods`: the report to print,
+/// and whether the file would load.
+pub fn run(path: &Path, methods: Vec<&'static str>) -> anyhow::Result<(String, bool)> {
     let doc = super::load(path)?;
-    let r = check(&doc, World::default());
-    print!("{}", r.render());
+    let r = check(&doc, World::with_methods(methods));
     let ok = r.count(Verdict::Refuse) == 0;
-    println!(
-        "{}: {}",
-        path.display(),
-        if ok {
-            "pmio-tgt -c would load this configuration"
-        } else {
-            "pmio-tgt -c would refuse this configuration (nothing would start)"
-        }
-    );
-    Ok(ok)
+    let verdict = if ok {
+        "pmio-tgt -c would load this configuration"
+    } else {
+        "pmio-tgt -c would refuse this configuration (nothing would start)"
+    };
+    Ok((format!("{}{}: {verdict}\n", r.render(), path.display()), ok))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::document::parse;
+    use crate::document::parse;
 
-    const SAMPLE: &str = include_str!("../../../tests/fixtures/spdk-v25.09-sample.json");
-    const NVMF: &str = include_str!("../../../tests/fixtures/spdk-v25.09-nvmf.json");
+    const SAMPLE: &str = include_str!("../../tests/fixtures/spdk-v25.09-sample.json");
+    const NVMF: &str = include_str!("../../tests/fixtures/spdk-v25.09-nvmf.json");
 
     #[test]
     fn the_spdk_sample_checks_clean() {
@@ -403,7 +405,7 @@ mod tests {
     /// A vhost-blk controller is created once pmio-tgt has the method, refused before.
     #[test]
     fn vhost_follows_the_method_table() {
-        const VHOST: &str = include_str!("../../../tests/fixtures/spdk-v25.09-vhost-blk.json");
+        const VHOST: &str = include_str!("../../tests/fixtures/spdk-v25.09-vhost-blk.json");
         let doc = parse(VHOST).unwrap();
         let mut world = World::default();
         let has = world.methods.contains(&"vhost_create_blk_controller");

@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn the_spdk_sample_parses() {
-        let text = include_str!("../../tests/fixtures/spdk-v25.09-sample.json");
+        let text = include_str!("../tests/fixtures/spdk-v25.09-sample.json");
         let d = parse(text).unwrap();
         let names: Vec<&str> = d.sections.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(

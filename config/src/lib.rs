@@ -13,7 +13,7 @@
 //! - [`report`]: what was (or would be) created, mapped, ignored and refused.
 //!
 //! ```
-//! use pmio_tgt::config::{check, document};
+//! use pmio_config::{check, document};
 //! let doc = document::parse(r#"{"subsystems": [
 //!     {"subsystem": "iobuf", "config": [{"method": "iobuf_set_options",
 //!         "params": {"small_pool_count": 8192}}]},
@@ -27,6 +27,7 @@
 //! ```
 
 pub mod check;
+mod daemon;
 pub mod document;
 pub mod load;
 pub mod report;
@@ -40,10 +41,11 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+pub use daemon::Daemon;
 pub use document::{ConfigCall, Document, parse};
 pub use load::{LoadError, apply};
 
-use crate::methods::{Method, Rpc};
+use pmio_jsonrpc::Method;
 use pmio_jsonrpc::{RUNTIME, STARTUP};
 use pmio_jsonrpc::{RpcError, code};
 use table::{Handling, TABLE};
@@ -66,8 +68,8 @@ pub fn load(path: &Path) -> anyhow::Result<Document> {
 /// The RPC methods of this module: SPDK's settings methods (mapped or ignored, callable in
 /// both states, as SPDK's start-up-only ones are not: a file loaded at run time applies them),
 /// and `load_config`.
-pub fn methods() -> Vec<Method> {
-    let mut out: Vec<Method> = TABLE
+pub fn methods() -> Vec<Method<dyn Daemon>> {
+    let mut out: Vec<Method<dyn Daemon>> = TABLE
         .iter()
         .filter_map(|e| match e.handling {
             Handling::Setting(_) => Some(Method::new(e.method, STARTUP | RUNTIME, run_setting)),
@@ -80,32 +82,44 @@ pub fn methods() -> Vec<Method> {
 }
 
 /// A settings method called on its own: planned, applied, its notes logged.
-fn run_setting(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+fn run_setting(
+    rpc: &(dyn Daemon + 'static),
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
     let Some(Handling::Setting(plan)) = table::lookup(method).map(|e| e.handling) else {
         return Err(RpcError::method_not_found());
     };
     let p = plan(params)?;
-    rpc.settings.apply(rpc, &p.effect)?;
-    rpc.settings.log_notes(method, &p.notes);
+    rpc.settings().apply(rpc, &p.effect)?;
+    rpc.settings().log_notes(method, &p.notes);
     Ok(Value::Bool(true))
 }
 
 /// A settings method pmio has no use for: accepted (parameters must be an object), logged once.
-fn run_ignored(rpc: &Rpc, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+fn run_ignored(
+    rpc: &(dyn Daemon + 'static),
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
     let Some(Handling::Ignore(why)) = table::lookup(method).map(|e| e.handling) else {
         return Err(RpcError::method_not_found());
     };
     if !matches!(params, None | Some(Value::Object(_))) {
         return Err(RpcError::decode("params must be an object"));
     }
-    rpc.settings.log_ignored(method, "", why);
+    rpc.settings().log_ignored(method, "", why);
     Ok(Value::Bool(true))
 }
 
 /// `load_config {"subsystems": [...]}` (pmio's; rpc.py replays the file instead): checks the
 /// whole document, applies it, removes what it created if a call fails. Answers what was
 /// created, set, mapped and ignored.
-fn load_config(rpc: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+fn load_config(
+    rpc: &(dyn Daemon + 'static),
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
     let Some(p) = params else {
         return Err(RpcError::new(
             code::INVALID_PARAMS,
@@ -128,61 +142,5 @@ pub fn not_found_detail(method: &str) -> Option<&'static str> {
     match table::lookup(method)?.handling {
         Handling::Refuse(_, why) | Handling::Vhost(_, why, _) => Some(why),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-pub(crate) mod testutil {
-    //! A target on one unpinned reactor, and the fixtures with their ports made free.
-
-    use std::sync::Arc;
-
-    use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
-    use serde_json::Value;
-
-    use crate::methods::Rpc;
-    use crate::target::Target;
-    use pmio_jsonrpc::RpcError;
-    use pmio_jsonrpc::RpcState;
-
-    /// SPDK v25.09's `save_config` of an spdk_tgt with a malloc and a null bdev.
-    pub const SAMPLE: &str = include_str!("../../tests/fixtures/spdk-v25.09-sample.json");
-    /// The same with an NVMe/TCP target: transport, discovery listener, two subsystems.
-    pub const NVMF: &str = include_str!("../../tests/fixtures/spdk-v25.09-nvmf.json");
-
-    pub fn rpc(state: RpcState) -> (Reactors, Rpc) {
-        let reactors = Reactors::start(
-            CoreMask::parse("0x1").unwrap(),
-            ReactorsOptions {
-                pin_threads: false,
-                interrupt_idle: Some(std::time::Duration::from_millis(1)),
-                ..ReactorsOptions::default()
-            },
-        )
-        .unwrap();
-        let target = Arc::new(Target::new(reactors.handle(), state));
-        (reactors, Rpc::new(target, Box::new(|_| {})))
-    }
-
-    pub fn call(r: &Rpc, m: &str, p: Value) -> Result<Value, RpcError> {
-        r.invoke(m, Some(&p).filter(|p| !p.is_null()))
-    }
-
-    pub fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-
-    /// The nvmf fixture with its ports (4420 for the subsystems, 8009 for discovery) moved to
-    /// free ones.
-    pub fn nvmf_fixture() -> (String, u16, u16) {
-        let (io, disc) = (free_port(), free_port());
-        let text = NVMF
-            .replace("\"trsvcid\": \"4420\"", &format!("\"trsvcid\": \"{io}\""))
-            .replace("\"trsvcid\": \"8009\"", &format!("\"trsvcid\": \"{disc}\""));
-        (text, io, disc)
     }
 }

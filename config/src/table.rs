@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::check::{CheckFn, params};
 use super::settings::{PlanFn, plans};
-use crate::methods::Rpc;
+use crate::Daemon;
 
 /// How a failed load removes what a call created.
 #[derive(Clone, Copy, Debug)]
@@ -31,7 +31,7 @@ pub enum Undo {
     /// Call `method` with parameters taken from the create call.
     Call(&'static str, &'static [(&'static str, Arg)]),
     /// Decided from the state before the call (what existed, the old value).
-    Before(fn(&Rpc, &Value) -> Before),
+    Before(fn(&dyn Daemon, &Value) -> Before),
 }
 
 /// Where an undo parameter comes from.
@@ -257,16 +257,10 @@ fn allow_any_host_name(v: &Value) -> String {
 
 /// An NVMe controller attached again at the same address is already there (the method
 /// answers its bdevs); a new one is detached by a rollback.
-fn before_attach(rpc: &Rpc, v: &Value) -> Before {
+fn before_attach(rpc: &dyn Daemon, v: &Value) -> Before {
     let name = p(v, "name");
     let trid = pmio_nvme::rpc::args::parse(Some(v)).map(|a| a.trid);
-    match rpc
-        .target
-        .nvme
-        .ctrlrs()
-        .into_iter()
-        .find(|c| c.name == name)
-    {
+    match rpc.nvme_ctrlrs().into_iter().find(|c| c.name == name) {
         Some(c) if trid.as_ref().is_ok_and(|t| c.trid.same_path(t)) => Before::Present(format!(
             "NVMe controller {name} is attached at {}",
             c.trid.describe()
@@ -281,8 +275,8 @@ fn before_attach(rpc: &Rpc, v: &Value) -> Before {
 
 /// The TCP transport cannot be deleted (pmio-nvmf has no such call; it holds no listener once
 /// the subsystems are gone). Loading the same file again finds it with the same options.
-fn before_transport(rpc: &Rpc, v: &Value) -> Before {
-    match pmio_nvmf::rpc::transport_matches(&rpc.target.nvmf.tgt, v) {
+fn before_transport(rpc: &dyn Daemon, v: &Value) -> Before {
+    match pmio_nvmf::rpc::transport_matches(rpc.nvmf(), v) {
         Some(true) => Before::Present("the TCP transport exists with these options".into()),
         _ => Before::Keep(
             "the TCP transport stays (pmio-nvmf cannot delete a transport; it serves nothing \
@@ -293,7 +287,7 @@ fn before_transport(rpc: &Rpc, v: &Value) -> Before {
 }
 
 /// The bdev's scheduler before the call, set back by a rollback.
-fn before_scheduler(rpc: &Rpc, v: &Value) -> Before {
+fn before_scheduler(rpc: &dyn Daemon, v: &Value) -> Before {
     let name = p(v, "name");
     match rpc.invoke("bdev_get_scheduler", Some(&json!({ "name": name }))) {
         Ok(s) => {
@@ -316,9 +310,9 @@ fn before_scheduler(rpc: &Rpc, v: &Value) -> Before {
 }
 
 /// The subsystem's allow_any_host before the call, set back by a rollback.
-fn before_allow_any_host(rpc: &Rpc, v: &Value) -> Before {
+fn before_allow_any_host(rpc: &dyn Daemon, v: &Value) -> Before {
     let nqn = p(v, "nqn");
-    match rpc.target.nvmf.tgt.config().subsystem(&nqn) {
+    match rpc.nvmf().config().subsystem(&nqn) {
         Some(s) => Before::Undo(UndoCall {
             what: allow_any_host_name(v),
             method: "nvmf_subsystem_allow_any_host".into(),

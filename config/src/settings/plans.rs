@@ -661,10 +661,9 @@ mod tests {
     use pmio_nvme::NvmeOptions;
 
     fn sample(method: &str) -> Value {
-        let doc: Value = serde_json::from_str(include_str!(
-            "../../../tests/fixtures/spdk-v25.09-sample.json"
-        ))
-        .unwrap();
+        let doc: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/spdk-v25.09-sample.json"))
+                .unwrap();
         doc["subsystems"]
             .as_array()
             .unwrap()
@@ -804,10 +803,9 @@ mod tests {
 
     #[test]
     fn sockets_and_nvmf_settings() {
-        let doc: Value = serde_json::from_str(include_str!(
-            "../../../tests/fixtures/spdk-v25.09-sample.json"
-        ))
-        .unwrap();
+        let doc: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/spdk-v25.09-sample.json"))
+                .unwrap();
         let sock = doc["subsystems"][2]["config"].as_array().unwrap();
         let ssl = sock_impl_set_options(Some(&sock[1]["params"])).unwrap();
         assert!(!ssl.maps());

@@ -8,7 +8,7 @@
 
 use super::settings::Snapshot;
 use super::table::UndoCall;
-use crate::methods::Rpc;
+use crate::Daemon;
 
 /// One load in progress.
 #[derive(Debug, Default)]
@@ -32,9 +32,9 @@ impl Txn {
     }
 
     /// Copies the settings before the load's first setting changes them.
-    pub fn before_setting(&mut self, rpc: &Rpc) {
+    pub fn before_setting(&mut self, rpc: &dyn Daemon) {
         if self.settings.is_none() {
-            self.settings = Some(rpc.settings.snapshot(rpc));
+            self.settings = Some(rpc.settings().snapshot(rpc));
         }
     }
 
@@ -45,7 +45,7 @@ impl Txn {
 
     /// Removes what the load created, newest first, and restores the settings. Returns what
     /// was done, for the error message: `removed …; could not remove …; kept …`.
-    pub fn rollback(self, rpc: &Rpc) -> String {
+    pub fn rollback(self, rpc: &dyn Daemon) -> String {
         let mut removed = Vec::new();
         let mut failed = Vec::new();
         for u in self.undo.into_iter().rev() {
@@ -74,7 +74,7 @@ impl Txn {
             parts.push(format!("could not remove {}", failed.join(", ")));
         }
         if let Some(s) = self.settings {
-            rpc.settings.restore(rpc, s);
+            rpc.settings().restore(rpc, s);
             parts.push("settings restored".into());
         }
         for k in &self.kept {
