@@ -51,7 +51,7 @@ use pmio_jsonrpc::{RpcError, code};
 use table::{Handling, TABLE};
 
 /// Reads and parses the file at `path` (refusing an oversized one before reading it).
-pub fn load(path: &Path) -> anyhow::Result<Document> {
+pub fn read(path: &Path) -> anyhow::Result<Document> {
     let what = || format!("configuration {}", path.display());
     let len = std::fs::metadata(path).with_context(what)?.len();
     if len > document::MAX_FILE_BYTES as u64 {

@@ -21,7 +21,8 @@
 
 use serde_json::{Value, json};
 
-use super::check::{CheckFn, params};
+use super::check::params;
+use super::check::world::CheckFn;
 use super::settings::{PlanFn, plans};
 use crate::Daemon;
 

@@ -119,7 +119,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mask = CoreMask::parse(&args.cpumask).with_context(|| format!("-m {}", args.cpumask))?;
     let doc = match &args.json {
         Some(p) => {
-            let doc = pmio_config::load(p)?;
+            let doc = pmio_config::read(p)?;
             // What pmio cannot create stops us here, before the socket and the reactors.
             let r = config::check::check(
                 &doc,

@@ -10,149 +10,18 @@
 //! (the SPDK files that check clean also load).
 
 pub mod params;
+pub mod world;
+
+pub use world::{CheckFn, World};
 
 use std::path::Path;
 
-use pmio::Uuid;
-use pmio_nvmf::subsystem::{DISCOVERY_NQN, ListenAddr, TransportOpts};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::document::{ConfigCall, Document};
 use super::report::{Report, Verdict};
 use super::settings::NoteKind;
 use super::table::{self, Handling, SECTIONS};
-use crate::Daemon;
-
-/// A check of one object-creating call: what it would create, or what is wrong.
-pub type CheckFn = fn(&Value, &mut World) -> Result<String, String>;
-
-/// A subsystem as the checks see it.
-#[derive(Clone, Debug)]
-struct SubSeen {
-    nqn: String,
-    max_ns: u32,
-    nsids: Vec<u32>,
-    hosts: Vec<String>,
-    listeners: Vec<ListenAddr>,
-}
-
-/// The objects that exist at a point of the check: those of the running daemon (for a load at
-/// run time) and those the calls so far create.
-#[derive(Clone, Debug)]
-pub struct World {
-    /// The methods of this pmio-tgt (a vhost entry is a create when its method is one).
-    methods: Vec<&'static str>,
-    bdevs: Vec<(String, Option<Uuid>)>,
-    ctrlrs: Vec<(String, pmio_nvme::rpc::Trid)>,
-    transport: Option<TransportOpts>,
-    subsystems: Vec<SubSeen>,
-    vhost: Vec<String>,
-}
-
-impl Default for World {
-    fn default() -> World {
-        World {
-            methods: Vec::new(),
-            bdevs: Vec::new(),
-            ctrlrs: Vec::new(),
-            transport: None,
-            subsystems: vec![SubSeen {
-                nqn: DISCOVERY_NQN.into(),
-                max_ns: 0,
-                nsids: Vec::new(),
-                hosts: Vec::new(),
-                listeners: Vec::new(),
-            }],
-            vhost: Vec::new(),
-        }
-    }
-}
-
-impl World {
-    /// Nothing yet, in a daemon whose methods are `methods` (`--check-config` without a
-    /// daemon: a vhost call is a create only if the daemon has the vhost methods).
-    pub fn with_methods(methods: Vec<&'static str>) -> World {
-        World {
-            methods,
-            ..World::default()
-        }
-    }
-
-    /// What a running daemon has.
-    pub fn of(rpc: &dyn Daemon) -> World {
-        let c = rpc.nvmf().config();
-        World {
-            methods: rpc.method_names(false),
-            bdevs: rpc
-                .bdevs()
-                .list()
-                .iter()
-                .map(|d| (d.info().name.clone(), Some(d.info().uuid)))
-                .collect(),
-            ctrlrs: rpc
-                .nvme_ctrlrs()
-                .into_iter()
-                .map(|c| (c.name, c.trid))
-                .collect(),
-            transport: c.transport.clone(),
-            subsystems: c
-                .subsystems
-                .iter()
-                .map(|s| SubSeen {
-                    nqn: s.nqn.clone(),
-                    max_ns: s.max_namespaces,
-                    nsids: s.namespaces.iter().map(|n| n.nsid).collect(),
-                    hosts: s.hosts.clone(),
-                    listeners: s.listeners.clone(),
-                })
-                .collect(),
-            vhost: if rpc.states_of("vhost_get_controllers").is_some() {
-                rpc.invoke("vhost_get_controllers", None)
-                    .ok()
-                    .and_then(|v| v.as_array().cloned())
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|c| c["ctrlr"].as_str().map(str::to_string))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        }
-    }
-
-    /// Whether bdev `name` (a name, a UUID alias, or `<ctrlr>n<nsid>` of a controller
-    /// attached in this file) would exist.
-    fn has_bdev(&self, name: &str) -> bool {
-        if self.bdevs.iter().any(|(n, _)| n == name) {
-            return true;
-        }
-        if let Some(u) = Uuid::parse(name)
-            && self.bdevs.iter().any(|(_, id)| *id == Some(u))
-        {
-            return true;
-        }
-        self.ctrlrs.iter().any(|(c, _)| {
-            name.strip_prefix(c.as_str())
-                .and_then(|r| r.strip_prefix('n'))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-    }
-
-    fn add_bdev(&mut self, name: &str, uuid: Option<Uuid>) -> Result<(), String> {
-        if self.bdevs.iter().any(|(n, _)| n == name) {
-            return Err(format!("bdev {name} already exists"));
-        }
-        self.bdevs.push((name.to_string(), uuid));
-        Ok(())
-    }
-
-    fn subsystem(&mut self, nqn: &str) -> Result<&mut SubSeen, String> {
-        self.subsystems
-            .iter_mut()
-            .find(|s| s.nqn == nqn)
-            .ok_or_else(|| format!("subsystem {nqn} is not created before this call"))
-    }
-}
 
 /// Checks a document against `world`: one line per call (and per empty section, per ignored
 /// key of a setting). Refusals are [`Verdict::Refuse`] lines; the load may go on only if
@@ -263,7 +132,7 @@ fn check_call(r: &mut Report, c: &ConfigCall, world: &mut World) {
 /// `pmio-tgt --check-config FILE` in a daemon whose methods are `methods`: the report to print,
 /// and whether the file would load.
 pub fn run(path: &Path, methods: Vec<&'static str>) -> anyhow::Result<(String, bool)> {
-    let doc = super::load(path)?;
+    let doc = super::read(path)?;
     let r = check(&doc, World::with_methods(methods));
     let ok = r.count(Verdict::Refuse) == 0;
     let verdict = if ok {
@@ -278,6 +147,7 @@ pub fn run(path: &Path, methods: Vec<&'static str>) -> anyhow::Result<(String, b
 mod tests {
     use super::*;
     use crate::document::parse;
+    use serde_json::Value;
 
     const SAMPLE: &str = include_str!("../../tests/fixtures/spdk-v25.09-sample.json");
     const NVMF: &str = include_str!("../../tests/fixtures/spdk-v25.09-nvmf.json");

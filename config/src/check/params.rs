@@ -11,7 +11,7 @@ use pmio_null::{NullDevice, NullOptions};
 use pmio_nvmf::subsystem::{DISCOVERY_NQN, ListenAddr, Subsystem, SubsystemParams, TransportOpts};
 use serde_json::{Map, Value, json};
 
-use super::{SubSeen, World};
+use super::world::{SubSeen, World};
 use pmio_nvme::rpc::Trid;
 
 /// A call's parameters, taken key by key as the method takes them.

@@ -33,12 +33,22 @@ pub fn call(r: &Rpc, m: &str, p: Value) -> Result<Value, RpcError> {
     r.invoke(m, Some(&p).filter(|p| !p.is_null()))
 }
 
+/// A port nobody listens on now, never handed out twice in this process: tests that run at the
+/// same time (and check that a port is free again after a rollback) never share one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The nvmf fixture with its ports (4420 for the subsystems, 8009 for discovery) moved to
