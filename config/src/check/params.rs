@@ -105,29 +105,18 @@ fn ram_bdev(
     .map_err(|e| e.to_string())
 }
 
+/// A call's parameters decoded with the method's own declaration: the same keys, defaults and
+/// refusals as the method, in the check's words.
+fn declared<T: serde::de::DeserializeOwned>(v: &Value, method: &str) -> Result<T, String> {
+    pmio_jsonrpc::decl::decode(Some(v)).map_err(|e| format!("{method}: {e}"))
+}
+
 /// `bdev_null_create`.
 pub fn bdev_null(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "bdev_null_create")?;
-    let name: String = p.req("name")?;
-    let num_blocks: u64 = p.req("num_blocks")?;
-    let block_size: u32 = p.req("block_size")?;
-    let id = uuid(p.opt("uuid")?)?;
-    let pbs: Option<u32> = p.opt("physical_block_size")?;
-    for k in [
-        "md_size",
-        "dif_type",
-        "dif_pi_format",
-        "preferred_write_granularity",
-        "preferred_write_alignment",
-        "optimal_write_size",
-        "preferred_unmap_granularity",
-        "preferred_unmap_alignment",
-    ] {
-        p.default_only(k, json!(0))?;
-    }
-    p.default_only("dif_is_head_of_md", json!(false))?;
-    p.finish()?;
-    ram_bdev(&name, num_blocks, block_size, id, pbs)?;
+    let p: pmio_null::rpc::NullCreate = declared(v, "bdev_null_create")?;
+    let id = uuid(p.uuid)?;
+    let (name, num_blocks, block_size) = (p.name, p.num_blocks, p.block_size);
+    ram_bdev(&name, num_blocks, block_size, id, p.physical_block_size)?;
     w.add_bdev(&name, id)?;
     Ok(format!(
         "bdev {name}: null, {num_blocks} blocks of {block_size} bytes"
@@ -136,31 +125,16 @@ pub fn bdev_null(v: &Value, w: &mut World) -> Result<String, String> {
 
 /// `bdev_malloc_create`.
 pub fn bdev_malloc(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "bdev_malloc_create")?;
-    let name: Option<String> = p.opt("name")?;
-    let num_blocks: u64 = p.req("num_blocks")?;
-    let block_size: u32 = p.req("block_size")?;
-    let id = uuid(p.opt("uuid")?)?;
-    let pbs: Option<u32> = p.opt("physical_block_size")?;
-    for k in [
-        "optimal_io_boundary",
-        "md_size",
-        "dif_type",
-        "dif_pi_format",
-    ] {
-        p.default_only(k, json!(0))?;
-    }
-    p.default_only("md_interleave", json!(false))?;
-    p.default_only("dif_is_head_of_md", json!(false))?;
-    p.default_only("numa_id", json!(-1))?;
-    p.finish()?;
-    let name = name.unwrap_or_else(|| {
+    let p: pmio_malloc::rpc::MallocCreate = declared(v, "bdev_malloc_create")?;
+    let id = uuid(p.uuid)?;
+    let (num_blocks, block_size) = (p.num_blocks, p.block_size);
+    let name = p.name.unwrap_or_else(|| {
         (0..)
             .map(|i| format!("Malloc{i}"))
             .find(|n| !w.has_bdev(n))
             .unwrap_or_default()
     });
-    ram_bdev(&name, num_blocks, block_size, id, pbs)?;
+    ram_bdev(&name, num_blocks, block_size, id, p.physical_block_size)?;
     w.add_bdev(&name, id)?;
     let mib = num_blocks.saturating_mul(u64::from(block_size)) >> 20;
     Ok(format!(
@@ -170,14 +144,10 @@ pub fn bdev_malloc(v: &Value, w: &mut World) -> Result<String, String> {
 
 /// `bdev_uring_create`.
 pub fn bdev_uring(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "bdev_uring_create")?;
-    let filename: String = p.req("filename")?;
-    let name: String = p.req("name")?;
-    let bs: Option<u32> = p.opt("block_size")?;
-    let id = uuid(p.opt("uuid")?)?;
-    let direct: Option<bool> = p.opt("direct")?;
-    p.finish()?;
-    if let Some(b) = bs.filter(|&b| b != 0)
+    let p: pmio_uring::rpc::UringCreate = declared(v, "bdev_uring_create")?;
+    let id = uuid(p.uuid)?;
+    let (filename, name) = (p.filename, p.name);
+    if let Some(b) = p.block_size.filter(|&b| b != 0)
         && (b < 512 || !b.is_power_of_two())
     {
         return Err(format!(
@@ -191,7 +161,7 @@ pub fn bdev_uring(v: &Value, w: &mut World) -> Result<String, String> {
     } else {
         "device"
     };
-    let io = if direct == Some(false) {
+    let io = if p.direct == Some(false) {
         "buffered"
     } else {
         "O_DIRECT"
