@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
+use pmio_blobstore::format::SuperBlock;
+use pmio_blobstore::lvol::{Lvstore, LvstoreOptions};
 use pmio_blobstore::{BlobDevice, BlobId, Blobstore, LoadOptions, MemDevice};
 
 /// SPDK's AIO bdev block size in the script.
@@ -21,7 +23,9 @@ const LVOLSTORE: [u8; 16] = *b"LVOLSTORE\0\0\0\0\0\0\0";
 
 /// The gunzipped image in a RAM device.
 fn image(name: &str) -> MemDevice {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut bytes = Vec::new();
     flate2::read::GzDecoder::new(file)
@@ -59,15 +63,14 @@ struct Manifest {
 }
 
 fn manifest(name: &str) -> Manifest {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     let mut m = Manifest::default();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
-        let kv: BTreeMap<&str, &str> = words
-            .iter()
-            .filter_map(|w| w.split_once('='))
-            .collect();
+        let kv: BTreeMap<&str, &str> = words.iter().filter_map(|w| w.split_once('=')).collect();
         match words.first() {
             Some(&"lvs") => {
                 m.lvs_name = words[1].to_string();
@@ -138,7 +141,11 @@ fn check_fixture(image_name: &str, manifest_name: &str, clean: u32) -> Blobstore
     assert_eq!(bs.cluster_size(), m.cluster_size);
     assert_eq!(bs.io_unit_size(), BLOCK);
     assert_eq!(bs.total_data_clusters(), m.total_data_clusters);
-    assert_eq!(bs.free_clusters(), m.free_clusters, "{image_name}: free clusters");
+    assert_eq!(
+        bs.free_clusters(),
+        m.free_clusters,
+        "{image_name}: free clusters"
+    );
 
     // The lvstore's super blob: its name and uuid (`super_blob_init_cb`).
     let super_blob = bs.super_block().super_blob;
@@ -175,14 +182,26 @@ fn check_fixture(image_name: &str, manifest_name: &str, clean: u32) -> Blobstore
         assert_eq!(blob.is_thin_provisioned(), facts.thin, "{name}: thin");
         // spdk_blob_opts_init: use_extent_table = true, so every lvol has extent pages.
         assert!(blob.uses_extent_table(), "{name}: extent table");
-        assert_eq!(blob.num_allocated_clusters(), facts.clusters, "{name}: clusters");
+        assert_eq!(
+            blob.num_allocated_clusters(),
+            facts.clusters,
+            "{name}: clusters"
+        );
         assert_eq!(
             blob.is_read_only(),
             facts.read_only || facts.snapshot,
             "{name}: read-only"
         );
-        assert_eq!(blob.parent(), facts.parent.as_ref().map(|p| by_name[p]), "{name}: parent");
-        assert_eq!(!bs.clones(id).is_empty(), facts.snapshot, "{name}: snapshot");
+        assert_eq!(
+            blob.parent(),
+            facts.parent.as_ref().map(|p| by_name[p]),
+            "{name}: parent"
+        );
+        assert_eq!(
+            !bs.clones(id).is_empty(),
+            facts.snapshot,
+            "{name}: snapshot"
+        );
 
         let mut got = vec![0u8; facts.size as usize];
         bs.read(id, 0, &mut got).unwrap();
@@ -199,7 +218,11 @@ fn check_fixture(image_name: &str, manifest_name: &str, clean: u32) -> Blobstore
                 );
             }
         }
-        assert_eq!(crc32(&got), facts.crc32, "{image_name}: {name} differs from SPDK's read-back");
+        assert_eq!(
+            crc32(&got),
+            facts.crc32,
+            "{image_name}: {name} differs from SPDK's read-back"
+        );
     }
     bs
 }
@@ -238,4 +261,43 @@ fn spdk_clean_lvstore_round_trips_through_pmio() {
     bs.read(clone, 0, &mut got).unwrap();
     assert_eq!(got[..8], (3u64 << 56).to_le_bytes());
     assert!(bs.device().block_count() > 0);
+}
+
+#[test]
+fn spdk_lvstores_open_as_lvstores() {
+    for (img, man) in [
+        ("spdk-clean.img.gz", "spdk-clean.manifest"),
+        ("spdk-dirty.img.gz", "spdk-dirty.manifest"),
+    ] {
+        let m = manifest(man);
+        let lvs = Lvstore::load(image(img)).unwrap_or_else(|e| panic!("{img}: {e}"));
+        assert_eq!(lvs.name(), m.lvs_name);
+        assert_eq!(lvs.uuid().to_string(), m.lvs_uuid);
+        let mut names: Vec<&str> = lvs.lvols().map(|l| l.name.as_str()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            m.lvols.keys().map(String::as_str).collect::<Vec<_>>()
+        );
+        for (name, facts) in &m.lvols {
+            let by_alias = lvs.lookup(&format!("{}/{name}", m.lvs_name)).unwrap();
+            assert_eq!(by_alias.uuid.unwrap().to_string(), facts.uuid);
+            assert_eq!(lvs.lookup(&facts.uuid).unwrap(), by_alias);
+        }
+    }
+}
+
+#[test]
+fn pmio_lays_out_an_lvstore_as_spdk_does() {
+    // The same device, cluster size and name as make-fixtures.sh gives SPDK.
+    let spdk = SuperBlock::decode(&image("spdk-clean.img.gz").bytes()[..4096]).unwrap();
+    let opts = LvstoreOptions {
+        name: "lvs_fx".into(),
+        cluster_size: 1 << 20,
+        ..Default::default()
+    };
+    let lvs = Lvstore::create(MemDevice::new(16 << 20, BLOCK), &opts).unwrap();
+    let dev = lvs.unload().unwrap();
+    let ours = SuperBlock::decode(&dev.bytes()[..4096]).unwrap();
+    assert_eq!(ours, spdk);
 }
