@@ -6,7 +6,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`format`] | the on-disk structures and their codecs, pure |
+//! | [`format`](mod@format) | the on-disk structures and their codecs, pure |
 //! | [`device`] | the small synchronous device the store runs on, and an in-memory one |
 //! | [`store`] | the blobstore: init, load and recovery, blobs, I/O, snapshots, unload |
 //! | [`lvol`] | lvstores and lvols on a blobstore, as SPDK's lib/lvol keeps them |

@@ -45,7 +45,7 @@ impl Uuid {
             out[nibbles / 2] |= v << (4 * (1 - nibbles % 2));
             nibbles += 1;
         }
-        Some(out).map(Uuid)
+        Some(Uuid(out))
     }
 
     /// The nil uuid, SPDK's "no uuid".
