@@ -174,6 +174,14 @@ fn check_fixture(image_name: &str, manifest_name: &str, clean: u32) -> Blobstore
         let id = by_name[name];
         let blob = bs.open_blob(id).unwrap();
         assert_eq!(c_str(blob.xattr("uuid").unwrap()), facts.uuid, "{name}");
+        // spdk_lvol_create stores the name NUL-padded to 64 bytes; spdk_lvol_rename stores
+        // the name and one NUL ("thick" was renamed from "thick0").
+        let name_len = if name == "thick" { name.len() + 1 } else { 64 };
+        assert_eq!(
+            blob.xattr("name").unwrap().len(),
+            name_len,
+            "{name}: name xattr"
+        );
         assert_eq!(
             blob.num_clusters() * u64::from(m.cluster_size),
             facts.size,
