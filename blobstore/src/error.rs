@@ -160,6 +160,24 @@ pub enum Error {
         /// Name plus value length.
         len: usize,
     },
+    /// The store is not an lvstore: no super blob, or its `uuid` / `name` xattrs are missing
+    /// or malformed (SPDK's lvstore load fails the same way).
+    #[error("not an lvstore: {0}")]
+    NotAnLvstore(String),
+    /// An lvstore or lvol name SPDK would refuse.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The lvstore already has an lvol of this name.
+    #[error("lvol {0:?} already exists")]
+    LvolExists(String),
+    /// No lvol of this name (or `lvs/lvol` alias, or uuid) in the lvstore.
+    #[error("no lvol {0:?}")]
+    NoSuchLvol(String),
     /// A configuration value is out of range.
     #[error("invalid option: {0}")]
     InvalidOption(String),

@@ -6,9 +6,10 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`format`] | the on-disk structures and their codecs, pure |
+//! | [`format`](mod@format) | the on-disk structures and their codecs, pure |
 //! | [`device`] | the small synchronous device the store runs on, and an in-memory one |
 //! | [`store`] | the blobstore: init, load and recovery, blobs, I/O, snapshots, unload |
+//! | [`lvol`] | lvstores and lvols on a blobstore, as SPDK's lib/lvol keeps them |
 //! | [`error`] | the one error type |
 //!
 //! ```
@@ -30,6 +31,7 @@
 pub mod device;
 pub mod error;
 pub mod format;
+pub mod lvol;
 pub mod store;
 
 pub use device::{BlobDevice, MemDevice};

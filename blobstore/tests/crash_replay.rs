@@ -228,7 +228,7 @@ impl Workload {
         }
         let copy = self.model.blocks.get(&id).cloned().unwrap_or_default();
         let start = self.pos();
-        if let Ok(s) = self.bs.create_snapshot(id) {
+        if let Ok(s) = self.bs.create_snapshot(id, &[]) {
             self.created(s, start);
             self.model.blocks.insert(s, copy);
         }

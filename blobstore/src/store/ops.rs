@@ -186,6 +186,18 @@ impl<D: BlobDevice> Blobstore<D> {
         self.sync_md(id)
     }
 
+    /// Names `id` the store's super blob (`spdk_bs_set_super`): the application's root, found
+    /// again at load in [`SuperBlock::super_blob`](crate::format::SuperBlock). Written to the
+    /// super block at once, with the clean flag as it is on disk.
+    pub fn set_super_blob(&mut self, id: BlobId) -> Result<()> {
+        if !self.blobs.contains_key(&id) {
+            return Err(Error::NoSuchBlob(id));
+        }
+        self.sb.super_blob = id;
+        self.dev.write(0, &self.sb.encode())?;
+        self.dev.flush()
+    }
+
     /// Deletes a blob and frees its clusters (`spdk_bs_delete_blob`). A blob with clones is
     /// refused.
     pub fn delete_blob(&mut self, id: BlobId) -> Result<()> {

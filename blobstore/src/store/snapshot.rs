@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::blob::{Blob, id_from_xattr};
+use super::blob::{Blob, Xattr, id_from_xattr};
 use super::{BlobOptions, Blobstore};
 use crate::device::BlobDevice;
 use crate::format::{
@@ -88,9 +88,10 @@ impl<D: BlobDevice> Blobstore<D> {
         self.sync_md(s)
     }
 
-    /// Snapshots `id`: returns the new read-only snapshot, and `id` becomes its thin clone,
-    /// copying a cluster from it on first write.
-    pub fn create_snapshot(&mut self, id: BlobId) -> Result<BlobId> {
+    /// Snapshots `id`: returns the new read-only snapshot, with the user `xattrs` given
+    /// (`snapshot_xattrs`), and `id` becomes its thin clone, copying a cluster from it on
+    /// first write.
+    pub fn create_snapshot(&mut self, id: BlobId, xattrs: &[Xattr]) -> Result<BlobId> {
         let b = self.open_blob(id)?;
         if b.is_md_read_only() {
             return Err(Error::MetadataReadOnly(id));
@@ -100,7 +101,7 @@ impl<D: BlobDevice> Blobstore<D> {
             thin_provision: true,
             clear_method: b.clear_method(),
             use_extent_table: b.uses_extent_table(),
-            xattrs: Vec::new(),
+            xattrs: xattrs.to_vec(),
         };
         let parent = b.parent();
         let invalid = b.flags.invalid;
@@ -141,11 +142,7 @@ impl<D: BlobDevice> Blobstore<D> {
     }
 
     /// Clones the read-only blob `snapshot`: a thin blob of its size reading through to it.
-    pub fn create_clone(
-        &mut self,
-        snapshot: BlobId,
-        xattrs: &[(String, Vec<u8>)],
-    ) -> Result<BlobId> {
+    pub fn create_clone(&mut self, snapshot: BlobId, xattrs: &[Xattr]) -> Result<BlobId> {
         let s = self.open_blob(snapshot)?;
         if !s.is_read_only() {
             return Err(Error::NotReadOnly(snapshot));

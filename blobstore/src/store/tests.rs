@@ -217,7 +217,7 @@ fn snapshot_copy_on_write_and_clone() {
         bs.write(id, 0, &vec![1; CS as usize]).unwrap();
         bs.write(id, u64::from(CS), &vec![2; CS as usize]).unwrap();
         let used = bs.free_clusters();
-        let snap = bs.create_snapshot(id).unwrap();
+        let snap = bs.create_snapshot(id, &[]).unwrap();
         assert_eq!(
             bs.free_clusters(),
             used,
@@ -257,7 +257,7 @@ fn snapshot_copy_on_write_and_clone() {
         assert!(matches!(bs.delete_blob(snap), Err(Error::HasClones(_))));
         assert_eq!(bs.clones(snap).len(), 2);
         // A snapshot of a clone chains to the first snapshot.
-        let snap2 = bs.create_snapshot(clone).unwrap();
+        let snap2 = bs.create_snapshot(clone, &[]).unwrap();
         assert_eq!(bs.open_blob(snap2).unwrap().parent(), Some(snap));
         assert_eq!(
             read(&mut bs, clone, u64::from(CS), 1024),
