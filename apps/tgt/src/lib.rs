@@ -1,15 +1,14 @@
 //! pmio-tgt: the pmio daemon. Reactors, bdevs, and SPDK-compatible JSON-RPC 2.0 on a unix socket.
 //!
-//! The JSON-RPC server, its framing, errors and method registry are the `pmio-jsonrpc` crate;
-//! this crate holds the daemon's state and the methods not yet moved to their modules.
+//! The daemon is its modules put together: the JSON-RPC server and the framework methods are
+//! `pmio-jsonrpc`'s, every other method lives beside its module (`pmio_runtime::rpc`, the
+//! drivers' and targets' `rpc` modules, `pmio_reactors::rpc`), and configuration loading is
+//! `pmio-config`'s, over this daemon's methods.
 //!
-//! - [`target`]: the daemon state (framework state, bdev records, statistics, reactors).
-//! - [`methods`]: the method table and the SPDK methods on the target state;
-//!   [`perf`] (`perform_tests`), [`sched`] (`bdev_set_scheduler`/`bdev_get_scheduler`),
-//!   [`uring`] add theirs; the NVMe/TCP target's `nvmf_*` and `sock_*` methods are
-//!   `pmio_nvmf::rpc`'s, the vhost-user-blk target's `vhost_*` methods `pmio_vhost::rpc`'s.
-//! - [`config`]: configurations in `save_config`'s shape, pmio's and SPDK's unchanged (`-c`,
-//!   `load_config`, rpc.py's replay, `--check-config`): what is created, mapped, ignored, refused.
+//! - [`target`]: the daemon state (framework state, the modules' contexts).
+//! - [`methods`]: the registry (every module's methods merged onto [`methods::Rpc`], the
+//!   `save_config` sections in replay order) and the daemon's own methods
+//!   (`spdk_get_version`, `spdk_kill_instance`, `framework_start_init`).
 //!
 //! ```
 //! use pmio_tgt::methods::all_methods;

@@ -159,7 +159,7 @@ pub struct Snapshot {
     sock: SockOptions,
 }
 
-/// The daemon's mapped settings (one per [`Rpc`]).
+/// The daemon's mapped settings (one per daemon, see [`crate::Daemon::settings`]).
 #[derive(Debug)]
 pub struct Settings {
     /// The NVMe module's driver defaults, which `bdev_nvme_set_options` sets.

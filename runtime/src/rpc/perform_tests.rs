@@ -2,7 +2,7 @@
 //!
 //! Each named bdev gets one job, placed round-robin on the reactors (with `every_core`, as
 //! bdevperf's `-C`, one job on every reactor for each bdev). A job is a one-job worker of the
-//! job engine ([`pmio_runtime::job`]): a poller that opens a [`BdevQueue`] on its reactor,
+//! job engine ([`crate::job`]): a poller that opens a [`BdevQueue`] on its reactor,
 //! keeps `depth` I/Os of `size` bytes in flight for `seconds`, records every latency in a
 //! histogram, then drains, reports on a channel and unregisters itself. What is the daemon's
 //! own is in `JobHooks`: the queue's live statistics for `bdev_get_iostat`, stopping early

@@ -3,7 +3,7 @@
 //! Names, parameters and replies are SPDK v25.09's (reference/nvmf.md), so rpc.py and scripts
 //! written for `nvmf_tgt` work unchanged, including the keys of other transports rpc.py always
 //! sends to `nvmf_create_transport`. Each method's parameters are declared once, as a serde
-//! struct in the order rpc.py sends the keys: the method decodes it, [`config`] writes the
+//! struct in the order rpc.py sends the keys: the method decodes it, [`config()`] writes the
 //! `save_config` calls with it and `pmio-rpc` builds its requests from it.
 //!
 //! The methods run on an [`NvmfRpc`] (the target and the daemon's bdevs). They only change the
@@ -16,7 +16,7 @@
 //!   and the decoding with the nvmf methods' error replies; [`errors`]: those replies.
 //! - [`transport`], [`subsystem`], [`ns`], [`listener`], [`host`], [`conn`]: the methods and
 //!   their declarations, by what they act on.
-//! - [`json`]: replies in SPDK's shapes; [`config`]: the "nvmf" section of `save_config`.
+//! - [`json`]: replies in SPDK's shapes; [`mod@config`]: the "nvmf" section of `save_config`.
 //! - [`sock`]: the `sock_*` methods on the target's sockets and the "sock" section.
 //!
 //! ```
