@@ -41,6 +41,14 @@ pub struct GetConfig {
     pub with_batches: Option<bool>,
 }
 
+/// `spdk_kill_instance` parameters (the daemon delivers the signal once the reply is sent).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillInstance {
+    /// Signal name (`SIGTERM`, `TERM`, `15`, ...).
+    pub sig_name: String,
+}
+
 /// The framework methods, for any daemon `C`.
 pub fn methods<C: Framework>() -> Vec<Method<C>> {
     const ANY: u8 = STARTUP | RUNTIME;

@@ -10,7 +10,6 @@
 //!   context they run on, so a module registers its methods without knowing the daemon.
 //! - [`cli`]: a client subcommand's request and rpc.py's printing styles.
 //! - [`decl`]: one declaration per method's parameters (serde's derive), decoded with SPDK's rules.
-//! - [`params`]: strict key-by-key decoding (the methods not yet declared with [`decl`]).
 //! - [`server`]: the unix-socket server (limits, one thread per connection, clean stop).
 //!
 //! ```
@@ -36,7 +35,6 @@ pub mod error;
 pub mod frame;
 pub mod framework;
 pub mod message;
-pub mod params;
 pub mod registry;
 pub mod server;
 

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use client::{CallError, Client, py_dumps};
 
@@ -106,20 +106,8 @@ enum Method {
 }
 
 pub(crate) use pmio_jsonrpc::cli::Print;
-
-fn obj(pairs: Vec<(&str, Option<Value>)>) -> Value {
-    let mut m = Map::new();
-    for (k, v) in pairs {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
-        }
-    }
-    Value::Object(m)
-}
-
-fn some<T: Into<Value>>(v: T) -> Option<Value> {
-    Some(v.into())
-}
+use pmio_jsonrpc::cli::Request;
+use pmio_jsonrpc::framework::{GetConfig, GetMethods, KillInstance};
 
 /// Method name, params and output style of a simple (one-call) method.
 fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
@@ -128,32 +116,40 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::RpcGetMethods {
             current,
             include_aliases,
-        } => (
+        } => Request::new(
             "rpc_get_methods",
-            Some(obj(vec![
-                ("current", some(*current)),
-                ("include_aliases", some(*include_aliases)),
-            ])),
+            &GetMethods {
+                current: *current,
+                include_aliases: *include_aliases,
+            },
             Print::Dict,
-        ),
+        )
+        .into_parts(),
         Method::FrameworkStartInit => ("framework_start_init", None, Print::Nothing),
         Method::FrameworkGetReactors => ("framework_get_reactors", None, Print::Dict),
         Method::ThreadGetStats => ("thread_get_stats", None, Print::Dict),
         Method::FrameworkGetSubsystems => ("framework_get_subsystems", None, Print::Dict),
-        Method::FrameworkGetConfig { name } => (
+        Method::FrameworkGetConfig { name } => Request::new(
             "framework_get_config",
-            Some(json!({ "name": name })),
+            &GetConfig {
+                name: name.clone(),
+                with_batches: None,
+            },
             Print::Dict,
-        ),
+        )
+        .into_parts(),
         Method::Null(m) => m.request()?.into_parts(),
         Method::Malloc(m) => m.request()?.into_parts(),
         Method::Uring(m) => m.request()?.into_parts(),
         Method::Bdev(m) => m.request()?.into_parts(),
-        Method::SpdkKillInstance { sig_name } => (
+        Method::SpdkKillInstance { sig_name } => Request::new(
             "spdk_kill_instance",
-            Some(json!({ "sig_name": sig_name })),
+            &KillInstance {
+                sig_name: sig_name.clone(),
+            },
             Print::Nothing,
-        ),
+        )
+        .into_parts(),
         Method::Nvme(m) => m.request().into_parts(),
         Method::Nvmf(m) => nvmf::request(m),
         Method::Sock(m) => sock::request(m),

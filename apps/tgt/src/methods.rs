@@ -9,7 +9,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::target::Target;
-use pmio_jsonrpc::params::Params;
+use pmio_jsonrpc::decl;
+use pmio_jsonrpc::framework::KillInstance;
 use pmio_jsonrpc::server::Handler;
 use pmio_jsonrpc::{Call, RpcError, code};
 use pmio_jsonrpc::{RUNTIME, Registry, STARTUP};
@@ -244,9 +245,7 @@ fn spdk_get_version(_: &Rpc, method: &str, params: Option<&Value>) -> Result<Val
 }
 
 fn spdk_kill_instance(_: &Rpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
-    let mut p = Params::new(params)?;
-    let sig: String = p.req("sig_name")?;
-    p.finish()?;
+    let sig = decl::decode::<KillInstance>(params)?.sig_name;
     if signal_number(&sig).is_none() {
         return Err(RpcError::new(
             code::INVALID_PARAMS,
