@@ -39,7 +39,6 @@ pub fn daemon() -> Daemon {
     methods.merge(pmio_malloc::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_null::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(super::methods(), |n: &NvmfRpc| n);
-    methods.extend(super::sock::methods());
     Daemon {
         nvmf,
         methods,
