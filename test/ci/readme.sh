@@ -6,7 +6,7 @@
 #    build's target directory (CARGO_TARGET_DIR honoured), so ./target/release/... and cargo
 #    work as in a clone, and the files the commands write (cfg.json, disk.img) stay out of the
 #    tree; spdk.json, which "Moving from SPDK" checks, is an SPDK v25.09 save_config from
-#    apps/tgt/tests/fixtures;
+#    config/tests/fixtures;
 #  - in private namespaces (mount, network, pid): /var/tmp is a fresh tmpfs, so the daemon's
 #    default socket /var/tmp/pmio.sock is this run's alone; the loopback also carries 10.0.0.1,
 #    the NVMe/TCP target's address in the README; whatever the run leaves is gone when it ends;
@@ -162,7 +162,7 @@ rm -rf "$S"
 mkdir -p "$S"
 ln -s "$TD" "$S/target"
 ln -s "$ROOT/Makefile" "$S/Makefile"
-cp apps/tgt/tests/fixtures/spdk-v25.09-sample.json "$S/spdk.json"
+cp config/tests/fixtures/spdk-v25.09-sample.json "$S/spdk.json"
 
 # The blocks: each ```sh block becomes $S/block-LINE.sh, a script whose line N is README line N
 # (the rest blank), without the lines and blocks COVERED lists; $S/plan.sh runs them in order.
