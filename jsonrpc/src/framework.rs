@@ -75,11 +75,7 @@ const WAIT_INIT_POLL: Duration = Duration::from_millis(10);
 /// `true` once the framework is initialised. Called before (`--wait-for-rpc`), the reply
 /// waits until `framework_start_init` has run, as SPDK's does; only this caller's connection
 /// waits (each connection has its own thread). Parameters are ignored, as SPDK ignores them.
-fn framework_wait_init<C: Framework>(
-    c: &C,
-    _: &str,
-    _: Option<&Value>,
-) -> Result<Value, RpcError> {
+fn framework_wait_init<C: Framework>(c: &C, _: &str, _: Option<&Value>) -> Result<Value, RpcError> {
     while c.state() != RpcState::Runtime {
         std::thread::sleep(WAIT_INIT_POLL);
     }

@@ -351,7 +351,10 @@ fn tgt_spdk_top_sequence_under_nvmf_load() {
     let second = refresh(&mut top);
 
     // Cores: one per reactor, their thread the one thread_get_stats lists.
-    let (c1, c2) = (&first.reactors["reactors"][0], &second.reactors["reactors"][0]);
+    let (c1, c2) = (
+        &first.reactors["reactors"][0],
+        &second.reactors["reactors"][0],
+    );
     let t1 = &first.threads["threads"][0];
     let t2 = &second.threads["threads"][0];
     assert_eq!(c1["lw_threads"][0]["id"], t1["id"]);

@@ -71,7 +71,10 @@ mod tests {
         let rows: [(Option<(SchedChoice, Value)>, &str); 4] = [
             (None, "static"),
             (
-                Some((SchedChoice::Dynamic, json!({"name": "dynamic", "period": 5}))),
+                Some((
+                    SchedChoice::Dynamic,
+                    json!({"name": "dynamic", "period": 5}),
+                )),
                 "dynamic",
             ),
             (

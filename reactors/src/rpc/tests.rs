@@ -48,7 +48,7 @@ fn reactors() -> Reactors {
         let mut n = 0u64;
         ctx.register_poller("every_other", move |_| {
             n += 1;
-            n % 2 == 0
+            n.is_multiple_of(2)
         });
         ctx.register_timed_poller("tick", Duration::from_millis(1), |_| PollerResult::Idle);
     })
