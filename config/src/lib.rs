@@ -67,7 +67,7 @@ pub fn read(path: &Path) -> anyhow::Result<Document> {
 
 /// The RPC methods of this module: SPDK's settings methods (mapped or ignored, callable in
 /// both states, as SPDK's start-up-only ones are not: a file loaded at run time applies them),
-/// and `load_config`.
+/// `framework_get_scheduler` (what `framework_set_scheduler` left in effect) and `load_config`.
 pub fn methods() -> Vec<Method<dyn Daemon>> {
     let mut out: Vec<Method<dyn Daemon>> = TABLE
         .iter()
@@ -77,6 +77,11 @@ pub fn methods() -> Vec<Method<dyn Daemon>> {
             _ => None,
         })
         .collect();
+    out.push(Method::new(
+        "framework_get_scheduler",
+        STARTUP | RUNTIME,
+        settings::scheduler::framework_get_scheduler,
+    ));
     out.push(Method::new("load_config", STARTUP | RUNTIME, load_config));
     out
 }

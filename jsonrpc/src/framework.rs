@@ -1,6 +1,9 @@
 //! The framework's own methods over any daemon's registry: `rpc_get_methods`,
 //! `framework_get_subsystems` and `framework_get_config`, answered from the methods and the
-//! `save_config` sections the modules registered (SPDK's `lib/rpc` and `lib/init`).
+//! `save_config` sections the modules registered (SPDK's `lib/rpc` and `lib/init`), and
+//! `framework_wait_init` (SPDK's `lib/event/app.c`), which `spdk_top` sends first.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -60,7 +63,23 @@ pub fn methods<C: Framework>() -> Vec<Method<C>> {
             framework_get_subsystems::<C>,
         ),
         Method::new("framework_get_config", RUNTIME, framework_get_config::<C>),
+        Method::new("framework_wait_init", ANY, framework_wait_init::<C>),
     ]
+}
+
+/// How often `framework_wait_init` looks at the state while start-up is held
+/// (`--wait-for-rpc`): its caller waits for an operator's `framework_start_init`, so a
+/// hundredth of a second late is nothing, and the check is one load.
+const WAIT_INIT_POLL: Duration = Duration::from_millis(10);
+
+/// `true` once the framework is initialised. Called before (`--wait-for-rpc`), the reply
+/// waits until `framework_start_init` has run, as SPDK's does; only this caller's connection
+/// waits (each connection has its own thread). Parameters are ignored, as SPDK ignores them.
+fn framework_wait_init<C: Framework>(c: &C, _: &str, _: Option<&Value>) -> Result<Value, RpcError> {
+    while c.state() != RpcState::Runtime {
+        std::thread::sleep(WAIT_INIT_POLL);
+    }
+    Ok(Value::Bool(true))
 }
 
 fn rpc_get_methods<C: Framework>(
@@ -169,6 +188,15 @@ mod tests {
         assert_eq!(
             (e.code, e.message.as_str()),
             (-32602, "Subsystem 'iscsi' not found")
+        );
+    }
+
+    #[test]
+    fn wait_init_answers_true_at_runtime() {
+        let d = daemon(Vec::new());
+        assert_eq!(
+            call(&d, "framework_wait_init", Value::Null).unwrap(),
+            json!(true)
         );
     }
 

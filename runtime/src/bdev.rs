@@ -2,10 +2,10 @@
 //! that calls it and registers the handle's progress poller there.
 //!
 //! A reactor turn runs messages, then tasks, then pollers: the tasks of a turn submit into the
-//! handle's plug, and its poller (`bdev_aio:NAME`) then starts them all with one doorbell,
-//! reaps completions and wakes their tasks, which run on the next turn. While I/O is in flight
-//! the poller keeps an interrupt-mode reactor awake ([`ReactorCtx::stay_awake`]): completions
-//! of a polled device have no fd to wake it.
+//! handle's plug, and its poller (`bdev_queue:NAME` in `thread_get_pollers`) then starts them
+//! all with one doorbell, reaps completions and wakes their tasks, which run on the next turn.
+//! While I/O is in flight the poller keeps an interrupt-mode reactor awake
+//! ([`ReactorCtx::stay_awake`]): completions of a polled device have no fd to wake it.
 //!
 //! Devices are found by name in a registry: the process's ([`registry`]) for [`Bdev::open`],
 //! any other with [`Bdev::open_in`].
@@ -155,7 +155,7 @@ fn register_unpolled(ctx: &mut ReactorCtx) {
         };
         let id = Rc::new(Cell::new(None));
         let own_id = Rc::clone(&id);
-        let name = format!("bdev_aio:{}", aio.name());
+        let name = format!("bdev_queue:{}", aio.name());
         drop(aio);
         let pid = ctx.register_poller(&name, move |ctx| progress_poller(ctx, &weak, &own_id));
         id.set(Some(pid));

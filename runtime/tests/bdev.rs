@@ -88,7 +88,7 @@ fn one_handle_and_one_poller_per_reactor_and_device_gone_with_the_last_clone() {
         rx.recv().unwrap(),
         "the second open shares the first handle"
     );
-    assert_eq!(pollers(&reactors, core), ["bdev_aio:Shared0"]);
+    assert_eq!(pollers(&reactors, core), ["bdev_queue:Shared0"]);
     close_tx.send(()).unwrap();
     task.join().unwrap();
     // The poller notices the close on its next run and unregisters itself.

@@ -52,10 +52,10 @@ enum Method {
     },
     /// Finish start-up (after --wait-for-rpc).
     FrameworkStartInit,
-    /// Reactor statistics.
-    FrameworkGetReactors,
-    /// Per-thread statistics.
-    ThreadGetStats,
+    /// Wait until start-up has finished.
+    FrameworkWaitInit,
+    /// The scheduler in effect.
+    FrameworkGetScheduler,
     /// List subsystems.
     FrameworkGetSubsystems,
     /// A subsystem's configuration.
@@ -87,6 +87,8 @@ enum Method {
         /// Signal name (SIGTERM, SIGINT, SIGKILL, …).
         sig_name: String,
     },
+    #[command(flatten)]
+    Reactors(pmio_reactors::rpc::cli::ReactorsCommand),
     #[command(flatten)]
     Null(pmio_null::cli::NullCommand),
     #[command(flatten)]
@@ -126,8 +128,9 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         )
         .into_parts(),
         Method::FrameworkStartInit => ("framework_start_init", None, Print::Nothing),
-        Method::FrameworkGetReactors => ("framework_get_reactors", None, Print::Dict),
-        Method::ThreadGetStats => ("thread_get_stats", None, Print::Dict),
+        Method::FrameworkWaitInit => ("framework_wait_init", None, Print::Nothing),
+        Method::FrameworkGetScheduler => ("framework_get_scheduler", None, Print::Dict),
+        Method::Reactors(m) => m.request().into_parts(),
         Method::FrameworkGetSubsystems => ("framework_get_subsystems", None, Print::Dict),
         Method::FrameworkGetConfig { name } => Request::new(
             "framework_get_config",

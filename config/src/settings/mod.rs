@@ -13,6 +13,7 @@
 //! choice) so `save_config` writes it back and a failed load can restore the state before it.
 
 pub mod plans;
+pub mod scheduler;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
