@@ -19,10 +19,13 @@ unit:
 	$(CARGO) test --workspace
 
 # The embedding examples of pmio-runtime, each run to completion (they exit non-zero on an I/O
-# error or a data mismatch); bdev_copy once more with a corrupted block, which must fail.
+# error or a data mismatch); bdev_copy once more with a corrupted block, which must fail. The
+# example daemon pmio-nvmf's malloc_tgt is built here; it serves until a signal, so
+# test/tests/nvmf_malloc_tgt.rs (make unit) is what runs it.
 EXAMPLES := hello_bdev bdev_copy callback_style
 examples:
 	$(CARGO) build -p pmio-runtime --examples
+	$(CARGO) build -p pmio-nvmf --example malloc_tgt
 	for e in $(EXAMPLES); do $(CARGO) run -q -p pmio-runtime --example $$e || exit 1; done
 	! $(CARGO) run -q -p pmio-runtime --example bdev_copy -- --corrupt-lba 1000 2>/dev/null
 

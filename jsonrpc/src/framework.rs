@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::decl;
 use crate::error::{RpcError, code};
+use crate::message::Call;
 use crate::registry::{Method, RUNTIME, Registry, RpcState, STARTUP};
 
 /// A daemon whose registry the framework methods read.
@@ -18,6 +19,13 @@ pub trait Framework: Sized + 'static {
     fn registry(&self) -> &Registry<Self>;
     /// The state calls arrive in now.
     fn state(&self) -> RpcState;
+}
+
+/// Runs `call` on daemon `c` in its current state: a daemon's
+/// [`Handler::call`](crate::server::Handler::call) when it has nothing of its own to add.
+pub fn call<C: Framework>(c: &C, call: &Call) -> Result<Value, RpcError> {
+    c.registry()
+        .call(c, c.state(), &call.method, call.params.as_ref())
 }
 
 /// `rpc_get_methods` parameters.
@@ -198,6 +206,22 @@ mod tests {
             call(&d, "framework_wait_init", Value::Null).unwrap(),
             json!(true)
         );
+    }
+
+    #[test]
+    fn a_call_runs_in_the_daemons_state() {
+        let d = daemon(Vec::new());
+        let call = |method: &str| Call {
+            id: Some(json!(1)),
+            method: method.into(),
+            params: None,
+        };
+        assert!(super::call(&d, &call("framework_get_subsystems")).is_ok());
+        // The daemon is at runtime: a start-up method is refused with SPDK's state error.
+        let e = super::call(&d, &call("framework_start_init")).unwrap_err();
+        assert_eq!(e.code, code::INVALID_STATE);
+        let e = super::call(&d, &call("nope")).unwrap_err();
+        assert_eq!(e, RpcError::method_not_found());
     }
 
     #[test]

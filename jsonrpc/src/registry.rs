@@ -318,6 +318,14 @@ impl<C: ?Sized + 'static> FromIterator<Method<C>> for Registry<C> {
     }
 }
 
+/// A registry of a module's method list, in its order: `registry.merge(module::methods().into(),
+/// project)` for a module whose `methods()` returns a `Vec`.
+impl<C: ?Sized + 'static> From<Vec<Method<C>>> for Registry<C> {
+    fn from(methods: Vec<Method<C>>) -> Self {
+        methods.into_iter().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +372,21 @@ mod tests {
         });
         r.merge(part, |d: &Daemon| &d.part);
         r
+    }
+
+    #[test]
+    fn a_method_list_is_a_registry_in_its_order() {
+        let list = vec![
+            Method::new("b", RUNTIME, |_: &(), _: &str, _: Option<&Value>| {
+                Ok(json!(1))
+            }),
+            Method::new("a", STARTUP, |_: &(), _: &str, _: Option<&Value>| {
+                Ok(json!(2))
+            }),
+        ];
+        let r = Registry::from(list);
+        assert_eq!(r.names(None), ["b", "a"]);
+        assert_eq!(r.call(&(), RpcState::Startup, "a", None).unwrap(), json!(2));
     }
 
     #[test]

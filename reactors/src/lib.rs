@@ -24,6 +24,9 @@
 //!   Default off (busy polling).
 //! - Stop: [`Reactors::stop`] runs every accepted message, drops tasks, pollers and locals on
 //!   their threads, and joins. Per-reactor [`ReactorStats`] are readable from any thread.
+//! - A daemon's stop signals: [`ShutdownSignals`] blocks SIGINT, SIGTERM, SIGQUIT and SIGHUP
+//!   before the reactors start and lets the main thread wait for one (SPDK's app framework
+//!   stops on them).
 //!
 //! # Stop semantics
 //!
@@ -140,6 +143,7 @@ mod inbox;
 mod reactor;
 #[cfg(feature = "rpc")]
 pub mod rpc;
+mod signals;
 mod stats;
 mod sys;
 
@@ -149,6 +153,7 @@ pub use exec::{JoinHandle, Sleep, YieldNow, sleep, spawn_local, yield_now};
 pub use fdwatch::{FdInterest, FdWatch};
 pub use group::{Reactors, ReactorsHandle, ReactorsOptions, current_core};
 pub use reactor::{Message, PollerId, PollerInfo, PollerResult, ReactorCtx};
+pub use signals::{SHUTDOWN_SIGNALS, ShutdownSignals};
 pub use stats::ReactorStats;
 pub use sys::{MAX_CORES, clock_source, now_ns, thread_cpu_time_ns};
 

@@ -1,4 +1,4 @@
-//! The thin OS layer: CPU affinity, eventfd, ppoll, thread CPU time. Every `unsafe` of the crate lives here.
+//! The thin OS layer: CPU affinity, eventfd, ppoll, thread CPU time, signal masks. Every `unsafe` of the crate lives here.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -160,6 +160,60 @@ pub fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> usize {
         )
     };
     usize::try_from(rc).unwrap_or(0)
+}
+
+/// A set of signals (`sigset_t`), built once and only read after.
+pub struct SigSet(libc::sigset_t);
+
+impl SigSet {
+    /// The set of `signals`.
+    pub fn of(signals: &[libc::c_int]) -> io::Result<SigSet> {
+        // SAFETY: sigset_t is plain data; sigemptyset initialises it before any other use.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid sigset_t owned by this frame.
+        if unsafe { libc::sigemptyset(&mut set) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for &s in signals {
+            // SAFETY: as above; an invalid signal number is reported by the return value.
+            if unsafe { libc::sigaddset(&mut set, s) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(SigSet(set))
+    }
+
+    /// Blocks the set in the calling thread (`pthread_sigmask(SIG_BLOCK)`); threads it spawns
+    /// from now on inherit the mask.
+    pub fn block_in_this_thread(&self) -> io::Result<()> {
+        // SAFETY: `self.0` is an initialised sigset_t; the old mask is not asked for.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &self.0, std::ptr::null_mut()) };
+        match rc {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
+    /// Takes one pending signal of the set, waiting for one (`sigwait`); the set must be
+    /// blocked in every thread, or a signal may go to another thread's default action.
+    pub fn wait(&self) -> libc::c_int {
+        loop {
+            let mut sig = 0;
+            // SAFETY: `self.0` is an initialised sigset_t and `sig` a valid out pointer.
+            if unsafe { libc::sigwait(&self.0, &mut sig) } == 0 {
+                return sig;
+            }
+        }
+    }
+}
+
+/// Sends `sig` to the calling thread alone (`pthread_kill(pthread_self())`), for tests that
+/// must not signal the whole test process.
+#[cfg(test)]
+pub fn signal_this_thread(sig: libc::c_int) {
+    // SAFETY: pthread_self is always a live thread (this one); `sig` is a valid signal number.
+    let rc = unsafe { libc::pthread_kill(libc::pthread_self(), sig) };
+    assert_eq!(rc, 0, "pthread_kill: {}", io::Error::from_raw_os_error(rc));
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ C_KIND=() C_RE=() C_TARGET=() C_WHY=()
 covered() { C_KIND+=("$1") C_RE+=("$2") C_TARGET+=("$3") C_WHY+=("$4"); }
 covered line '^make test( |$)' 'make test' 'all of CI, this run among it'
 covered line '^make examples( |$)' 'make examples' 'part of make test (the three cargo run lines before it run here)'
+covered line '^cargo run -p pmio-nvmf --example malloc_tgt ' 'make unit' 'a daemon that serves until a signal: test/tests/nvmf_malloc_tgt.rs starts it, configures it with pmio-rpc, checks pmio-perf --verify over NVMe/TCP against it and stops it'
 covered block '^qemu-system-x86_64 ' 'make vm-test-vhost' 'a QEMU guest whose disk pmio-tgt serves over vhost-user-blk'
 covered block '^nvme connect ' 'make vm-test-nvmf' "the host kernel's NVMe/TCP initiator: root, nvme-tcp, nvme-cli; the guest connects through /dev/nvme-fabrics as nvme connect does"
 covered block '/dev/nvme-fabrics' 'make vm-test-nvmf' "the kernel's NVMe/TCP initiator in a busybox guest: what the VM test does"

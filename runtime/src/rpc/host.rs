@@ -203,6 +203,20 @@ impl BdevHost {
         Ok(())
     }
 
+    /// Unregisters every bdev, newest first (a bdev made on top of others goes before them),
+    /// and forgets their records: the last step of a daemon's shutdown, after the targets that
+    /// served the bdevs have stopped and before the reactors stop. A bdev that cannot be
+    /// unregistered is logged and left.
+    pub fn unregister_all(&self) {
+        let records = std::mem::take(&mut *lock(&self.records));
+        for r in records.iter().rev() {
+            match self.registry.unregister(&r.name) {
+                Ok(_) => self.forget_bdev_state(&r.name),
+                Err(e) => log::debug!("unregistering {}: {e}", r.name),
+            }
+        }
+    }
+
     /// Drops per-bdev state (statistics, scheduler) of a removed bdev.
     pub fn forget_bdev_state(&self, name: &str) {
         lock(&self.iostat).remove(name);
@@ -563,5 +577,36 @@ impl Drop for BusyGuard {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmio_null::{NullDevice, NullOptions};
+    use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
+
+    #[test]
+    fn unregister_all_empties_the_registry_and_the_records() {
+        let opts = ReactorsOptions {
+            pin_threads: false,
+            interrupt_idle: Some(std::time::Duration::from_millis(1)),
+            ..ReactorsOptions::default()
+        };
+        let reactors = Reactors::start(CoreMask::parse("0x1").unwrap(), opts).unwrap();
+        let host = BdevHost::new(reactors.handle());
+        for name in ["N0", "N1"] {
+            let dev = NullDevice::new(NullOptions {
+                name: name.into(),
+                ..NullOptions::default()
+            })
+            .unwrap();
+            host.add_bdev(dev, BdevRecord::new(name, "null", None))
+                .unwrap();
+        }
+        host.unregister_all();
+        assert!(host.records().is_empty());
+        assert!(host.registry.get("N0").is_none() && host.registry.get("N1").is_none());
+        reactors.stop().unwrap();
     }
 }

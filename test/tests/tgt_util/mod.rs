@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -10,30 +11,40 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// The workspace's root directory.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("test/ lives in the workspace")
+        .to_path_buf()
+}
+
+/// `cargo build -q ARGS` in the workspace; the debug directory of its target directory
+/// (CARGO_TARGET_DIR honoured).
+fn cargo_build(args: &[&str]) -> PathBuf {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .arg("build")
+        .arg("-q")
+        .args(args)
+        .current_dir(&root)
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build {args:?}: {e}"));
+    assert!(status.success(), "cargo build {args:?} failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|t| if t.is_relative() { root.join(t) } else { t })
+        .unwrap_or_else(|| root.join("target"));
+    target.join("debug")
+}
+
 /// Directory holding debug pmio-tgt and pmio-rpc built from this workspace (built once per
 /// test binary).
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("test/ lives in the workspace")
-            .to_path_buf();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "pmio-tgt", "-p", "pmio-rpc"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build -p pmio-tgt -p pmio-rpc");
-        assert!(
-            status.success(),
-            "cargo build -p pmio-tgt -p pmio-rpc failed"
-        );
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .map(|t| if t.is_relative() { root.join(t) } else { t })
-            .unwrap_or_else(|| root.join("target"));
-        let dir = target.join("debug");
+        let dir = cargo_build(&["-p", "pmio-tgt", "-p", "pmio-rpc"]);
         for b in ["pmio-tgt", "pmio-rpc"] {
             assert!(dir.join(b).exists(), "{} not found", dir.join(b).display());
         }
@@ -41,7 +52,16 @@ pub fn bin_dir() -> &'static Path {
     })
 }
 
-/// A pmio-tgt process on a socket in a temporary directory.
+/// Example `name` of `package`, built (debug) from this workspace.
+pub fn example(package: &str, name: &str) -> PathBuf {
+    let bin = cargo_build(&["-p", package, "--example", name])
+        .join("examples")
+        .join(name);
+    assert!(bin.exists(), "{} not found", bin.display());
+    bin
+}
+
+/// A pmio-tgt process (or another daemon) on a socket in a temporary directory.
 pub struct Daemon {
     pub child: Child,
     pub sock: PathBuf,
@@ -58,19 +78,31 @@ impl Daemon {
 
     /// Starts pmio-tgt without waiting.
     pub fn spawn(sock: &Path, args: &[&str]) -> Daemon {
+        let mut full = vec!["-r".as_ref(), sock.as_os_str()];
+        full.extend(args.iter().map(OsStr::new));
+        Daemon::spawn_program(&bin_dir().join("pmio-tgt"), sock, &full)
+    }
+
+    /// Starts another daemon, `program` with `args` (which name `sock` as it expects), and
+    /// waits until it answers on `sock`.
+    pub fn start_program(program: &Path, sock: &Path, args: &[&OsStr]) -> Daemon {
+        let d = Daemon::spawn_program(program, sock, args);
+        d.wait_ready();
+        d
+    }
+
+    fn spawn_program(program: &Path, sock: &Path, args: &[&OsStr]) -> Daemon {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = sock.with_extension(format!("{}.{n}.log", std::process::id()));
         let log_file = std::fs::File::create(&log).expect("create daemon log");
-        let child = Command::new(bin_dir().join("pmio-tgt"))
-            .arg("-r")
-            .arg(sock)
+        let child = Command::new(program)
             .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log_file)
             .spawn()
-            .expect("spawn pmio-tgt");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
         Daemon {
             child,
             sock: sock.to_path_buf(),
@@ -92,7 +124,7 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!(
-            "pmio-tgt did not come up on {}:\n{}",
+            "the daemon did not come up on {}:\n{}",
             self.sock.display(),
             self.log()
         );
@@ -138,12 +170,12 @@ impl Daemon {
     pub fn wait_exit(&mut self) -> ExitStatus {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(st) = self.child.try_wait().expect("wait pmio-tgt") {
+            if let Some(st) = self.child.try_wait().expect("wait for the daemon") {
                 return st;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("pmio-tgt did not exit:\n{}", self.log());
+                panic!("the daemon did not exit:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
