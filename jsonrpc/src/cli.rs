@@ -42,6 +42,18 @@ impl Request {
         }
     }
 
+    /// A request for a method whose keys are all optional: with `params` serialized from the
+    /// declaration, or none when it has no key set (rpc.py sends no `params` then).
+    pub fn new_or_bare(method: &'static str, params: &impl Serialize, print: Print) -> Request {
+        match Request::new(method, params, print) {
+            Request {
+                params: Some(Value::Object(m)),
+                ..
+            } if m.is_empty() => Request::bare(method, print),
+            r => r,
+        }
+    }
+
     /// The method, parameters and printing style, in that order.
     pub fn into_parts(self) -> (&'static str, Option<Value>, Print) {
         (self.method, self.params, self.print)
@@ -71,6 +83,25 @@ pub fn mib_to_blocks(total_mib: f64, block_size: u64) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn optional_keys_only_with_a_value_give_params() {
+        #[derive(Serialize)]
+        struct Query {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            name: Option<String>,
+        }
+        let none = Request::new_or_bare("q", &Query { name: None }, Print::Dict);
+        assert_eq!(none, Request::bare("q", Print::Dict));
+        let one = Request::new_or_bare(
+            "q",
+            &Query {
+                name: Some("a".into()),
+            },
+            Print::Dict,
+        );
+        assert_eq!(one.params, Some(serde_json::json!({"name": "a"})));
+    }
 
     #[test]
     fn sizes_as_rpc_py_computes_them() {

@@ -6,9 +6,6 @@
 
 mod client;
 mod config;
-mod nvmf;
-mod sock;
-mod vhost;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -100,11 +97,11 @@ enum Method {
     #[command(flatten)]
     Nvme(pmio_nvme::cli::NvmeCommand),
     #[command(flatten)]
-    Nvmf(nvmf::NvmfMethod),
+    Nvmf(pmio_nvmf::cli::NvmfCommand),
     #[command(flatten)]
-    Sock(sock::SockMethod),
+    Sock(pmio_nvmf::cli::SockCommand),
     #[command(flatten)]
-    Vhost(vhost::VhostMethod),
+    Vhost(pmio_vhost::cli::VhostCommand),
 }
 
 pub(crate) use pmio_jsonrpc::cli::Print;
@@ -154,9 +151,9 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         )
         .into_parts(),
         Method::Nvme(m) => m.request().into_parts(),
-        Method::Nvmf(m) => nvmf::request(m),
-        Method::Sock(m) => sock::request(m),
-        Method::Vhost(m) => vhost::request(m),
+        Method::Nvmf(m) => m.request().into_parts(),
+        Method::Sock(m) => m.request().into_parts(),
+        Method::Vhost(m) => m.request().into_parts(),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());
         }
@@ -293,26 +290,27 @@ mod tests {
         request(&a.method).unwrap().1.unwrap()
     }
 
+    /// The modules' subcommands reach their own enums (their requests are tested there).
     #[test]
-    fn sock_flag_pairs_send_the_later_one_or_nothing() {
-        let p = params(&[
-            "pmio-rpc",
-            "sock_impl_set_options",
-            "-i",
-            "posix",
-            "-r",
-            "4096",
-            "--enable-quickack",
-            "--disable-quickack",
-            "--disable-zerocopy-send-server",
-            "--enable-zerocopy-send-server",
-        ]);
+    fn module_subcommands_are_flattened_in() {
+        let method = |argv: &[&str]| {
+            let mut full = vec!["pmio-rpc"];
+            full.extend_from_slice(argv);
+            Args::try_parse_from(full).unwrap().method
+        };
+        assert!(matches!(method(&["nvmf_get_stats"]), Method::Nvmf(_)));
+        assert!(matches!(
+            method(&["sock_impl_get_options", "-i", "posix"]),
+            Method::Sock(_)
+        ));
+        assert!(matches!(
+            method(&["vhost_get_controllers"]),
+            Method::Vhost(_)
+        ));
         assert_eq!(
-            serde_json::to_string(&p).unwrap(),
-            r#"{"impl_name":"posix","recv_buf_size":4096,"enable_quickack":false,"enable_zerocopy_send_server":true}"#
+            params(&["pmio-rpc", "nvmf_subsystem_remove_ns", "nqn.x", "1"]),
+            json!({"nqn": "nqn.x", "nsid": 1})
         );
-        let p = params(&["pmio-rpc", "sock_impl_get_options", "-i", "posix"]);
-        assert_eq!(p, serde_json::json!({"impl_name": "posix"}));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!   PDUs parsed in place from a receive buffer, headers encoded into a small stack buffer.
 //! - `rpc` (feature `rpc`): SPDK's `nvmf_*` and `sock_*` methods on the target, with the
 //!   "nvmf" and "sock" sections of `save_config`.
+//! - `cli` (feature `cli`): pmio-rpc's `nvmf_*` and `sock_*` subcommands, built from the
+//!   methods' declarations.
 //! - [`spec`]: SQE, CQE, status codes, Identify and discovery layouts: `pmio-nvme-spec`, shared
 //!   with the NVMe driver.
 //!
@@ -37,6 +39,8 @@
 
 #[allow(unsafe_code)]
 mod buf;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod conn;
 pub mod ctrlr;
 pub mod error;

@@ -12,7 +12,8 @@
 //!   polled, requests become bdev I/O through bounce buffers, and completions signal the
 //!   guest through its call eventfd once per poll.
 //! - `rpc` (feature `rpc`): SPDK's `vhost_*` methods on the target and the "vhost_blk"
-//!   section of `save_config`.
+//!   section of `save_config`; `cli` (feature `cli`): pmio-rpc's `vhost_*` subcommands, built
+//!   from the same declarations.
 //! - [`chain`] and [`blk`]: the descriptor-chain parser and the request rules; every chain is
 //!   hostile until proven otherwise. [`spec`]: virtio facts. [`mem`]: guest memory.
 //!
@@ -27,6 +28,8 @@
 pub mod blk;
 mod buf;
 pub mod chain;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod ctrlr;
 pub mod error;
 mod group;

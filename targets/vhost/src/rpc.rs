@@ -6,7 +6,7 @@
 //! device"; where pmio knows more, it follows after a colon. Each method's parameters are
 //! declared once ([`CreateBlkController`], [`GetControllers`], [`DeleteController`]): the
 //! method decodes it, [`config`] (the "vhost_blk" section of `save_config`) writes it and
-//! `pmio-rpc` builds it.
+//! `pmio-rpc` builds it (`crate::cli`, feature `cli`: clap's derive is on the declarations).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -95,37 +95,45 @@ pub const TRANSPORT: &str = "vhost_user_blk";
 /// `readonly` and `packed_ring`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct CreateBlkController {
     /// Controller name (its socket's name in the socket directory).
     pub ctrlr: String,
-    /// The bdev.
+    /// Bdev name.
     pub dev_name: String,
     /// Reactor mask (default: every reactor).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub cpumask: Option<String>,
-    /// Newer rpc.py sends the transport: [`TRANSPORT`] only.
+    /// Virtio-blk transport, which newer rpc.py sends: vhost_user_blk only.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub transport: Option<String>,
     /// Read-only disk.
     #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(short = 'r', long))]
     pub readonly: bool,
     /// Packed virtqueues (refused by the target).
     #[serde(default)]
+    #[cfg_attr(feature = "cli", arg(short = 'p', long = "packed_ring"))]
     pub packed_ring: bool,
 }
 
 /// `vhost_get_controllers` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct GetControllers {
     /// Only this controller.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 'n', long))]
     pub name: Option<String>,
 }
 
 /// `vhost_delete_controller` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct DeleteController {
     /// Controller name.
     pub ctrlr: String,

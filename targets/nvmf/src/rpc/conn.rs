@@ -16,9 +16,11 @@ use crate::subsystem::DISCOVERY_NQN;
 /// `nvmf_get_stats` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct GetStats {
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
 }
 

@@ -13,38 +13,46 @@ use crate::error::NvmfError;
 /// `nvmf_subsystem_add_host` parameters, in the order rpc.py sends them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct AddHost {
     /// Subsystem NQN.
     pub nqn: String,
     /// Host NQN.
     pub host: String,
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
     /// TLS pre-shared key: refused (pmio has no TLS).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub psk: Option<String>,
     /// DH-HMAC-CHAP key: refused (pmio has no in-band authentication).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub dhchap_key: Option<String>,
     /// DH-HMAC-CHAP controller key: refused (pmio has no in-band authentication).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub dhchap_ctrlr_key: Option<String>,
 }
 
 /// `nvmf_subsystem_remove_host` parameters, in the order rpc.py sends them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RemoveHost {
     /// Subsystem NQN.
     pub nqn: String,
     /// Host NQN.
     pub host: String,
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
     /// How long SPDK waits for the host's controllers to go; pmio disconnects them at once.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub timeout_ms: Option<Ignored<u64>>,
 }
 

@@ -59,13 +59,15 @@ pub struct NsParams {
 /// `nvmf_subsystem_remove_ns` parameters, in the order rpc.py sends them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RemoveNs {
     /// Subsystem NQN.
     pub nqn: String,
     /// Namespace ID.
     pub nsid: u32,
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
 }
 

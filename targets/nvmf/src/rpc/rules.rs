@@ -42,6 +42,13 @@ impl TgtName {
     }
 }
 
+/// A name as a client gives it (pmio-rpc's `-t`): the method that decodes it checks it.
+impl From<String> for TgtName {
+    fn from(name: String) -> TgtName {
+        TgtName(name)
+    }
+}
+
 /// A declaration that names its target (every top-level nvmf declaration): the methods check
 /// it with [`TgtName::check`] after decoding.
 pub trait Targeted {

@@ -40,8 +40,10 @@ pub fn methods() -> Vec<Method<NvmfRpc>> {
 /// `sock_impl_get_options` and `sock_set_default_impl` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct SockImpl {
     /// The implementation (pmio: posix).
+    #[cfg_attr(feature = "cli", arg(short = 'i', long = "impl"))]
     pub impl_name: String,
 }
 

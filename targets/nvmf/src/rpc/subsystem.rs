@@ -59,20 +59,24 @@ pub struct CreateSubsystem {
 /// per-subsystem queries.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct SubsystemQuery {
     /// Subsystem NQN.
     pub nqn: String,
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
 }
 
 /// `nvmf_get_subsystems` parameters, in the order rpc.py sends them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct GetSubsystems {
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
     /// Only this subsystem.
     #[serde(skip_serializing_if = "Option::is_none")]

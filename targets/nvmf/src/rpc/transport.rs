@@ -116,12 +116,15 @@ pub struct CreateTransport {
 /// `nvmf_get_transports` parameters.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct GetTransports {
-    /// The target ([`TgtName`]).
+    /// The name of the parent NVMe-oF target (pmio has one, nvmf_tgt).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
     /// Only this transport type.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub trtype: Option<String>,
 }
 
