@@ -260,6 +260,32 @@ mod tests {
                 "key0: pmio has no TLS",
             ),
             ("bdev", "bdev_frobnicate", json!({}), "Unknown method"),
+            // The checks decode with the modules' own declarations: the keys and the values
+            // accepted only at SPDK's default are the methods'.
+            (
+                "bdev",
+                "bdev_malloc_create",
+                json!({"num_blocks": 8, "block_size": 512, "md_size": 8}),
+                "\"md_size\" is supported only as 0",
+            ),
+            (
+                "nvmf",
+                "nvmf_create_subsystem",
+                json!({"nqn": "nqn.2016-06.io.spdk:c1", "ana_reporting": true}),
+                "\"ana_reporting\" is supported only as false",
+            ),
+            (
+                "nvmf",
+                "nvmf_create_subsystem",
+                json!({"nqn": "nqn.2016-06.io.spdk:c1", "tgt_name": "other"}),
+                "Unable to find a target",
+            ),
+            (
+                "nvmf",
+                "nvmf_subsystem_allow_any_host",
+                json!({"nqn": "nqn.2016-06.io.spdk:c1", "allow_any_host": true, "x": 1}),
+                "unknown parameter \"x\"",
+            ),
             (
                 "frob",
                 "bdev_malloc_create",

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use pmio::Uuid;
 use pmio_null::{NullDevice, NullOptions};
-use pmio_nvmf::subsystem::{DISCOVERY_NQN, ListenAddr, Subsystem, SubsystemParams, TransportOpts};
+use pmio_nvmf::subsystem::{DISCOVERY_NQN, Subsystem, SubsystemParams, TransportOpts};
 use serde_json::{Map, Value, json};
 
 use super::world::{SubSeen, World};
@@ -53,14 +53,6 @@ impl<'a> P<'a> {
             Some(v) => Err(format!(
                 "parameter \"{k}\" is {v}; pmio supports only {default}"
             )),
-        }
-    }
-
-    /// A key that must be absent, with why.
-    fn absent(&mut self, k: &str, why: &str) -> Result<(), String> {
-        match self.opt::<Value>(k)? {
-            None => Ok(()),
-            Some(_) => Err(format!("parameter \"{k}\": {why}")),
         }
     }
 
@@ -109,6 +101,15 @@ fn ram_bdev(
 /// refusals as the method, in the check's words.
 fn declared<T: serde::de::DeserializeOwned>(v: &Value, method: &str) -> Result<T, String> {
     pmio_jsonrpc::decl::decode(Some(v)).map_err(|e| format!("{method}: {e}"))
+}
+
+/// An nvmf call's parameters decoded with the NVMe-oF target's own declaration and its
+/// target-name rule.
+fn nvmf_declared<T>(v: &Value, method: &str) -> Result<T, String>
+where
+    T: serde::de::DeserializeOwned + pmio_nvmf::rpc::rules::Targeted,
+{
+    pmio_nvmf::rpc::rules::decode(Some(v)).map_err(|e| format!("{method}: {}", e.message))
 }
 
 /// `bdev_null_create`.
@@ -352,23 +353,16 @@ pub fn nvmf_transport(v: &Value, w: &mut World) -> Result<String, String> {
 
 /// `nvmf_create_subsystem`.
 pub fn nvmf_subsystem(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "nvmf_create_subsystem")?;
+    let p: pmio_nvmf::rpc::subsystem::CreateSubsystem = nvmf_declared(v, "nvmf_create_subsystem")?;
     let sp = SubsystemParams {
-        nqn: p.req("nqn")?,
-        serial_number: p.opt("serial_number")?,
-        model_number: p.opt("model_number")?,
-        allow_any_host: p.opt("allow_any_host")?.unwrap_or(false),
-        max_namespaces: p.opt("max_namespaces")?.unwrap_or(0),
-        min_cntlid: p.opt("min_cntlid")?,
-        max_cntlid: p.opt("max_cntlid")?,
+        nqn: p.nqn,
+        serial_number: p.serial_number,
+        model_number: p.model_number,
+        allow_any_host: p.allow_any_host,
+        max_namespaces: p.max_namespaces.unwrap_or(0),
+        min_cntlid: p.min_cntlid,
+        max_cntlid: p.max_cntlid,
     };
-    tgt_name(&mut p)?;
-    for k in ["ana_reporting", "passthrough", "enable_nssr"] {
-        p.default_only(k, json!(false))?;
-    }
-    p.default_only("max_discard_size_kib", json!(0))?;
-    p.default_only("max_write_zeroes_size_kib", json!(0))?;
-    p.finish()?;
     let s = Subsystem::new(&sp).map_err(|e| e.to_string())?;
     if w.subsystems.iter().any(|x| x.nqn == s.nqn) {
         return Err(format!("subsystem {} already exists", s.nqn));
@@ -478,34 +472,13 @@ pub fn missing_bdev(name: &str) -> String {
     format!("bdev {name} is not created before this call{hint}")
 }
 
-fn listen_addr(v: &Value) -> Result<ListenAddr, String> {
-    let mut l = P::new(v, "listen_address")?;
-    let trtype: String = l.req("trtype")?;
-    let traddr: String = l.req("traddr")?;
-    let trsvcid: Option<String> = l.opt("trsvcid")?;
-    let adrfam: Option<String> = l.opt("adrfam")?;
-    l.finish()?;
-    if !trtype.eq_ignore_ascii_case("tcp") {
-        return Err(format!("trtype {trtype}: pmio listens on TCP only"));
-    }
-    let port = trsvcid.ok_or("trsvcid (the port) is required for TCP")?;
-    ListenAddr::new(&traddr, &port, adrfam.as_deref()).map_err(|e| e.to_string())
-}
-
 /// `nvmf_subsystem_add_listener`.
 pub fn nvmf_listener(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "nvmf_subsystem_add_listener")?;
-    let nqn: String = p.req("nqn")?;
-    let addr = listen_addr(&p.req::<Value>("listen_address")?)?;
-    tgt_name(&mut p)?;
-    if p.opt::<bool>("secure_channel")? == Some(true) {
-        return Err(
-            "secure_channel: pmio has no TLS; hosts that require it could not connect".into(),
-        );
-    }
-    p.default_only("ana_state", json!("optimized"))?;
-    p.opt::<String>("sock_impl")?;
-    p.finish()?;
+    let p: pmio_nvmf::rpc::listener::AddListener = nvmf_declared(v, "nvmf_subsystem_add_listener")?;
+    pmio_nvmf::rpc::rules::default_only_str("ana_state", p.ana_state.as_deref(), "optimized")
+        .map_err(|e| e.message)?;
+    let addr = p.listen_address.listen_addr().map_err(|e| e.message)?;
+    let nqn = p.nqn;
     if w.transport.is_none() {
         return Err("no TCP transport is created before this listener".into());
     }
@@ -527,15 +500,21 @@ pub fn nvmf_listener(v: &Value, w: &mut World) -> Result<String, String> {
 
 /// `nvmf_subsystem_add_host`.
 pub fn nvmf_host(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "nvmf_subsystem_add_host")?;
-    let nqn: String = p.req("nqn")?;
-    let host: String = p.req("host")?;
-    tgt_name(&mut p)?;
-    p.absent("psk", "pmio has no TLS: this host could not connect")?;
-    for k in ["dhchap_key", "dhchap_ctrlr_key"] {
-        p.absent(k, "pmio has no DH-HMAC-CHAP: this host could not connect")?;
+    let p: pmio_nvmf::rpc::host::AddHost = nvmf_declared(v, "nvmf_subsystem_add_host")?;
+    if p.psk.is_some() {
+        return Err("parameter \"psk\": pmio has no TLS: this host could not connect".into());
     }
-    p.finish()?;
+    for (k, given) in [
+        ("dhchap_key", &p.dhchap_key),
+        ("dhchap_ctrlr_key", &p.dhchap_ctrlr_key),
+    ] {
+        if given.is_some() {
+            return Err(format!(
+                "parameter \"{k}\": pmio has no DH-HMAC-CHAP: this host could not connect"
+            ));
+        }
+    }
+    let (nqn, host) = (p.nqn, p.host);
     let s = w.subsystem(&nqn)?;
     if s.hosts.contains(&host) {
         return Err(format!("host {host} is already admitted to {nqn}"));
@@ -546,11 +525,8 @@ pub fn nvmf_host(v: &Value, w: &mut World) -> Result<String, String> {
 
 /// `nvmf_subsystem_allow_any_host`.
 pub fn nvmf_allow_any_host(v: &Value, w: &mut World) -> Result<String, String> {
-    let mut p = P::new(v, "nvmf_subsystem_allow_any_host")?;
-    let nqn: String = p.req("nqn")?;
-    let allow: bool = p.req("allow_any_host")?;
-    tgt_name(&mut p)?;
-    p.finish()?;
+    let p: pmio_nvmf::rpc::host::AllowAnyHost = nvmf_declared(v, "nvmf_subsystem_allow_any_host")?;
+    let (nqn, allow) = (p.nqn, p.allow_any_host);
     w.subsystem(&nqn)?;
     Ok(format!("{nqn}: allow_any_host {allow}"))
 }
