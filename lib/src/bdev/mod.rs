@@ -21,10 +21,15 @@ pub use registry::Registry;
 pub use stats::{OpStats, QueueStats, QueueStatsCell, now_ns};
 
 /// A 128-bit UUID, printed in the usual 8-4-4-4-12 form.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Uuid(pub [u8; 16]);
 
 impl Uuid {
+    /// The nil uuid (all zero bytes), SPDK's "no uuid".
+    pub fn is_nil(&self) -> bool {
+        self.0 == [0; 16]
+    }
+
     /// A random (version 4) UUID from the kernel's random source.
     pub fn new_v4() -> Uuid {
         let mut b = [0u8; 16];
