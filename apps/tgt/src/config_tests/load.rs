@@ -150,8 +150,21 @@ fn a_failed_load_removes_what_it_created() {
     }
     assert_eq!(names(&r), ["Old"]);
     assert_eq!(nqns(&r), [pmio_nvmf::subsystem::DISCOVERY_NQN]);
-    // Nobody listens on the port the load had bound.
-    assert!(std::net::TcpListener::bind(("127.0.0.1", free)).is_ok());
+    // The target no longer listens on the port the load had bound. (Binding the port again
+    // here would race with other tests' connections, whose kernel-chosen source ports can be
+    // this number.)
+    let listening = r
+        .target
+        .nvmf
+        .tgt
+        .config()
+        .subsystems
+        .iter()
+        .any(|s| s.listeners.iter().any(|l| l.trsvcid == free.to_string()));
+    assert!(
+        !listening,
+        "a listener on port {free} survived the rollback"
+    );
     assert_eq!(r.settings.state(), Default::default());
     assert_eq!(r.target.reactors().interrupt_idle(0), before_modes);
     // Fixed, the same file loads: the transport left behind is taken as it is.
