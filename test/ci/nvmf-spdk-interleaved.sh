@@ -14,7 +14,9 @@
 # taking the running one's core.
 #
 # SPDK_DIR (default /tmp/spdk), BENCH_SLICES (30 pairs), BENCH_SLICE_SECS (1),
-# BENCH_CASES (randread-4k randread-128k randwrite-4k), BENCH_INITIATORS (spdk pmio),
+# BENCH_CASES (randread-4k randread-128k randwrite-4k; also conns64-4k: 4 KiB random reads
+# over 16 subsystems x 4 I/O queues at QD 8 each, spdk_nvme_perf only, as in
+# nvmf-spdk-bench.sh), BENCH_INITIATORS (spdk pmio),
 # BENCH_TGT_ARGS (more pmio-tgt flags), BENCH_LOG (keep the outputs in this directory).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,6 +57,8 @@ ops() {
         python3 -c 'import json, sys; print(sum(g["completed_nvme_io"] for g in json.load(sys.stdin)["poll_groups"]))'
 }
 
+# start_target pmio|spdk [SUBSYSTEMS]: subsystem $NQN (and $NQN-1 ... for more) on the
+# target's port, each with a null bdev of its own.
 start_target() {
     local t=$1
     rm -f "$DIR/$t.sock"
@@ -73,19 +77,32 @@ start_target() {
     PIDS+=("$!")
     for _ in $(seq 400); do [ -S "$DIR/$t.sock" ] && break; sleep 0.05; done
     [ -S "$DIR/$t.sock" ] || fail "$t target did not open its RPC socket"
-    {
-        rpc "$t" nvmf_create_transport -t TCP -q 256 -c 4096 &&
-            rpc "$t" bdev_null_create Null0 1024 4096 &&
-            rpc "$t" nvmf_create_subsystem "$NQN" -a -s SPDK0 &&
-            rpc "$t" nvmf_subsystem_add_ns "$NQN" Null0 &&
-            rpc "$t" nvmf_subsystem_add_listener "$NQN" -t tcp -a 127.0.0.1 -s "${PORT[$t]}"
-    } >/dev/null || fail "$t target setup"
+    rpc "$t" nvmf_create_transport -t TCP -q 256 -c 4096 >/dev/null || fail "$t transport"
+    local k nqn
+    for k in $(seq 0 $((${2:-1} - 1))); do
+        nqn=$(sub_nqn "$k")
+        {
+            rpc "$t" bdev_null_create "Null$k" 1024 4096 &&
+                rpc "$t" nvmf_create_subsystem "$nqn" -a -s "SPDK$k" &&
+                rpc "$t" nvmf_subsystem_add_ns "$nqn" "Null$k" &&
+                rpc "$t" nvmf_subsystem_add_listener "$nqn" -t tcp -a 127.0.0.1 -s "${PORT[$t]}"
+        } >/dev/null || fail "$t target setup of $nqn"
+    done
 }
+sub_nqn() { if [ "$1" = 0 ]; then echo "$NQN"; else echo "$NQN-$1"; fi; }
 
 start_initiator() {
     local i=$1 t=$2 w=$3 bs=$4 shm
     shm=$([ "$t" = pmio ] && echo 11 || echo 12)
     case $i in
+    spdk-conns64)
+        local k r=()
+        for k in $(seq 0 15); do
+            r+=(-r "trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:${PORT[$t]} subnqn:$(sub_nqn "$k") ns:1")
+        done
+        taskset -c 1 "$SPDK_DIR/build/bin/spdk_nvme_perf" -c 0x2 --no-huge -s 1024 -i "$shm" \
+            "${r[@]}" -P 4 -q 8 -o "$bs" -w "$w" -t 3600 >"$DIR/init.$t" 2>&1 &
+        ;;
     spdk)
         taskset -c 1 "$SPDK_DIR/build/bin/spdk_nvme_perf" -c 0x2 --no-huge -s 1024 -i "$shm" \
             -r "trtype:tcp adrfam:IPv4 traddr:127.0.0.1 trsvcid:${PORT[$t]} subnqn:$NQN" \
@@ -111,11 +128,16 @@ for c in $CASES; do
     bs=${c#*-}
     bs=$((${bs%k} * 1024))
     for i in $INITIATORS; do
+        subs=1 how=$i wl=$w
+        if [ "$w" = conns64 ]; then
+            [ "$i" = spdk ] || continue # pmio-perf has no -P (queues per namespace)
+            subs=16 how=spdk-conns64 wl=randread
+        fi
         for t in pmio spdk; do
             port=$((port + 1))
             PORT[$t]=$port
-            start_target "$t"
-            start_initiator "$i" "$t" "$w" "$bs"
+            start_target "$t" "$subs"
+            start_initiator "$how" "$t" "$wl" "$bs"
             # Until its I/O flows, then held.
             for _ in $(seq 200); do [ "$(ops "$t")" -gt 1000 ] && break; sleep 0.05; done
             [ "$(ops "$t")" -gt 1000 ] || fail "$i -> $t: no I/O ($(tail -3 "$DIR/init.$t"))"
