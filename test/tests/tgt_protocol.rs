@@ -804,7 +804,8 @@ fn tgt_sock_impl_options_apply_to_new_connections_and_are_saved() {
     let mut expect = vec![want(2 << 20, 2 << 20), want(262144, 131072)];
     expect.sort();
     assert_eq!(both, expect);
-    // Under SPDK's minimum a size is raised to it; a size past u32 is refused.
+    // Under SPDK's minimum a size is raised to it; a size past u32 is refused with sock_rpc.c's
+    // -32602.
     assert_eq!(
         d.rpc_ok(&["sock_impl_set_options", "-i", "posix", "-s", "100"]),
         ""
@@ -816,7 +817,7 @@ fn tgt_sock_impl_options_apply_to_new_connections_and_are_saved() {
     rpc_err(
         &d,
         &["sock_impl_set_options", "-i", "posix", "-r", "8589934592"],
-        -32603,
+        -32602,
     );
     assert_eq!(
         d.rpc_json(&["sock_impl_get_options", "-i", "posix"])["recv_buf_size"],

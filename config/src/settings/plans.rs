@@ -474,8 +474,28 @@ pub fn framework_set_scheduler(params: Option<&Value>) -> Result<Plan, RpcError>
 
 // --- sock ---
 
+/// SPDK's `sock_rpc.c` answers every parameter its sock methods cannot decode with
+/// -32602 "Invalid parameters" (the bdev methods' -32603 is not theirs).
+fn sock_invalid_params(e: RpcError) -> RpcError {
+    if e.code != code::INTERNAL_ERROR {
+        return e;
+    }
+    let detail = e
+        .message
+        .strip_prefix("spdk_json_decode_object failed: ")
+        .unwrap_or(&e.message);
+    RpcError::new(
+        code::INVALID_PARAMS,
+        format!("Invalid parameters: {detail}"),
+    )
+}
+
 /// `sock_set_default_impl`: pmio's sockets are posix sockets.
 pub fn sock_set_default_impl(params: Option<&Value>) -> Result<Plan, RpcError> {
+    sock_default_impl_plan(params).map_err(sock_invalid_params)
+}
+
+fn sock_default_impl_plan(params: Option<&Value>) -> Result<Plan, RpcError> {
     let mut k = Keys::new("sock_set_default_impl", params)?;
     match k.take::<String>("impl_name")?.as_deref() {
         Some("posix") => k.same(
@@ -500,6 +520,10 @@ pub fn sock_set_default_impl(params: Option<&Value>) -> Result<Plan, RpcError> {
 /// connections keep theirs); the receive pipe is what pmio does; zero-copy, placement and TLS
 /// have no counterpart. Other implementations' options (ssl, uring) do not apply.
 pub fn sock_impl_set_options(params: Option<&Value>) -> Result<Plan, RpcError> {
+    sock_options_plan(params).map_err(sock_invalid_params)
+}
+
+fn sock_options_plan(params: Option<&Value>) -> Result<Plan, RpcError> {
     let mut k = Keys::new("sock_impl_set_options", params)?;
     let Some(imp) = k.take::<String>("impl_name")? else {
         return Err(RpcError::decode(
@@ -837,12 +861,18 @@ mod tests {
                 .summary(NoteKind::Mapped)
                 .contains("raised to SPDK's minimum 4096")
         );
+        let past_u32 = sock_impl_set_options(Some(
+            &json!({"impl_name": "posix", "recv_buf_size": 1u64 << 33}),
+        ))
+        .unwrap_err();
+        assert_eq!(past_u32.code, code::INVALID_PARAMS, "{past_u32}");
         assert!(
-            sock_impl_set_options(Some(
-                &json!({"impl_name": "posix", "recv_buf_size": 1u64 << 33})
-            ))
-            .is_err()
+            past_u32.message.starts_with("Invalid parameters: ")
+                && past_u32.message.contains("recv_buf_size"),
+            "{past_u32}"
         );
+        let no_name = sock_set_default_impl(Some(&json!({}))).unwrap_err();
+        assert_eq!(no_name.code, code::INVALID_PARAMS, "{no_name}");
         assert!(
             sock_set_default_impl(Some(&sock[0]["params"]))
                 .unwrap()
