@@ -50,6 +50,12 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# cpu_ns PID: nanoseconds of CPU the process has used (utime + stime, in clock ticks), for
+# IOPS per target core actually used: SPDK's reactor polls without sleeping, pmio-tgt's
+# sleeps when it has nothing to do. (schedstat is not in nanoseconds on every kernel.)
+HZ=$(getconf CLK_TCK)
+cpu_ns() { awk -v hz="$HZ" '{sub(/.*\) /, ""); printf "%.0f", ($12 + $13) * 1000000000 / hz}' /proc/"$1"/stat; }
+
 # pmio-rpc speaks SPDK's JSON-RPC: it sets up and reads both targets.
 rpc() { local t=$1; shift; "$BIN/pmio-rpc" -s "$DIR/$t.sock" "$@"; }
 ops() {
@@ -120,8 +126,8 @@ start_initiator() {
 
 echo "pmio-tgt vs SPDK nvmf_tgt, interleaved ${SLICE}s slices x $SLICES pairs (core 0 target," \
     "core 1 initiator, QD 128); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| case | initiator | pmio-tgt slice median (min-max) | SPDK slice median (min-max) | pmio / SPDK, median of slice pairs (IQR) |"
-echo "|---|---|---|---|---|"
+echo "| case | initiator | pmio-tgt slice median (min-max) | SPDK slice median (min-max) | pmio / SPDK, median of slice pairs (IQR) | target cores used, pmio / SPDK (median) | IOPS per target core used, pmio / SPDK (IQR) |"
+echo "|---|---|---|---|---|---|---|"
 port=$((20000 + RANDOM % 40000))
 for c in $CASES; do
     w=${c%-*}
@@ -149,25 +155,36 @@ for c in $CASES; do
                 kill -CONT "${TGT[$t]}" "${CLI[$t]}"
                 sleep 0.3 # the connection back at full speed
                 a=$(ops "$t")
+                ca=$(cpu_ns "${TGT[$t]}")
                 ta=$(date +%s%N)
                 sleep "$SLICE"
                 b=$(ops "$t")
+                cb=$(cpu_ns "${TGT[$t]}")
                 tb=$(date +%s%N)
                 kill -STOP "${CLI[$t]}" "${TGT[$t]}"
-                echo "$t $(((b - a) * 1000000000 / (tb - ta)))" >>"$DIR/slices"
+                echo "$t $(((b - a) * 1000000000 / (tb - ta))) $(((cb - ca) * 1000 / (tb - ta)))" >>"$DIR/slices"
             done
         done
         stop_all
         python3 - "$DIR/slices" "$c" "$i" <<'PY'
 import statistics as st, sys
 rows = [l.split() for l in open(sys.argv[1])]
-p = [int(v) for t, v in rows if t == "pmio"]
-s = [int(v) for t, v in rows if t == "spdk"]
+p = [int(v) for t, v, _ in rows if t == "pmio"]
+s = [int(v) for t, v, _ in rows if t == "spdk"]
+# CPU the target used, in thousandths of a core, and IOPS per core it used.
+pc = [int(c) for t, _, c in rows if t == "pmio"]
+sc = [int(c) for t, _, c in rows if t == "spdk"]
+pe = [v * 1000 / max(c, 1) for v, c in zip(p, pc)]
+se = [v * 1000 / max(c, 1) for v, c in zip(s, sc)]
 r = sorted(a / b for a, b in zip(p, s) if b)
+re = sorted(a / b for a, b in zip(pe, se) if b)
 q = st.quantiles(r, n=4)
+qe = st.quantiles(re, n=4)
 k = lambda v: f"{v / 1e3:.0f} K"
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {k(st.median(p))} ({k(min(p))}-{k(max(p))}) "
-      f"| {k(st.median(s))} ({k(min(s))}-{k(max(s))}) | {st.median(r):.2f}x ({q[0]:.2f}-{q[2]:.2f}) |")
+      f"| {k(st.median(s))} ({k(min(s))}-{k(max(s))}) | {st.median(r):.2f}x ({q[0]:.2f}-{q[2]:.2f}) "
+      f"| {st.median(pc) / 1000:.2f} / {st.median(sc) / 1000:.2f} "
+      f"| {st.median(re):.2f}x ({qe[0]:.2f}-{qe[2]:.2f}) |")
 PY
     done
 done
