@@ -57,6 +57,8 @@ missing() {
     have ss || echo iproute2
     have ip || echo iproute2
     have unshare || echo util-linux
+    # The histogram test runs SPDK's scripts/histogram.py on bdev_get_histogram's reply.
+    have python3 || echo python3
     # make vm-test links its guest binary statically (crt-static): glibc's libc.a.
     [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || echo libc6-dev
 }

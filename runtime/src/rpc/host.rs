@@ -19,6 +19,8 @@ use pmio_jsonrpc::RpcError;
 use pmio_reactors::ReactorsHandle;
 use serde_json::{Value, json};
 
+use super::histogram::EnableHistogram;
+
 /// A bdev a module created through the host.
 #[derive(Clone, Debug)]
 pub struct BdevRecord {
@@ -74,6 +76,8 @@ pub struct BdevHost {
     bufs: Mutex<HashMap<String, Vec<DmaRegion>>>,
     /// Bdev name → its scheduler (absent: none).
     scheds: Mutex<HashMap<String, Scheduler>>,
+    /// Bdev name → the `bdev_enable_histogram` call that turned its histogram on (absent: off).
+    histograms: Mutex<HashMap<String, EnableHistogram>>,
     reactors: ReactorsHandle,
     stopping: AtomicBool,
     start_ns: u64,
@@ -104,6 +108,7 @@ impl BdevHost {
             next_live: AtomicU64::new(1),
             bufs: Mutex::new(HashMap::new()),
             scheds: Mutex::new(HashMap::new()),
+            histograms: Mutex::new(HashMap::new()),
             reactors,
             stopping: AtomicBool::new(false),
             start_ns: pmio_reactors::now_ns(),
@@ -225,6 +230,7 @@ impl BdevHost {
             log::warn!("bdev {name} removed while its scheduler held requests: {e}");
         }
         lock(&self.bufs).remove(name);
+        lock(&self.histograms).remove(name);
     }
 
     /// Removes every record whose parent is `parent` (after its devices were unregistered).
@@ -254,6 +260,20 @@ impl BdevHost {
                 .or_default()
                 .push(region);
         }
+    }
+
+    /// The call that turned bdev `name`'s latency histogram on, if it is on.
+    pub fn histogram_call(&self, name: &str) -> Option<EnableHistogram> {
+        lock(&self.histograms).get(name).cloned()
+    }
+
+    /// Remembers the call that turned bdev `name`'s histogram on (`None`: it is off).
+    pub fn set_histogram_call(&self, name: &str, call: Option<EnableHistogram>) {
+        let mut m = lock(&self.histograms);
+        match call {
+            Some(c) => m.insert(name.to_string(), c),
+            None => m.remove(name),
+        };
     }
 
     /// The scheduler of bdev `name`, if one was set.
