@@ -108,6 +108,15 @@ impl Registry {
         Some(total)
     }
 
+    /// I/Os in flight on device `name`'s queues opened through the registry, as each queue saw
+    /// it at its last completion batch (0 for an unknown device).
+    pub fn device_outstanding(&self, name: &str) -> u64 {
+        self.stats
+            .read()
+            .get(name)
+            .map_or(0, |cells| cells.iter().map(|c| c.outstanding()).sum())
+    }
+
     /// The device called `name`.
     pub fn get(&self, name: &str) -> Option<Arc<dyn BlockDevice>> {
         self.devs.read().get(name).cloned()

@@ -378,8 +378,18 @@ impl BdevHost {
     /// latencies, or only `error` counts. Running queues restart their counts from now (their
     /// min/max latencies are not reset).
     pub fn reset_iostat(&self, name: &str, mode: &str) {
+        let served = self.registry.device_stats(name).unwrap_or_default();
         let mut m = lock(&self.iostat);
-        let Some(st) = m.get_mut(name) else { return };
+        let st = m.entry(name.to_string()).or_default();
+        match mode {
+            "all" => st.served_base = served,
+            "error" => {
+                for (b, n) in st.served_base.ops.iter_mut().zip(served.ops.iter()) {
+                    b.errors = n.errors;
+                }
+            }
+            _ => {}
+        }
         for o in &mut st.total.ops {
             match mode {
                 "all" => *o = Default::default(),
@@ -405,17 +415,29 @@ impl BdevHost {
         }
     }
 
-    /// Statistics of bdev `name`: finished jobs plus running queues (snapshots).
+    /// Statistics of bdev `name`: finished jobs, running queues (snapshots), and the queues
+    /// opened through the registry (the targets serving the bdev: NVMe/TCP, vhost).
     pub fn iostat(&self, name: &str) -> QueueStats {
+        let served = self.registry.device_stats(name).unwrap_or_default();
         let m = lock(&self.iostat);
         let Some(st) = m.get(name) else {
-            return QueueStats::default();
+            return served;
         };
         let mut s = st.total;
         for l in &st.live {
             s.add(&since(&l.cell.load(), &l.base));
         }
+        s.add(&since(&served, &st.served_base));
         s
+    }
+
+    /// I/Os in flight on bdev `name` (each queue as of its last completion batch): running
+    /// jobs' queues and the targets' queues.
+    pub fn outstanding(&self, name: &str) -> u64 {
+        let jobs: u64 = lock(&self.iostat)
+            .get(name)
+            .map_or(0, |st| st.live.iter().map(|l| l.cell.outstanding()).sum());
+        jobs + self.registry.device_outstanding(name)
     }
 
     /// Looks a bdev up by name or by UUID alias.
@@ -555,6 +577,8 @@ struct IoStat {
     total: QueueStats,
     /// Running queues.
     live: Vec<LiveQueue>,
+    /// The registry's counts of the bdev at the last reset (subtracted from them).
+    served_base: QueueStats,
 }
 
 /// A running queue's shared statistics and the counts to subtract (after a reset).

@@ -253,6 +253,7 @@ impl BdevQueue {
         if total > 0 {
             self.inflight -= total as u32;
             self.cell.publish(&self.stats);
+            self.cell.set_outstanding(self.inflight);
         }
         total
     }
