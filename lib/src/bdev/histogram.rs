@@ -184,6 +184,13 @@ impl Histogram {
         b.store(b.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    /// Sets every bucket to 0. Only the histogram's single writer may call this.
+    pub fn reset(&self) {
+        for b in self.buckets.iter() {
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Adds every bucket into `out` (same shape; a reader's snapshot, bucket by bucket).
     fn add_to(&self, out: &mut HistogramData) {
         for (o, b) in out.buckets.iter_mut().zip(self.buckets.iter()) {
@@ -409,6 +416,13 @@ impl QueueHistogram {
             self.follow();
         }
         self.active.as_ref()
+    }
+
+    /// Zeroes this queue's own counts (after following the switch).
+    pub(crate) fn reset(&mut self) {
+        if let Some((h, _)) = self.sync() {
+            h.reset();
+        }
     }
 
     /// Takes the switch's state: a histogram of this queue's own when on, none when off.

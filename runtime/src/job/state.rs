@@ -183,6 +183,7 @@ impl Job {
         }
         st.ios = 0;
         st.errors = 0;
+        self.q.reset_histogram();
     }
 
     /// The measurements of a drained job (its histograms and tables move out).

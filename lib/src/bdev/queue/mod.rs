@@ -376,6 +376,15 @@ impl BdevQueue {
         self.hist = Some(Box::new(QueueHistogram::new(switch)));
     }
 
+    /// Zeroes this queue's share of the device's latency histogram (the device's other queues'
+    /// counts, and those of closed queues, stay): how a job forgets its warm-up. Call it on the
+    /// queue's reactor, between polls.
+    pub fn reset_histogram(&mut self) {
+        if let Some(h) = self.hist.as_deref_mut() {
+            h.reset();
+        }
+    }
+
     /// The device.
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
         &self.dev
