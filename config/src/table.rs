@@ -254,6 +254,10 @@ fn allow_any_host_name(v: &Value) -> String {
     )
 }
 
+fn histogram_name(v: &Value) -> String {
+    format!("latency histogram of bdev {}", p(v, "name"))
+}
+
 // --- undo decided before the call ---
 
 /// An NVMe controller attached again at the same address is already there (the method
@@ -307,6 +311,22 @@ fn before_scheduler(rpc: &dyn Daemon, v: &Value) -> Before {
         }
         // No such bdev: the call fails and there is nothing to undo.
         Err(_) => Before::Keep(String::new()),
+    }
+}
+
+/// A histogram that was off is turned off again by a rollback; one that was on stays on (with
+/// the counts and the I/O type the call gave it).
+fn before_histogram(rpc: &dyn Daemon, v: &Value) -> Before {
+    let name = p(v, "name");
+    match rpc.invoke("bdev_get_histogram", Some(&json!({ "name": name }))) {
+        Ok(_) => Before::Keep(format!(
+            "the latency histogram of bdev {name} stays on, as the call set it"
+        )),
+        Err(_) => Before::Undo(UndoCall {
+            what: histogram_name(v),
+            method: "bdev_enable_histogram".into(),
+            params: json!({"name": name, "enable": false}),
+        }),
     }
 }
 
@@ -476,7 +496,11 @@ pub static TABLE: &[Entry] = &[
     e(
         "bdev_enable_histogram",
         "bdev",
-        Handling::Ignore("pmio keeps no per-bdev latency histogram (bdev_get_iostat has min/max)"),
+        Handling::Set(Create {
+            what: histogram_name,
+            undo: Undo::Before(before_histogram),
+            check: params::bdev_enable_histogram,
+        }),
     ),
     e(
         "bdev_set_qos_limit",

@@ -16,7 +16,23 @@ pub enum Print {
     Array,
     /// Nothing (delete/detach/kill return `true`).
     Nothing,
+    /// Text made from the result by the module's formatter (pmio's own views, such as
+    /// `bdev_get_histogram --table`); an `Err` is printed as an error.
+    Text(TextFormat),
 }
+
+/// A formatter of a method's result for [`Print::Text`].
+#[derive(Clone, Copy, Debug)]
+pub struct TextFormat(pub fn(&Value) -> Result<String, String>);
+
+impl PartialEq for TextFormat {
+    /// Formatters are told apart by address: the same function is the same format.
+    fn eq(&self, o: &TextFormat) -> bool {
+        std::ptr::fn_addr_eq(self.0, o.0)
+    }
+}
+
+impl Eq for TextFormat {}
 
 /// One call a subcommand makes.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,7 +6,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use pmio::OpSet;
 use pmio::aio::BufPool;
+use pmio::bdev::histogram::{HistogramConfig, HistogramShape};
 use pmio::dma::DmaPoolOptions;
 use pmio_null::{NullDevice, NullOptions};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions, spawn_local};
@@ -50,12 +52,30 @@ const EDGE: u64 = 500;
 
 #[test]
 fn steady_state_async_io_does_not_allocate() {
+    run("NoAlloc0", false);
+}
+
+/// With the device's latency histogram on, the queue allocates its histogram once, at its
+/// first poll (in the warm-up), and counts every I/O without allocating.
+#[test]
+fn steady_state_async_io_with_a_histogram_does_not_allocate() {
+    run("NoAlloc1", true);
+}
+
+fn run(name: &'static str, histogram: bool) {
     let dev = NullDevice::new(NullOptions {
-        name: "NoAlloc0".into(),
+        name: name.into(),
         ..NullOptions::default()
     })
     .unwrap();
     registry().register(dev).unwrap();
+    let switch = registry().histogram(name).unwrap();
+    if histogram {
+        switch.enable(HistogramConfig {
+            shape: HistogramShape::default(),
+            ops: OpSet::ALL,
+        });
+    }
     let core = CoreMask::available().unwrap().first();
     let opts = ReactorsOptions {
         task_budget: 2 * TASKS as usize,
@@ -63,8 +83,8 @@ fn steady_state_async_io_does_not_allocate() {
     };
     let reactors = Reactors::start(CoreMask::from_cores([core]).unwrap(), opts).unwrap();
     let counted = reactors
-        .spawn_on(core, || async {
-            let bdev = Bdev::open("NoAlloc0").unwrap();
+        .spawn_on(core, move || async move {
+            let bdev = Bdev::open(name).unwrap();
             let pool = BufPool::new(DmaPoolOptions {
                 count: TASKS as u32,
                 buf_size: 4096,
@@ -116,5 +136,7 @@ fn steady_state_async_io_does_not_allocate() {
         "heap allocations on the reactor during {} I/Os",
         TASKS * (ROUNDS - 2 * EDGE)
     );
+    let counted = switch.merged().map_or(0, |h| h.total());
+    assert_eq!(counted, if histogram { ios } else { 0 });
     reactors.stop().unwrap();
 }

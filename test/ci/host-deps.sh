@@ -57,6 +57,10 @@ missing() {
     have ss || echo iproute2
     have ip || echo iproute2
     have unshare || echo util-linux
+    # The histogram test runs SPDK's scripts/histogram.py on bdev_get_histogram's reply.
+    have python3 || echo python3
+    # The metrics test scrapes pmio-tgt with a real Prometheus and queries its HTTP API.
+    have prometheus || echo prometheus
     # make vm-test links its guest binary statically (crt-static): glibc's libc.a.
     [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || echo libc6-dev
 }

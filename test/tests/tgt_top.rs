@@ -431,6 +431,13 @@ fn tgt_spdk_top_sequence_under_nvmf_load() {
     assert!(out.status.success(), "{text}");
     let res: Value = serde_json::from_str(&text).unwrap();
     assert!(res["results"][0]["iops"].as_f64().unwrap() > 0.0, "{res}");
+    // A's bdev_get_iostat counts the reads it served over NVMe/TCP, as SPDK's does: B's
+    // host side saw every one of them.
+    let served = a.rpc_json(&["bdev_get_iostat", "-b", "Null0"]);
+    let host = b.rpc_json(&["bdev_get_iostat", "-b", "Nvme0n1"]);
+    let reads = |v: &Value| v["bdevs"][0]["num_read_ops"].as_u64().unwrap();
+    assert!(reads(&host) > 0, "{host}");
+    assert_eq!(reads(&served), reads(&host), "{served} {host}");
     // The job is over: its poller left B's list.
     let jobs = b.rpc_json(&["thread_get_pollers"]);
     assert!(

@@ -115,6 +115,15 @@ pub struct Opts {
     /// Priority classes mixed per I/O by percentage, e.g. rt=10,be=90 (sums to 100).
     #[arg(long = "prio-mix", value_name = "CLASS=PCT,...")]
     pub prio_mix: Option<String>,
+    /// Count every I/O's latency in SPDK's histogram buckets (the bdev queues' histograms) and
+    /// print them after the summary as spdk_nvme_perf -LL does: per device and core, the
+    /// percentiles, then every bucket with its cumulative share and count.
+    #[arg(long = "latency-histogram")]
+    pub latency_histogram: bool,
+    /// Write one SVG picture of the run: IOPS per second per core, and the latency
+    /// distribution.
+    #[arg(long = "plot", value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// Parses `rt=10,be=90` (each class at most once, percentages summing to 100).

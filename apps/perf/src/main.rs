@@ -17,6 +17,8 @@
 
 mod cli;
 mod hooks;
+mod lathist;
+mod plot;
 mod report;
 mod spec;
 
@@ -56,7 +58,7 @@ fn main() -> ExitCode {
         eprintln!("pmio-perf: {note}");
     }
     match run(&opts, plan) {
-        Ok(report) => {
+        Ok((report, extras_text)) => {
             if opts.json {
                 match serde_json::to_string(&report) {
                     Ok(s) => println!("{s}"),
@@ -67,6 +69,9 @@ fn main() -> ExitCode {
                 }
             } else {
                 println!("{}", report.summary());
+            }
+            if let Some(text) = &extras_text {
+                print!("{text}");
             }
             if report.errors > 0 || report.verify_mismatches > 0 {
                 eprintln!(
@@ -265,8 +270,18 @@ fn verify_depth(units: u64, depth: u32) -> Option<u32> {
     (most > 0).then(|| depth.min(most))
 }
 
-/// Starts reactors, runs the fill (if verifying reads) and timed phases, and builds the report.
-fn run(opts: &Opts, plan: Plan) -> anyhow::Result<Report> {
+/// What a timed phase records besides its results: each second's IOPS per core (for
+/// `--plot`) and each job's SPDK histogram (`--latency-histogram`).
+#[derive(Default)]
+struct Extras {
+    seconds: Vec<plot::Second>,
+    hists: Vec<lathist::JobHistogram>,
+}
+
+/// Starts reactors, runs the fill (if verifying reads) and timed phases, and builds the report;
+/// with `--latency-histogram`, also the `-LL` text to print after it; with `--plot`, writes the
+/// picture.
+fn run(opts: &Opts, plan: Plan) -> anyhow::Result<(Report, Option<String>)> {
     let reactors = Reactors::start(plan.mask.clone(), ReactorsOptions::default())
         .context("starting reactors")?;
     let cores: Vec<u32> = plan.mask.cores().to_vec();
@@ -288,7 +303,15 @@ fn run(opts: &Opts, plan: Plan) -> anyhow::Result<Report> {
                 opts.rw.name()
             );
         }
-        let results = phase(opts, &plan, &reactors, &cores, Phase::Fill, &mut tables)?;
+        let results = phase(
+            opts,
+            &plan,
+            &reactors,
+            &cores,
+            Phase::Fill,
+            &mut tables,
+            &mut Extras::default(),
+        )?;
         for r in &results {
             if r.errors > 0 {
                 return Err(anyhow!(
@@ -300,15 +323,47 @@ fn run(opts: &Opts, plan: Plan) -> anyhow::Result<Report> {
         }
     }
     let cpu0 = process_cpu_ns();
-    let results = phase(opts, &plan, &reactors, &cores, Phase::Run, &mut tables)?;
+    let mut extras = Extras::default();
+    let results = phase(
+        opts,
+        &plan,
+        &reactors,
+        &cores,
+        Phase::Run,
+        &mut tables,
+        &mut extras,
+    )?;
     let cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     reactors.stop().context("stopping reactors")?;
-    let names = plan
+    let names: Vec<String> = plan
         .devs
         .iter()
         .map(|d| d.dev.info().name.clone())
         .collect();
-    Ok(Report::build(results, opts, names, cpu_ns))
+    if let Some(path) = &opts.plot {
+        let mut all = pmio_runtime::job::new_hist();
+        for r in &results {
+            // Same bounds everywhere, so add cannot fail.
+            let _ = all.add(&r.hist);
+        }
+        let title = format!(
+            "pmio-perf {} {} B, depth {}, on {}",
+            opts.rw.name(),
+            opts.bs,
+            opts.depth,
+            names.join(", ")
+        );
+        plot::write(path, &title, &extras.seconds, &plot::latency_bars(&all))?;
+    }
+    let ll = opts.latency_histogram.then(|| {
+        let jobs: Vec<_> = extras
+            .hists
+            .iter()
+            .map(|j| (j.device.clone(), j.core, j.data()))
+            .collect();
+        lathist::render(&jobs)
+    });
+    Ok((Report::build(results, opts, names, cpu_ns), ll))
 }
 
 /// Runs one phase on every core; returns one result per core (jobs merged).
@@ -319,6 +374,7 @@ fn phase(
     cores: &[u32],
     ph: Phase,
     tables: &mut [Option<Vec<u32>>],
+    extras: &mut Extras,
 ) -> anyhow::Result<Vec<CoreResult>> {
     let timing = Arc::new(Timing::new());
     let (tx, rx) = mpsc::channel::<WorkerReport>();
@@ -355,6 +411,11 @@ fn phase(
                 };
             }
             s.prio = opts.prio_of(i);
+            if ph == Phase::Run && opts.latency_histogram {
+                let h = lathist::JobHistogram::new(&info.name, core);
+                s.histogram = Some(Arc::clone(&h.switch));
+                extras.hists.push(h);
+            }
             specs.push(s);
         }
         let c = Arc::new(CoreCounters::default());
@@ -387,6 +448,7 @@ fn phase(
 
     let mut outcomes: Vec<WorkerReport> = Vec::new();
     let mut last = Counts::default();
+    let mut last_per_core: Vec<u64> = vec![0; counters.len()];
     let mut last_t = start;
     let mut next = start + 1_000_000_000;
     while outcomes.len() < active_cores.len() {
@@ -403,14 +465,25 @@ fn phase(
         }
         let t = now_ns();
         let mut cur = Counts::default();
-        for c in &counters {
-            cur.add(&c.load());
+        let secs = (t - last_t) as f64 / 1e9;
+        let mut per_core = Vec::with_capacity(counters.len());
+        for (i, c) in counters.iter().enumerate() {
+            let n = c.load();
+            per_core.push((
+                active_cores[i],
+                n.ios.saturating_sub(last_per_core[i]) as f64 / secs,
+            ));
+            last_per_core[i] = n.ios;
+            cur.add(&n);
+        }
+        if ph == Phase::Run {
+            extras.seconds.push(plot::Second {
+                t: (t - start) as f64 / 1e9,
+                cores: per_core,
+            });
         }
         if !opts.json && ph == Phase::Run {
-            println!(
-                "{}",
-                second_line(&cur.since(&last), (t - last_t) as f64 / 1e9, opts.bs)
-            );
+            println!("{}", second_line(&cur.since(&last), secs, opts.bs));
         }
         last = cur;
         last_t = t;

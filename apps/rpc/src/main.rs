@@ -177,6 +177,13 @@ fn print_result(v: &Value, how: Print) {
     match how {
         Print::Nothing => {}
         Print::Dict => say(py_dumps(v)),
+        Print::Text(f) => match (f.0)(v) {
+            Ok(text) => say(text.trim_end()),
+            Err(e) => {
+                eprintln!("pmio-rpc: {e}");
+                std::process::exit(1);
+            }
+        },
         Print::Json => {
             let s = py_dumps(v);
             say(s.trim_matches('"'));

@@ -9,6 +9,7 @@
 //! - [`methods`]: the registry (every module's methods merged onto [`methods::Rpc`], the
 //!   `save_config` sections in replay order) and the daemon's own methods
 //!   (`spdk_get_version`, `spdk_kill_instance`, `framework_start_init`).
+//! - [`metrics`]: `--metrics-listen`, the daemon's counters for Prometheus on `GET /metrics`.
 //!
 //! ```
 //! use pmio_tgt::methods::all_methods;
@@ -20,6 +21,7 @@
 #[cfg(test)]
 mod config_tests;
 pub mod methods;
+pub mod metrics;
 pub mod target;
 
 /// Releases everything the daemon holds, after the RPC server has stopped and before the

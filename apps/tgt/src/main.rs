@@ -13,6 +13,7 @@ use pmio_jsonrpc::RpcState;
 use pmio_jsonrpc::server::{Server, ServerError, ServerOptions};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 use pmio_tgt::methods::Rpc;
+use pmio_tgt::metrics::MetricsServer;
 use pmio_tgt::target::Target;
 
 /// pmio-tgt: reactors + bdevs + JSON-RPC 2.0 on a unix socket (spdk_tgt's flags and methods).
@@ -49,6 +50,9 @@ struct Args {
     /// Idle time after which a reactor sleeps until woken (interrupt mode), in microseconds.
     #[arg(long = "idle-sleep-us", default_value_t = 1000)]
     idle_sleep_us: u64,
+    /// Serve Prometheus metrics on http://ADDR:PORT/metrics (e.g. 127.0.0.1:9283).
+    #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -207,6 +211,20 @@ fn run(args: Args) -> anyhow::Result<()> {
         )));
     }
     let handle = server.start(rpc.clone())?;
+    let metrics = match args.metrics_listen {
+        Some(addr) => match MetricsServer::start(addr, target.clone()) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                handle.stop(Duration::from_secs(10));
+                pmio_tgt::shutdown(&rpc);
+                drop(rpc);
+                drop(target);
+                let _ = reactors.stop();
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     log::info!(
         "pmio-tgt {} listening on {} (mode {:04o}), reactors on cores {}{}",
         env!("CARGO_PKG_VERSION"),
@@ -222,6 +240,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let sig = wait_signal(&set);
     log::info!("signal {sig} received: shutting down");
     target.bdevs.begin_shutdown();
+    drop(metrics);
     handle.stop(Duration::from_secs(10));
     pmio_tgt::shutdown(&rpc);
     drop(rpc);

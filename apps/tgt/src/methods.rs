@@ -294,6 +294,7 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     out.extend(t.bdevs.create_calls());
     out.extend(t.nvme.config());
     out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));
+    out.extend(pmio_runtime::rpc::histogram::config(&t.bdevs));
     out
 }
 

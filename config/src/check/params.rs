@@ -112,6 +112,18 @@ where
     pmio_nvmf::rpc::rules::decode(Some(v)).map_err(|e| format!("{method}: {}", e.message))
 }
 
+/// `bdev_enable_histogram`: the method's declaration and its checks of `opc` and the shape.
+pub fn bdev_enable_histogram(v: &Value, w: &mut World) -> Result<String, String> {
+    use pmio_runtime::rpc::histogram::{EnableHistogram, config_of};
+    let p: EnableHistogram = declared(v, "bdev_enable_histogram")?;
+    config_of(&p).map_err(|e| format!("bdev_enable_histogram: {}", e.message))?;
+    if !w.has_bdev(&p.name) {
+        return Err(format!("bdev {} is not created before this call", p.name));
+    }
+    let state = if p.enable { "on" } else { "off" };
+    Ok(format!("latency histogram of bdev {}: {state}", p.name))
+}
+
 /// `bdev_null_create`.
 pub fn bdev_null(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_null::rpc::NullCreate = declared(v, "bdev_null_create")?;

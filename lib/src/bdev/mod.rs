@@ -11,6 +11,7 @@ use crate::hctx::{HctxQueues, HctxType};
 use crate::request::{OpSet, Request};
 use crate::sched::DeadlineOptions;
 
+pub mod histogram;
 pub mod queue;
 pub mod registry;
 pub mod split;

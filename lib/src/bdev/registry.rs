@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::histogram::BdevHistogram;
 use super::stats::{QueueStats, QueueStatsCell};
 use super::{BdevError, BlockDevice};
 
@@ -20,6 +21,9 @@ pub struct Registry {
     /// closed queues stay, so device totals keep their I/O (as SPDK folds in the stats of
     /// destroyed channels).
     stats: RwLock<BTreeMap<String, Vec<Arc<QueueStatsCell>>>>,
+    /// Each device's latency histogram switch (`bdev_enable_histogram`), followed by every
+    /// queue opened through the registry.
+    histograms: RwLock<BTreeMap<String, Arc<BdevHistogram>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -50,6 +54,9 @@ impl Registry {
         if devs.contains_key(&name) {
             return Err(BdevError::Exists(name));
         }
+        self.histograms
+            .write()
+            .insert(name.clone(), Arc::new(BdevHistogram::new()));
         devs.insert(name, dev);
         Ok(())
     }
@@ -63,6 +70,7 @@ impl Registry {
             .remove(name)
             .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
         self.stats.write().remove(name);
+        self.histograms.write().remove(name);
         Ok(dev)
     }
 
@@ -80,6 +88,11 @@ impl Registry {
         Ok(())
     }
 
+    /// Device `name`'s latency histogram switch, `None` for an unknown device.
+    pub fn histogram(&self, name: &str) -> Option<Arc<BdevHistogram>> {
+        self.histograms.read().get(name).cloned()
+    }
+
     /// Device `name`'s statistics: the sum over every queue opened through the registry,
     /// computed now (O(queues)); `None` for an unknown device.
     pub fn device_stats(&self, name: &str) -> Option<QueueStats> {
@@ -93,6 +106,15 @@ impl Registry {
             }
         }
         Some(total)
+    }
+
+    /// I/Os in flight on device `name`'s queues opened through the registry, as each queue saw
+    /// it at its last completion batch (0 for an unknown device).
+    pub fn device_outstanding(&self, name: &str) -> u64 {
+        self.stats
+            .read()
+            .get(name)
+            .map_or(0, |cells| cells.iter().map(|c| c.outstanding()).sum())
     }
 
     /// The device called `name`.

@@ -131,6 +131,9 @@ const FIELDS: usize = 6;
 pub struct QueueStatsCell {
     seq: AtomicU64,
     fields: [[AtomicU64; FIELDS]; NUM_OPS],
+    /// I/Os the queue had in flight at its last completion batch (a gauge, outside the
+    /// seqlock: one relaxed store beside each publication).
+    outstanding: AtomicU64,
 }
 
 impl Default for QueueStatsCell {
@@ -138,6 +141,7 @@ impl Default for QueueStatsCell {
         let cell = QueueStatsCell {
             seq: AtomicU64::new(0),
             fields: Default::default(),
+            outstanding: AtomicU64::new(0),
         };
         cell.publish(&QueueStats::default());
         cell
@@ -166,6 +170,17 @@ impl QueueStatsCell {
             f[5].store(o.lat_max_ns, Ordering::Relaxed);
         }
         self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Records the I/Os in flight after a completion batch (the single writer only).
+    #[inline]
+    pub fn set_outstanding(&self, n: u32) {
+        self.outstanding.store(u64::from(n), Ordering::Relaxed);
+    }
+
+    /// The I/Os in flight at the queue's last completion batch.
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding.load(Ordering::Relaxed)
     }
 
     /// A consistent copy of the last published counters.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pmio::bdev::SchedMode;
+use pmio::bdev::histogram::BdevHistogram;
 use pmio::{BlockDevice, DmaRegion, PrioClass};
 
 use super::error::JobError;
@@ -105,6 +106,9 @@ pub struct JobSpec {
     pub sched: SchedMode,
     /// Priority classes of the I/Os (`None`: the default class, no per-class latency).
     pub prio: Option<PrioMix>,
+    /// The device's latency histogram switch the job's queue follows (the registry's, so
+    /// `bdev_get_histogram` counts the job's I/O). Default: `None`.
+    pub histogram: Option<Arc<BdevHistogram>>,
     /// Buffers given by [`JobSpec::with_buffers`]; `None` (default): the job allocates them
     /// on its reactor with the device's [`BlockDevice::dma_options`] and frees them after
     /// its queue.
@@ -129,6 +133,7 @@ impl JobSpec {
             verify: None,
             sched: SchedMode::None,
             prio: None,
+            histogram: None,
             bufs: None,
         }
     }

@@ -94,13 +94,16 @@ impl Job {
         let info = s.dev.info();
         let (name, block_size) = (info.name.clone(), info.block_size);
         let dev = s.dev.clone();
-        let q = BdevQueue::open(
+        let mut q = BdevQueue::open(
             s.dev,
             BdevQueueOptions {
                 depth: s.queue_depth,
                 sched: s.sched,
             },
         )?;
+        if let Some(h) = s.histogram {
+            q.attach_histogram(h);
+        }
         q.register_plug(plug);
         let bufs_given = s.bufs.is_some();
         let bufs = match s.bufs {
@@ -180,6 +183,7 @@ impl Job {
         }
         st.ios = 0;
         st.errors = 0;
+        self.q.reset_histogram();
     }
 
     /// The measurements of a drained job (its histograms and tables move out).

@@ -19,6 +19,8 @@ use pmio_jsonrpc::RpcError;
 use pmio_reactors::ReactorsHandle;
 use serde_json::{Value, json};
 
+use super::histogram::EnableHistogram;
+
 /// A bdev a module created through the host.
 #[derive(Clone, Debug)]
 pub struct BdevRecord {
@@ -74,6 +76,8 @@ pub struct BdevHost {
     bufs: Mutex<HashMap<String, Vec<DmaRegion>>>,
     /// Bdev name → its scheduler (absent: none).
     scheds: Mutex<HashMap<String, Scheduler>>,
+    /// Bdev name → the `bdev_enable_histogram` call that turned its histogram on (absent: off).
+    histograms: Mutex<HashMap<String, EnableHistogram>>,
     reactors: ReactorsHandle,
     stopping: AtomicBool,
     start_ns: u64,
@@ -104,6 +108,7 @@ impl BdevHost {
             next_live: AtomicU64::new(1),
             bufs: Mutex::new(HashMap::new()),
             scheds: Mutex::new(HashMap::new()),
+            histograms: Mutex::new(HashMap::new()),
             reactors,
             stopping: AtomicBool::new(false),
             start_ns: pmio_reactors::now_ns(),
@@ -225,6 +230,7 @@ impl BdevHost {
             log::warn!("bdev {name} removed while its scheduler held requests: {e}");
         }
         lock(&self.bufs).remove(name);
+        lock(&self.histograms).remove(name);
     }
 
     /// Removes every record whose parent is `parent` (after its devices were unregistered).
@@ -254,6 +260,20 @@ impl BdevHost {
                 .or_default()
                 .push(region);
         }
+    }
+
+    /// The call that turned bdev `name`'s latency histogram on, if it is on.
+    pub fn histogram_call(&self, name: &str) -> Option<EnableHistogram> {
+        lock(&self.histograms).get(name).cloned()
+    }
+
+    /// Remembers the call that turned bdev `name`'s histogram on (`None`: it is off).
+    pub fn set_histogram_call(&self, name: &str, call: Option<EnableHistogram>) {
+        let mut m = lock(&self.histograms);
+        match call {
+            Some(c) => m.insert(name.to_string(), c),
+            None => m.remove(name),
+        };
     }
 
     /// The scheduler of bdev `name`, if one was set.
@@ -358,8 +378,18 @@ impl BdevHost {
     /// latencies, or only `error` counts. Running queues restart their counts from now (their
     /// min/max latencies are not reset).
     pub fn reset_iostat(&self, name: &str, mode: &str) {
+        let served = self.registry.device_stats(name).unwrap_or_default();
         let mut m = lock(&self.iostat);
-        let Some(st) = m.get_mut(name) else { return };
+        let st = m.entry(name.to_string()).or_default();
+        match mode {
+            "all" => st.served_base = served,
+            "error" => {
+                for (b, n) in st.served_base.ops.iter_mut().zip(served.ops.iter()) {
+                    b.errors = n.errors;
+                }
+            }
+            _ => {}
+        }
         for o in &mut st.total.ops {
             match mode {
                 "all" => *o = Default::default(),
@@ -385,17 +415,29 @@ impl BdevHost {
         }
     }
 
-    /// Statistics of bdev `name`: finished jobs plus running queues (snapshots).
+    /// Statistics of bdev `name`: finished jobs, running queues (snapshots), and the queues
+    /// opened through the registry (the targets serving the bdev: NVMe/TCP, vhost).
     pub fn iostat(&self, name: &str) -> QueueStats {
+        let served = self.registry.device_stats(name).unwrap_or_default();
         let m = lock(&self.iostat);
         let Some(st) = m.get(name) else {
-            return QueueStats::default();
+            return served;
         };
         let mut s = st.total;
         for l in &st.live {
             s.add(&since(&l.cell.load(), &l.base));
         }
+        s.add(&since(&served, &st.served_base));
         s
+    }
+
+    /// I/Os in flight on bdev `name` (each queue as of its last completion batch): running
+    /// jobs' queues and the targets' queues.
+    pub fn outstanding(&self, name: &str) -> u64 {
+        let jobs: u64 = lock(&self.iostat)
+            .get(name)
+            .map_or(0, |st| st.live.iter().map(|l| l.cell.outstanding()).sum());
+        jobs + self.registry.device_outstanding(name)
     }
 
     /// Looks a bdev up by name or by UUID alias.
@@ -535,6 +577,8 @@ struct IoStat {
     total: QueueStats,
     /// Running queues.
     live: Vec<LiveQueue>,
+    /// The registry's counts of the bdev at the last reset (subtracted from them).
+    served_base: QueueStats,
 }
 
 /// A running queue's shared statistics and the counts to subtract (after a reset).

@@ -6,6 +6,7 @@
 //!   create and delete methods on it.
 //! - [`params`]: parameter types and calls every bdev module shares (`uuid`, `bdev_*_delete`).
 //! - [`bdev`]: `bdev_get_bdevs`, `bdev_get_iostat`.
+//! - [`histogram`]: `bdev_enable_histogram`, `bdev_get_histogram` (SPDK's latency histograms).
 //! - [`perform_tests`]: bdevperf's `perform_tests`, run by the job engine on the reactors.
 //! - [`scheduler`]: `bdev_set_scheduler`, `bdev_get_scheduler` (pmio's mq-deadline).
 //!
@@ -26,6 +27,7 @@
 pub mod bdev;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod histogram;
 pub mod host;
 pub mod params;
 pub mod perform_tests;
@@ -40,6 +42,7 @@ use pmio_jsonrpc::Registry;
 pub fn methods() -> Registry<Arc<BdevHost>> {
     let mut r = Registry::new();
     r.extend(bdev::methods());
+    r.extend(histogram::methods());
     r.extend(perform_tests::methods());
     r.extend(scheduler::methods());
     r

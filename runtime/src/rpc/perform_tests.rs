@@ -304,6 +304,7 @@ fn perform_tests(host: &Arc<BdevHost>, _: &str, params: Option<&Value>) -> Resul
             spec.submit_batch = BURST;
             spec.complete_batch = REAP;
             (spec.random, spec.read_pct) = (load.random, load.read_pct);
+            spec.histogram = t.registry.histogram(name);
             if let Scheduler::MqDeadline(dd) = &sched {
                 let owner = u16::try_from(reactor).map_err(|_| {
                     inval(format!(

@@ -39,9 +39,26 @@ pub struct CtrlrInfo {
     pub connected: AtomicBool,
     /// Sessions served so far.
     pub sessions: AtomicU64,
+    /// Each ring's count of completed requests, ever (a ring's reactor stores its count once
+    /// per poll in which it completed some; readers sum them).
+    ring_requests: Mutex<Vec<Arc<AtomicU64>>>,
 }
 
 impl CtrlrInfo {
+    /// Requests completed on the controller's rings, every session so far.
+    pub fn requests(&self) -> u64 {
+        let rings = self.ring_requests.lock().unwrap_or_else(|p| p.into_inner());
+        rings.iter().map(|r| r.load(Ordering::Relaxed)).sum()
+    }
+
+    /// A new ring's count of completed requests, summed into [`CtrlrInfo::requests`].
+    pub(crate) fn new_ring_counter(&self) -> Arc<AtomicU64> {
+        let c = Arc::new(AtomicU64::new(0));
+        let mut rings = self.ring_requests.lock().unwrap_or_else(|p| p.into_inner());
+        rings.push(Arc::clone(&c));
+        c
+    }
+
     /// The bdev's facts as requests are checked against them (a bdev that went away: none
     /// of its blocks).
     pub fn facts(&self) -> DevFacts {
@@ -120,6 +137,7 @@ impl Controller {
             registry,
             connected: AtomicBool::new(false),
             sessions: AtomicU64::new(0),
+            ring_requests: Mutex::new(Vec::new()),
         });
         let (i, s) = (Arc::clone(&info), Arc::clone(&stop));
         let thread = std::thread::Builder::new()

@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 
 use pmio::bdev::BdevQueue;
@@ -64,6 +65,8 @@ pub struct RingSetup {
     pub serial: [u8; ID_BYTES],
     /// The queue's in-flight log, when the front end negotiated INFLIGHT_SHMFD.
     pub log: Option<QueueLog>,
+    /// Where the ring publishes its count of completed requests (the controller's metrics).
+    pub requests: Arc<AtomicU64>,
 }
 
 /// A ring's life on its reactor.
@@ -153,6 +156,9 @@ pub(crate) struct RingTask {
     idle_since_ns: u64,
     /// Requests completed (for `vhost_get_controllers`-style reporting and tests).
     pub completed: u64,
+    /// `completed` as last stored into `requests`.
+    reported: u64,
+    requests: Arc<AtomicU64>,
 }
 
 impl RingTask {
@@ -188,6 +194,8 @@ impl RingTask {
             kicks_on: false,
             idle_since_ns: now_ns,
             completed: 0,
+            reported: 0,
+            requests: s.requests,
         };
         t.recover();
         t.kicks(false);
@@ -607,6 +615,11 @@ impl RingTask {
 
     /// Publishes this poll's completions and signals the guest once if it wants it.
     pub fn publish(&mut self) -> bool {
+        if self.completed != self.reported {
+            // One relaxed store per poll that completed requests: the ring is the only writer.
+            self.requests.store(self.completed, Ordering::Relaxed);
+            self.reported = self.completed;
+        }
         let mem = Arc::clone(&self.mem);
         let published = self.vring.publish(mem.mem());
         if published.is_ok()

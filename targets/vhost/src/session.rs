@@ -167,6 +167,7 @@ impl Session {
             bdev: self.info.bdev.clone(),
             readonly: self.info.readonly,
             serial: self.info.serial(),
+            requests: self.info.new_ring_counter(),
         };
         let core = self.info.core_of(index);
         let registry = Arc::clone(&self.info.registry);

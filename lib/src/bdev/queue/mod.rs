@@ -67,6 +67,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::histogram::{BdevHistogram, QueueHistogram};
 use super::registry::Registry;
 use super::split::{self, Splits};
 use super::stats::{QueueStats, QueueStatsCell, now_ns};
@@ -238,6 +239,8 @@ pub struct BdevQueue {
     poll_first: usize,
     stats: QueueStats,
     cell: Arc<QueueStatsCell>,
+    /// The device's latency histogram switch this queue follows, if attached.
+    hist: Option<Box<QueueHistogram>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -343,6 +346,7 @@ impl BdevQueue {
             poll_first: 0,
             stats: QueueStats::default(),
             cell: Arc::new(QueueStatsCell::new()),
+            hist: None,
             _not_send: PhantomData,
             dev,
         })
@@ -358,9 +362,27 @@ impl BdevQueue {
         let dev = registry
             .get(name)
             .ok_or_else(|| BdevError::NotFound(name.to_string()))?;
-        let q = BdevQueue::open(dev, opts)?;
+        let mut q = BdevQueue::open(dev, opts)?;
         registry.attach_stats(name, q.stats_cell())?;
+        if let Some(h) = registry.histogram(name) {
+            q.attach_histogram(h);
+        }
         Ok(q)
+    }
+
+    /// Makes this queue count its completions' latencies into `switch`'s histogram while it
+    /// is on (done by [`BdevQueue::open_in`] with the registry's switch of the device).
+    pub fn attach_histogram(&mut self, switch: Arc<BdevHistogram>) {
+        self.hist = Some(Box::new(QueueHistogram::new(switch)));
+    }
+
+    /// Zeroes this queue's share of the device's latency histogram (the device's other queues'
+    /// counts, and those of closed queues, stay): how a job forgets its warm-up. Call it on the
+    /// queue's reactor, between polls.
+    pub fn reset_histogram(&mut self) {
+        if let Some(h) = self.hist.as_deref_mut() {
+            h.reset();
+        }
     }
 
     /// The device.

@@ -174,8 +174,41 @@ impl BdevQueue {
     /// Reaps up to `max` completions (in driver batches of at most `max`), calls `f` for each
     /// completed request (status, token, `submit_ns`, `complete_ns` are set), updates the
     /// statistics, and frees the tags. Returns how many completed.
+    ///
+    /// While the device's latency histogram is on (see [`BdevQueue::attach_histogram`]), each
+    /// completion of the operation it counts is also tallied in this queue's histogram.
     #[inline]
-    pub fn poll<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+    pub fn poll<F: FnMut(&Request)>(&mut self, max: usize, f: F) -> usize {
+        match self.hist.as_deref_mut().map(|h| h.sync().is_some()) {
+            Some(true) => self.poll_tallied(max, f),
+            _ => self.reap(max, f),
+        }
+    }
+
+    /// `poll` with the histogram on: each completion tallied before `f` sees it.
+    fn poll_tallied<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
+        let Some(mut qh) = self.hist.take() else {
+            return self.reap(max, f);
+        };
+        let n = match qh.sync() {
+            Some((h, op)) => {
+                let (h, op) = (&**h, *op);
+                self.reap(max, |rq: &Request| {
+                    if op.contains(rq.op) {
+                        h.tally(rq.complete_ns.saturating_sub(rq.submit_ns));
+                    }
+                    f(rq)
+                })
+            }
+            None => self.reap(max, f),
+        };
+        self.hist = Some(qh);
+        n
+    }
+
+    /// `poll`'s body: reap through the scheduler or straight from the driver queues.
+    #[inline]
+    fn reap<F: FnMut(&Request)>(&mut self, max: usize, mut f: F) -> usize {
         if self.path.is_sched() {
             return self.poll_sched(max, f);
         }
@@ -220,6 +253,7 @@ impl BdevQueue {
         if total > 0 {
             self.inflight -= total as u32;
             self.cell.publish(&self.stats);
+            self.cell.set_outstanding(self.inflight);
         }
         total
     }

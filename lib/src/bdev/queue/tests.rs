@@ -450,6 +450,56 @@ fn open_in_feeds_the_registry_totals() {
     assert_eq!(t.op(Op::Read).bytes, 1024);
 }
 
+/// A queue opened through the registry counts, while the device's histogram is on, the
+/// latency of every completion of the chosen operation, and only then.
+#[test]
+fn open_in_follows_the_histogram_switch() {
+    use crate::bdev::histogram::{HistogramConfig, HistogramShape};
+    let (d, _log) = dev(HctxQueues::DEFAULT_ONLY, None);
+    let reg = Registry::new();
+    reg.register(d).unwrap();
+    let sw = reg.histogram("T0").unwrap();
+    let mut q = BdevQueue::open_in(&reg, "T0", BdevQueueOptions::default()).unwrap();
+    let mut plug = Plug::default();
+    let mut buf = vec![0u8; 512];
+    let mut one = |q: &mut BdevQueue, io: Io| {
+        q.submit(&mut plug, &io).unwrap();
+        q.flush();
+        let mut lat = 0;
+        while q.poll(8, |rq| lat = rq.complete_ns - rq.submit_ns) == 0 {}
+        lat
+    };
+    one(&mut q, read(1, &mut buf));
+    assert!(sw.merged().is_none(), "off: nothing counted");
+    sw.enable(HistogramConfig {
+        shape: HistogramShape::default(),
+        ops: crate::request::OpSet::EMPTY.with(Op::Read),
+    });
+    let mut lats = Vec::new();
+    for lba in 0..5 {
+        lats.push(one(&mut q, read(lba, &mut buf)));
+        one(&mut q, write(lba, &mut buf));
+    }
+    let h = sw.merged().unwrap();
+    assert_eq!(h.total(), 5, "reads only");
+    let max = *lats.iter().max().unwrap();
+    assert!(
+        h.percentile(100.0) >= max,
+        "{} < {max}",
+        h.percentile(100.0)
+    );
+    drop(q);
+    assert_eq!(
+        sw.merged().unwrap().total(),
+        5,
+        "a closed queue's counts stay"
+    );
+    sw.disable();
+    assert!(sw.merged().is_none());
+    reg.unregister("T0").unwrap();
+    assert!(reg.histogram("T0").is_none());
+}
+
 #[derive(Clone, Debug)]
 enum Action {
     /// A burst of `n` I/Os (reads if `read`), under a plug or not.

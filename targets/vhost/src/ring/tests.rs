@@ -158,6 +158,7 @@ fn rig_with(drv: &Driver, readonly: bool, depth: u32, log: Option<QueueLog>, bas
     let mut plug = Plug::default();
     q.register_plug(&mut plug);
     let setup = RingSetup {
+        requests: Default::default(),
         key: RingKey { ctrlr: 1, queue: 0 },
         name: Arc::from("vhost.test"),
         size: QSIZE,
@@ -500,6 +501,7 @@ fn a_new_memory_table_while_the_ring_runs() {
     q.register_plug(&mut plug);
     let va = |gpa: u64| 0x7f00_0000_0000 + gpa;
     let setup = RingSetup {
+        requests: Default::default(),
         key: RingKey { ctrlr: 1, queue: 0 },
         name: Arc::from("vhost.test"),
         size: QSIZE,

@@ -138,6 +138,7 @@ impl BdevQueue {
         if members > 0 {
             self.inflight -= members as u32;
             self.cell.publish(&self.stats);
+            self.cell.set_outstanding(self.inflight);
         }
         let Some(sp) = self.path.sched_mut() else {
             return members;
