@@ -17,13 +17,13 @@
 //! let doc = document::parse(r#"{"subsystems": [
 //!     {"subsystem": "iobuf", "config": [{"method": "iobuf_set_options",
 //!         "params": {"small_pool_count": 8192}}]},
-//!     {"subsystem": "bdev", "config": [{"method": "bdev_raid_create",
-//!         "params": {"name": "Raid0", "raid_level": "raid0", "base_bdevs": ["a", "b"]}}]}]}"#)
+//!     {"subsystem": "bdev", "config": [{"method": "bdev_ocf_create",
+//!         "params": {"name": "Cache0", "mode": "wt", "cache_bdev_name": "a", "core_bdev_name": "b"}}]}]}"#)
 //! .unwrap();
 //! let r = check::check(&doc, check::World::default());
 //! assert_eq!(r.lines[0].verdict.word(), "ignore");
 //! assert_eq!(r.lines[1].verdict.word(), "refuse");
-//! assert!(r.lines[1].text.starts_with("Raid0: pmio has no RAID"));
+//! assert!(r.lines[1].text.starts_with("Cache0: pmio has no OCF cache"));
 //! ```
 
 pub mod check;

@@ -8,7 +8,7 @@
 //! connection is a *load session*:
 //!
 //! - `rpc_get_methods` also lists the methods a configuration may hold that pmio refuses
-//!   (`bdev_raid_create`, `iscsi_create_target_node`, ...), so rpc.py calls them instead of
+//!   (`bdev_ocf_create`, `iscsi_create_target_node`, ...), so rpc.py calls them instead of
 //!   stopping with a bare "Unknown method" or, worse, skipping them as not allowed now;
 //! - each configuration call runs as a [`step`], its undo recorded;
 //! - a call that fails (a refusal included) removes what the session created and restores

@@ -464,7 +464,9 @@ pub static TABLE: &[Entry] = &[
     e(
         "bdev_raid_set_options",
         "bdev",
-        Handling::Ignore("pmio has no RAID; RAID bdevs themselves are refused"),
+        Handling::Ignore(
+            "pmio's RAID has no background process (rebuild) yet for a window or bandwidth to pace",
+        ),
     ),
     e(
         "bdev_iscsi_set_options",
@@ -532,6 +534,15 @@ pub static TABLE: &[Entry] = &[
         ),
     ),
     e(
+        "bdev_raid_create",
+        "bdev",
+        create(
+            bdev_name,
+            Undo::Call("bdev_raid_delete", NAME),
+            params::bdev_raid,
+        ),
+    ),
+    e(
         "bdev_uring_create",
         "bdev",
         create(
@@ -564,15 +575,6 @@ pub static TABLE: &[Entry] = &[
         }),
     ),
     // bdev: what pmio cannot create
-    e(
-        "bdev_raid_create",
-        "bdev",
-        Handling::Refuse(
-            "name",
-            "pmio has no RAID: the array's data, striped or mirrored over its base bdevs, would \
-             be unreadable",
-        ),
-    ),
     e(
         "bdev_lvol_create_lvstore",
         "bdev",

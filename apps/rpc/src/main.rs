@@ -93,6 +93,8 @@ enum Method {
     #[command(flatten)]
     Uring(pmio_uring::cli::UringCommand),
     #[command(flatten)]
+    Raid(pmio_raid::cli::RaidCommand),
+    #[command(flatten)]
     Bdev(pmio_runtime::rpc::cli::BdevCommand),
     #[command(flatten)]
     Nvme(pmio_nvme::cli::NvmeCommand),
@@ -141,6 +143,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::Null(m) => m.request()?.into_parts(),
         Method::Malloc(m) => m.request()?.into_parts(),
         Method::Uring(m) => m.request()?.into_parts(),
+        Method::Raid(m) => m.request().into_parts(),
         Method::Bdev(m) => m.request()?.into_parts(),
         Method::SpdkKillInstance { sig_name } => Request::new(
             "spdk_kill_instance",

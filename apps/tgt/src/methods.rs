@@ -74,6 +74,7 @@ pub fn all_methods() -> Registry<Rpc> {
     methods.merge(pmio_null::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_malloc::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_uring::rpc::methods().into_iter().collect(), bdevs);
+    methods.merge(pmio_raid::rpc::methods(), |r: &Rpc| &r.target.raid);
     methods.merge(
         pmio_nvme::rpc::methods().into_iter().collect(),
         |r: &Rpc| &*r.target.nvme,

@@ -231,9 +231,9 @@ mod tests {
         for (section, method, params, want) in [
             (
                 "bdev",
-                "bdev_raid_create",
-                json!({"name": "Raid0", "raid_level": "raid1", "base_bdevs": ["a", "b"]}),
-                "bdev_raid_create Raid0: pmio has no RAID",
+                "bdev_ocf_create",
+                json!({"name": "Cache0", "mode": "wt", "cache_bdev_name": "a", "core_bdev_name": "b"}),
+                "bdev_ocf_create Cache0: pmio has no OCF cache",
             ),
             (
                 "iscsi",

@@ -155,6 +155,48 @@ pub fn bdev_malloc(v: &Value, w: &mut World) -> Result<String, String> {
     ))
 }
 
+/// `bdev_raid_create`: the level and strip as the module takes them, every base bdev made
+/// earlier in the file, each in one array only.
+pub fn bdev_raid(v: &Value, w: &mut World) -> Result<String, String> {
+    let p: pmio_raid::rpc::RaidCreate = declared(v, "bdev_raid_create")?;
+    let id = uuid(p.uuid.clone())?;
+    let Some(level) = pmio_raid::RaidLevel::parse(&p.raid_level) else {
+        return Err(format!(
+            "raid_level {:?}: pmio has raid0, raid1 and concat",
+            p.raid_level
+        ));
+    };
+    if p.superblock == Some(true) {
+        return Err("superblock true: pmio has no RAID superblock yet".into());
+    }
+    let names = match &p.base_bdevs {
+        pmio_raid::rpc::BaseBdevs::List(v) => v.clone(),
+        pmio_raid::rpc::BaseBdevs::Spaced(s) => s.split_whitespace().map(str::to_string).collect(),
+    };
+    if names.len() < level.min_members() {
+        return Err(format!(
+            "{level} needs at least {} base bdevs",
+            level.min_members()
+        ));
+    }
+    match (level.has_strips(), p.strip_size_kb.unwrap_or(0)) {
+        (true, kb) if kb == 0 || !kb.is_power_of_two() => {
+            return Err(format!("strip_size_kb {kb} is not a power of two above 0"));
+        }
+        (false, kb) if kb != 0 => return Err(format!("{level} takes no strip size")),
+        _ => {}
+    }
+    if let Some(missing) = names.iter().find(|n| !w.has_bdev(n)) {
+        return Err(format!("base bdev {missing} is not made before it"));
+    }
+    w.add_bdev(&p.name, id)?;
+    Ok(format!(
+        "bdev {}: {level} over {}",
+        p.name,
+        names.join(", ")
+    ))
+}
+
 /// `bdev_uring_create`.
 pub fn bdev_uring(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_uring::rpc::UringCreate = declared(v, "bdev_uring_create")?;

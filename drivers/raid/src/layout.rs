@@ -86,7 +86,11 @@ impl Layout {
         let (member_blocks, member_start, num_blocks) = match level {
             RaidLevel::Raid0 => {
                 let each = down(*sizes.iter().min()?);
-                (vec![each; sizes.len()], vec![0; sizes.len()], each.checked_mul(n)?)
+                (
+                    vec![each; sizes.len()],
+                    vec![0; sizes.len()],
+                    each.checked_mul(n)?,
+                )
             }
             RaidLevel::Concat => {
                 let each: Vec<u64> = sizes.iter().map(|&b| down(b)).collect();
@@ -127,7 +131,10 @@ impl Layout {
                 let n = self.members() as u64;
                 let strip = lba / self.strip_blocks;
                 let within = lba % self.strip_blocks;
-                ((strip % n) as usize, (strip / n) * self.strip_blocks + within)
+                (
+                    (strip % n) as usize,
+                    (strip / n) * self.strip_blocks + within,
+                )
             }
             RaidLevel::Concat => {
                 // The first member starting past `lba`, less one: a search that allocates nothing.
@@ -179,7 +186,9 @@ mod tests {
     #[test]
     fn raid1_is_its_smallest_member_and_degenerate_arrays_are_refused() {
         assert_eq!(
-            Layout::new(RaidLevel::Raid1, 0, &[50, 40]).unwrap().num_blocks,
+            Layout::new(RaidLevel::Raid1, 0, &[50, 40])
+                .unwrap()
+                .num_blocks,
             40
         );
         assert!(Layout::new(RaidLevel::Raid0, 8, &[4, 100]).is_none());

@@ -19,8 +19,12 @@
 //! adding or removing members of a running array, and raid1's rebuild of a returning member.
 //! A raid1 member failed by an I/O error stays out of the array until the array is recreated.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod layout;
 mod queue;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 #[cfg(test)]
 mod tests;
 
@@ -80,7 +84,11 @@ impl RaidDevice {
             }
         }
         let block_size = opts.members[0].info().block_size;
-        if let Some(m) = opts.members.iter().find(|m| m.info().block_size != block_size) {
+        if let Some(m) = opts
+            .members
+            .iter()
+            .find(|m| m.info().block_size != block_size)
+        {
             return Err(bad(format!(
                 "base bdev {} has {}-byte blocks, {} has {block_size}",
                 m.info().name,

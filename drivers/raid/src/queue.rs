@@ -40,7 +40,9 @@ impl Health {
 
     /// Members still taking I/O.
     pub fn operational_count(&self) -> usize {
-        (0..self.failed.len()).filter(|&i| self.operational(i)).count()
+        (0..self.failed.len())
+            .filter(|&i| self.operational(i))
+            .count()
     }
 
     /// Fails member `i` out of the array; true if this call did it.
@@ -155,7 +157,8 @@ impl RaidQueue {
             rqs[t as usize].status = IoStatus::Errno(libc::EINVAL);
             return false;
         }
-        let all = rq.op == Op::Flush || (self.layout.level == RaidLevel::Raid1 && rq.op != Op::Read);
+        let all =
+            rq.op == Op::Flush || (self.layout.level == RaidLevel::Raid1 && rq.op != Op::Read);
         if all {
             for m in 0..self.members.len() {
                 if self.health.operational(m) {

@@ -231,7 +231,10 @@ fn raid1_mirrors_and_survives_losing_a_member_with_nothing_lost() {
     assert_eq!(Q::open(Arc::clone(&b)).read(0, first.len()), first);
     // Reads balance over both members: every one reads back right.
     for lba in (0..512).step_by(64) {
-        assert_eq!(q.read(lba, 32 << 10), first[lba as usize * 512..][..32 << 10]);
+        assert_eq!(
+            q.read(lba, 32 << 10),
+            first[lba as usize * 512..][..32 << 10]
+        );
     }
     // Member B vanishes: the next write still succeeds on A, B leaves the array.
     broken.store(true, Ordering::Relaxed);

@@ -78,10 +78,16 @@ pub struct BdevHost {
     scheds: Mutex<HashMap<String, Scheduler>>,
     /// Bdev name → the `bdev_enable_histogram` call that turned its histogram on (absent: off).
     histograms: Mutex<HashMap<String, EnableHistogram>>,
+    /// Bdev name → what its module says of it now, for `driver_specific` where that changes
+    /// (a RAID's operational members); the record's own object otherwise.
+    live_specific: Mutex<HashMap<String, LiveSpecific>>,
     reactors: ReactorsHandle,
     stopping: AtomicBool,
     start_ns: u64,
 }
+
+/// A module's `driver_specific` object of one bdev, made when asked.
+pub type LiveSpecific = Arc<dyn Fn() -> Value + Send + Sync>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -109,6 +115,7 @@ impl BdevHost {
             bufs: Mutex::new(HashMap::new()),
             scheds: Mutex::new(HashMap::new()),
             histograms: Mutex::new(HashMap::new()),
+            live_specific: Mutex::new(HashMap::new()),
             reactors,
             stopping: AtomicBool::new(false),
             start_ns: pmio_reactors::now_ns(),
@@ -231,6 +238,13 @@ impl BdevHost {
         }
         lock(&self.bufs).remove(name);
         lock(&self.histograms).remove(name);
+        lock(&self.live_specific).remove(name);
+    }
+
+    /// Makes `bdev_get_bdevs` ask `f` for bdev `name`'s `driver_specific` object each time,
+    /// for a module whose bdevs change state after they are made. Forgotten with the bdev.
+    pub fn set_live_specific(&self, name: &str, f: LiveSpecific) {
+        lock(&self.live_specific).insert(name.to_string(), f);
     }
 
     /// Removes every record whose parent is `parent` (after its devices were unregistered).
@@ -482,10 +496,14 @@ impl BdevHost {
         let i = dev.info();
         let ops = i.supported_ops;
         let uuid = i.uuid.to_string();
-        let driver_specific = self
-            .record(&i.name)
-            .map(|r| r.driver_specific)
-            .unwrap_or_else(|| json!({}));
+        let live = lock(&self.live_specific).get(&i.name).cloned();
+        let driver_specific = match live {
+            Some(f) => f(),
+            None => self
+                .record(&i.name)
+                .map(|r| r.driver_specific)
+                .unwrap_or_else(|| json!({})),
+        };
         json!({
             "name": i.name,
             "aliases": [uuid],
