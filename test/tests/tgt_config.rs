@@ -194,16 +194,17 @@ fn tgt_check_config_reports_without_starting() {
     }
     let bad = write(
         dir.path(),
-        "raid.json",
+        "ocf.json",
         r#"{"subsystems":[{"subsystem":"bdev","config":[
             {"method":"bdev_malloc_create","params":{"name":"M0","num_blocks":64,"block_size":512}},
-            {"method":"bdev_raid_create","params":{"name":"Raid0","raid_level":"raid1","base_bdevs":["M0","M1"]}}]}]}"#,
+            {"method":"bdev_ocf_create","params":{"name":"Cache0","mode":"wt","cache_bdev_name":"M0","core_bdev_name":"M1"}}]}]}"#,
     );
     let out = check_config(&bad);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
-        stdout.contains("refuse  bdev_raid_create    Raid0: pmio has no RAID"),
+        stdout.contains("refuse  bdev_ocf_create")
+            && stdout.contains("Cache0: pmio has no OCF cache"),
         "{stdout}"
     );
     assert!(
@@ -418,13 +419,13 @@ fn tgt_rpc_py_load_config_replay() {
     bad["subsystems"][5]["config"]
         .as_array_mut()
         .unwrap()
-        .push(json!({"method": "bdev_raid_create",
-            "params": {"name": "Raid0", "raid_level": "raid1", "base_bdevs": ["Malloc0", "Malloc1"]}}));
+        .push(json!({"method": "bdev_ocf_create",
+            "params": {"name": "Cache0", "mode": "wt", "cache_bdev_name": "Malloc0", "core_bdev_name": "Malloc1"}}));
     let e = RpcPy::connect(&sock).load_config(&bad).unwrap_err();
     assert_eq!(e["code"], -95, "{e}");
     let msg = e["message"].as_str().unwrap();
     assert!(
-        msg.contains("bdev section: bdev_raid_create Raid0 refused: pmio has no RAID"),
+        msg.contains("bdev section: bdev_ocf_create Cache0 refused: pmio has no OCF cache"),
         "{msg}"
     );
     assert!(

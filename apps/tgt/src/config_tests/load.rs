@@ -301,9 +301,9 @@ fn refusals_stop_before_anything_is_created() {
     let doc = r#"{"subsystems":[{"subsystem":"bdev","config":[
         {"method":"bdev_malloc_create","params":{"name":"M0","num_blocks":64,"block_size":512}},
         {"method":"bdev_malloc_create","params":{"name":"M1","num_blocks":64,"block_size":512}},
-        {"method":"bdev_raid_create","params":{"name":"Raid0","raid_level":"raid1","base_bdevs":["M0","M1"]}}]},
+        {"method":"bdev_ocf_create","params":{"name":"Cache0","mode":"wt","cache_bdev_name":"M0","core_bdev_name":"M1"}}]},
         {"subsystem":"iscsi","config":[
-        {"method":"iscsi_create_target_node","params":{"name":"disk1","alias_name":"d","luns":[{"bdev_name":"Raid0","lun_id":0}]}}]}]}"#;
+        {"method":"iscsi_create_target_node","params":{"name":"disk1","alias_name":"d","luns":[{"bdev_name":"Cache0","lun_id":0}]}}]}]}"#;
     let e = apply(&r, &parse(doc).unwrap()).unwrap_err();
     assert_eq!(e.code, -libc::EOPNOTSUPP);
     assert!(
@@ -312,8 +312,9 @@ fn refusals_stop_before_anything_is_created() {
         "{e}"
     );
     assert!(
-        e.message
-            .contains("subsystems[0] (bdev) config[2]: bdev_raid_create Raid0: pmio has no RAID"),
+        e.message.contains(
+            "subsystems[0] (bdev) config[2]: bdev_ocf_create Cache0: pmio has no OCF cache"
+        ),
         "{e}"
     );
     assert!(
@@ -380,8 +381,8 @@ fn load_config_method_answers_the_report() {
         assert_eq!(call(&r, "load_config", bad).unwrap_err().code, -32602);
     }
     // A refused method called on its own is "Method not found", with why.
-    let e = call(&r, "bdev_raid_create", json!({"name": "R"})).unwrap_err();
+    let e = call(&r, "bdev_ocf_create", json!({"name": "C"})).unwrap_err();
     assert_eq!(e.code, -32601);
-    assert!(e.message.contains("pmio has no RAID"), "{}", e.message);
+    assert!(e.message.contains("pmio has no OCF cache"), "{}", e.message);
     let _ = NVMF;
 }

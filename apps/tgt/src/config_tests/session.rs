@@ -77,8 +77,8 @@ fn rpc_py_replay_stops_and_rolls_back_at_a_refusal() {
         {"subsystem": "bdev", "config": [
             {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 64, "block_size": 512}},
             {"method": "bdev_null_create", "params": {"name": "N0", "num_blocks": 64, "block_size": 512}},
-            {"method": "bdev_raid_create", "params": {"name": "Raid0", "raid_level": "raid0",
-                "strip_size_kb": 64, "base_bdevs": ["M0", "N0"]}}]},
+            {"method": "bdev_ocf_create", "params": {"name": "Cache0", "mode": "wt",
+                "cache_bdev_name": "M0", "core_bdev_name": "N0"}}]},
         {"subsystem": "nvmf", "config": [
             {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:c9"}}]}]});
     let e = std::thread::scope(|t| {
@@ -93,7 +93,7 @@ fn rpc_py_replay_stops_and_rolls_back_at_a_refusal() {
     assert_eq!(e.code, -libc::EOPNOTSUPP);
     assert!(
         e.message
-            .contains("bdev section: bdev_raid_create Raid0 refused: pmio has no RAID"),
+            .contains("bdev section: bdev_ocf_create Cache0 refused: pmio has no OCF cache"),
         "{}",
         e.message
     );
@@ -111,7 +111,7 @@ fn rpc_py_replay_stops_and_rolls_back_at_a_refusal() {
         json!({"current": false, "include_aliases": false}),
     )
     .unwrap();
-    assert!(!all.as_array().unwrap().contains(&json!("bdev_raid_create")));
+    assert!(!all.as_array().unwrap().contains(&json!("bdev_ocf_create")));
 }
 
 #[test]
