@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -213,6 +213,13 @@ bench-nvmf-spdk-interleaved:
 bench-vhost: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-bench.sh
+
+# What latency histograms and a /metrics scrape cost (issue 32; BENCHMARKS.md "The operator's
+# view"): pmio-perf --latency-histogram off/on alternating, then pmio-tgt's scrape time and
+# perform_tests IOPS with and without a client scraping. Release binaries; ~2 min.
+bench-operator:
+	$(CARGO) build --release -p pmio-perf -p pmio-tgt -p pmio-rpc
+	RELEASE=$(RELEASE) test/ci/bench-operator.sh
 
 clean:
 	$(CARGO) clean

@@ -56,6 +56,8 @@ missing() {
     # 10.0.0.1 on a namespace's loopback with ip and enters the namespace with unshare.
     have ss || echo iproute2
     have ip || echo iproute2
+    # make readme scrapes pmio-tgt's /metrics with curl.
+    have curl || echo curl
     have unshare || echo util-linux
     # The histogram test runs SPDK's scripts/histogram.py on bdev_get_histogram's reply.
     have python3 || echo python3

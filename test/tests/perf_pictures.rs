@@ -5,7 +5,7 @@
 
 mod perf_util;
 
-use perf_util::perf;
+use perf_util::{json, perf};
 
 /// The null device's completion delay.
 const LATENCY_US: f64 = 100.0;
@@ -134,4 +134,32 @@ fn perf_latency_histogram_and_plot() {
         .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some("#0000FF"))
         .count();
     assert!(bars >= 1, "latency bars");
+}
+
+#[test]
+fn perf_latency_histogram_in_json() {
+    let out = perf(&[
+        "--dev",
+        "null:latency_us=50",
+        "-m",
+        "0x1",
+        "-d",
+        "8",
+        "-s",
+        "4",
+        "-c",
+        "4",
+        "-t",
+        "1",
+        "--latency-histogram",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let v = json(&out);
+    let h = &v["latency_histograms"][0];
+    assert_eq!(h["device"], "Null0", "{v}");
+    let buckets = h["buckets"].as_array().unwrap();
+    let n: u64 = buckets.iter().map(|b| b[2].as_u64().unwrap()).sum();
+    assert_eq!(n, v["ios"].as_u64().unwrap(), "{v}");
+    assert!(buckets[0][1].as_u64().unwrap() > 50_000, "{v}");
 }

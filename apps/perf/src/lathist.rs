@@ -46,6 +46,30 @@ impl JobHistogram {
     }
 }
 
+/// One job's non-empty buckets, for `--json`.
+#[derive(Debug, serde::Serialize)]
+pub struct JobBuckets {
+    pub device: String,
+    pub core: u32,
+    /// `[start_ns, end_ns, count]` of each bucket that holds I/Os, lowest first.
+    pub buckets: Vec<[u64; 3]>,
+}
+
+impl JobBuckets {
+    /// The buckets of `h`.
+    pub fn of(device: &str, core: u32, h: &HistogramData) -> JobBuckets {
+        JobBuckets {
+            device: device.to_string(),
+            core,
+            buckets: h
+                .nonzero()
+                .iter()
+                .map(|b| [b.start, b.end, b.count])
+                .collect(),
+        }
+    }
+}
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }

@@ -355,15 +355,25 @@ fn run(opts: &Opts, plan: Plan) -> anyhow::Result<(Report, Option<String>)> {
         );
         plot::write(path, &title, &extras.seconds, &plot::latency_bars(&all))?;
     }
-    let ll = opts.latency_histogram.then(|| {
+    let mut report = Report::build(results, opts, names, cpu_ns);
+    let mut ll = None;
+    if opts.latency_histogram {
         let jobs: Vec<_> = extras
             .hists
             .iter()
             .map(|j| (j.device.clone(), j.core, j.data()))
             .collect();
-        lathist::render(&jobs)
-    });
-    Ok((Report::build(results, opts, names, cpu_ns), ll))
+        if opts.json {
+            report.latency_histograms = Some(
+                jobs.iter()
+                    .map(|(d, c, h)| lathist::JobBuckets::of(d, *c, h))
+                    .collect(),
+            );
+        } else {
+            ll = Some(lathist::render(&jobs));
+        }
+    }
+    Ok((report, ll))
 }
 
 /// Runs one phase on every core; returns one result per core (jobs merged).

@@ -176,6 +176,9 @@ pub struct Report {
     pub cpu_ns_per_io: f64,
     pub devices: Vec<String>,
     pub options: Opts,
+    /// With --latency-histogram: per job, SPDK's non-empty buckets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_histograms: Option<Vec<crate::lathist::JobBuckets>>,
 }
 
 impl Report {
@@ -255,6 +258,7 @@ impl Report {
             },
             devices,
             options: opts.clone(),
+            latency_histograms: None,
         }
     }
 

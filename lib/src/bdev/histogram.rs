@@ -180,8 +180,14 @@ impl Histogram {
     /// not a read-modify-write, so a second writer would lose counts.
     #[inline]
     pub fn tally(&self, v: u64) {
+        self.tally_n(v, 1);
+    }
+
+    /// Counts value `v` `n` times (the single writer only, as [`Histogram::tally`]).
+    #[inline]
+    pub fn tally_n(&self, v: u64, n: u64) {
         let b = &self.buckets[self.shape.bucket_of(v)];
-        b.store(b.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        b.store(b.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
     /// Sets every bucket to 0. Only the histogram's single writer may call this.
@@ -195,6 +201,46 @@ impl Histogram {
     fn add_to(&self, out: &mut HistogramData) {
         for (o, b) in out.buckets.iter_mut().zip(self.buckets.iter()) {
             *o += b.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// Tallies runs of equal values with one [`Histogram::tally_n`]: completions reaped in one
+/// batch share their completion time and those submitted in one burst their submit time, so a
+/// poll's latencies come in a few runs (the job engine's `LatencyRuns` does the same for its
+/// hdrhistogram).
+#[derive(Debug)]
+pub(crate) struct Runs<'a> {
+    hist: &'a Histogram,
+    value: u64,
+    n: u64,
+}
+
+impl<'a> Runs<'a> {
+    pub(crate) fn new(hist: &'a Histogram) -> Runs<'a> {
+        Runs {
+            hist,
+            value: 0,
+            n: 0,
+        }
+    }
+
+    /// Counts `v` into the current run, tallying the run before it if `v` ends it.
+    #[inline(always)]
+    pub(crate) fn add(&mut self, v: u64) {
+        if v != self.value {
+            self.flush();
+            self.value = v;
+        }
+        self.n += 1;
+    }
+
+    /// Tallies the current run.
+    #[inline]
+    pub(crate) fn flush(&mut self) {
+        if self.n > 0 {
+            self.hist.tally_n(self.value, self.n);
+            self.n = 0;
         }
     }
 }

@@ -9,6 +9,7 @@
 use super::complete::report_done;
 use super::validate::BurstShape;
 use super::{BdevQueue, IoPath, SubmitError, split};
+use crate::bdev::histogram::Runs;
 use crate::bdev::stats::now_ns;
 use crate::plug::Plug;
 use crate::request::{Io, IoBuf, Request};
@@ -192,13 +193,22 @@ impl BdevQueue {
         };
         let n = match qh.sync() {
             Some((h, op)) => {
-                let (h, op) = (&**h, *op);
-                self.reap(max, |rq: &Request| {
-                    if op.contains(rq.op) {
-                        h.tally(rq.complete_ns.saturating_sub(rq.submit_ns));
-                    }
-                    f(rq)
-                })
+                let op = *op;
+                let mut runs = Runs::new(h);
+                // Inlined into reap's loop as the caller's own callback is (a call per I/O
+                // otherwise: about 4 ns of pmio-perf's 25 on the null device).
+                let n = self.reap(
+                    max,
+                    #[inline(always)]
+                    |rq: &Request| {
+                        if op.contains(rq.op) {
+                            runs.add(rq.complete_ns.saturating_sub(rq.submit_ns));
+                        }
+                        f(rq)
+                    },
+                );
+                runs.flush();
+                n
             }
             None => self.reap(max, f),
         };
