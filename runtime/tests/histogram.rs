@@ -1,7 +1,7 @@
 //! SPDK's latency histograms on pmio's bdev host: known latencies (a null bdev that completes
 //! each I/O after a fixed delay) land in the right buckets, every I/O of the chosen type is
-//! counted once, and SPDK's own `scripts/histogram.py` reads `bdev_get_histogram`'s reply
-//! (the v25.09 script is kept in `test/fixtures/spdk/`; `SPDK_HISTOGRAM_PY` names another).
+//! counted once, and a reader of SPDK's format reads `bdev_get_histogram`'s reply
+//! (`test/ci/histogram-rows.py`; `SPDK_HISTOGRAM_PY` names SPDK's own `scripts/histogram.py`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -75,7 +75,7 @@ fn histogram_py() -> PathBuf {
     std::env::var_os("SPDK_HISTOGRAM_PY")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test/fixtures/spdk/histogram.py")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../test/ci/histogram-rows.py")
         })
 }
 
@@ -136,7 +136,8 @@ fn known_latencies_land_in_their_buckets_and_histogram_py_reads_them() {
     );
     assert!(hist.percentile(0.0) >= LATENCY_NS);
 
-    // SPDK's script, fed the reply as rpc.py prints it.
+    // A reader of SPDK's format (SPDK's own scripts/histogram.py with SPDK_HISTOGRAM_PY),
+    // fed the reply as rpc.py prints it.
     let mut child = Command::new("python3")
         .arg(histogram_py())
         .stdin(Stdio::piped())

@@ -59,7 +59,7 @@ missing() {
     # make readme scrapes pmio-tgt's /metrics with curl.
     have curl || echo curl
     have unshare || echo util-linux
-    # The histogram test runs SPDK's scripts/histogram.py on bdev_get_histogram's reply.
+    # The histogram tests read bdev_get_histogram's reply with test/ci/histogram-rows.py.
     have python3 || echo python3
     # The metrics test scrapes pmio-tgt with a real Prometheus and queries its HTTP API.
     have prometheus || echo prometheus

@@ -1,7 +1,8 @@
 //! Latency histograms through pmio-tgt and pmio-rpc, as an SPDK user takes them:
 //! `bdev_enable_histogram`, a workload, `pmio-rpc bdev_get_histogram NAME | histogram.py`
-//! (SPDK v25.09's script, kept in `test/fixtures/spdk/`), the `--table` view, and the
-//! histogram turned back on by `save_config`'s replay.
+//! (`test/ci/histogram-rows.py`, pmio's reader of SPDK's format with SPDK's row format, since
+//! CI has no SPDK checkout; `SPDK_HISTOGRAM_PY=/path/to/spdk/scripts/histogram.py` runs
+//! SPDK's own), the `--table` view, and the histogram turned back on by `save_config`'s replay.
 
 mod tgt_util;
 
@@ -12,7 +13,9 @@ use std::process::{Command, Stdio};
 use tgt_util::Daemon;
 
 fn histogram_py(reply: &str) -> String {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/spdk/histogram.py");
+    let script = std::env::var_os("SPDK_HISTOGRAM_PY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("ci/histogram-rows.py"));
     let mut child = Command::new("python3")
         .arg(script)
         .stdin(Stdio::piped())
@@ -64,7 +67,7 @@ fn histogram_of_a_served_bdev_reads_with_spdks_script_and_survives_save_config()
     let writes = io["bdevs"][0]["num_write_ops"].as_u64().unwrap();
     assert!(writes > 0 && io["bdevs"][0]["num_read_ops"].as_u64().unwrap() > 0);
 
-    // rpc.py's print, piped into SPDK's script: every write, and only writes, counted.
+    // rpc.py's print, piped into the reader: every write, and only writes, counted.
     let reply = d.rpc_ok(&["bdev_get_histogram", "Malloc0"]);
     let text = histogram_py(&reply);
     assert!(text.starts_with("Latency histogram\n"), "{text}");
