@@ -438,7 +438,7 @@ pub static TABLE: &[Entry] = &[
         "bdev_set_options",
         "bdev",
         Handling::Ignore(
-            "pmio has no bdev_io pool and does no examine: each queue preallocates its requests",
+            "pmio has no bdev_io pool and examines every bdev: each queue preallocates its requests",
         ),
     ),
     e(
@@ -470,7 +470,8 @@ pub static TABLE: &[Entry] = &[
         "bdev_examine",
         "bdev",
         Handling::Ignore(
-            "pmio does no examine: no partition table or lvol store is looked for on the bdev",
+            "pmio examines every bdev as it is created (lvstores on it are found then): \
+             replaying the call changes nothing",
         ),
     ),
     e(

@@ -93,6 +93,8 @@ enum Method {
     #[command(flatten)]
     Uring(pmio_uring::cli::UringCommand),
     #[command(flatten)]
+    Lvol(pmio_lvol::cli::LvolCommand),
+    #[command(flatten)]
     Bdev(pmio_runtime::rpc::cli::BdevCommand),
     #[command(flatten)]
     Nvme(pmio_nvme::cli::NvmeCommand),
@@ -140,6 +142,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         .into_parts(),
         Method::Null(m) => m.request()?.into_parts(),
         Method::Malloc(m) => m.request()?.into_parts(),
+        Method::Lvol(m) => m.request()?.into_parts(),
         Method::Uring(m) => m.request()?.into_parts(),
         Method::Bdev(m) => m.request()?.into_parts(),
         Method::SpdkKillInstance { sig_name } => Request::new(

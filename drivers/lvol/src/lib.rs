@@ -42,9 +42,13 @@
 //! ```
 
 mod base;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod map;
 mod owner;
 mod queue;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 #[cfg(test)]
 mod tests;
 
