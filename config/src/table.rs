@@ -555,7 +555,8 @@ pub static TABLE: &[Entry] = &[
         "bdev",
         Handling::Refuse(
             "lvs_name",
-            "pmio has no logical volumes: the lvol store and its volumes would be missing",
+            "pmio does not create lvstores from a configuration (SPDK's save_config never writes \
+             this call: a store is found on its bdev); create it with the RPC",
         ),
     ),
     e(
@@ -563,7 +564,8 @@ pub static TABLE: &[Entry] = &[
         "bdev",
         Handling::Refuse(
             "lvol_name",
-            "pmio has no logical volumes: the volume would be missing",
+            "pmio does not create lvols from a configuration (SPDK's save_config never writes this \
+             call: lvols are found with their lvstore); create it with the RPC",
         ),
     ),
     e(

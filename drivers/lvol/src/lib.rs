@@ -576,6 +576,9 @@ impl LvolDevice {
                 cluster_base_blocks,
                 block_size: io_unit,
                 num_blocks,
+                cluster_shift: cluster_blocks
+                    .is_power_of_two()
+                    .then(|| cluster_blocks.trailing_zeros()),
             },
             info,
             base,

@@ -44,6 +44,20 @@ pub(crate) struct Geo {
     pub(crate) block_size: u32,
     /// Lvol blocks the device object was made with (its `BdevInfo`).
     pub(crate) num_blocks: u64,
+    /// log2 of `cluster_blocks` when it is a power of two (SPDK's default sizes are): the
+    /// translation then shifts and masks instead of dividing.
+    pub(crate) cluster_shift: Option<u32>,
+}
+
+impl Geo {
+    /// Blob cluster and block within it of lvol block `lba`.
+    #[inline]
+    fn split(&self, lba: u64) -> (u64, u64) {
+        match self.cluster_shift {
+            Some(s) => (lba >> s, lba & ((1 << s) - 1)),
+            None => (lba / self.cluster_blocks, lba % self.cluster_blocks),
+        }
+    }
 }
 
 /// What to do with a request.
@@ -133,11 +147,10 @@ impl LvolQueue {
         let n = u64::from(rq.nblocks);
         let end = rq.lba.checked_add(n);
         let size = (map.len() * g.cluster_blocks).min(g.num_blocks);
-        let within = rq.lba % g.cluster_blocks;
+        let (i, within) = g.split(rq.lba);
         if end.is_none_or(|e| e > size) || within + n > g.cluster_blocks {
             return Step::Done(IoStatus::Errno(libc::EINVAL));
         }
-        let i = rq.lba / g.cluster_blocks;
         if !self.waiting.is_empty() && self.waiting.contains(&i) {
             return Step::Park(i);
         }
@@ -226,7 +239,8 @@ impl LvolQueue {
             self.base.submit(&mut self.base_rqs, &self.fwd);
             self.inflight += self.fwd.len();
         }
-        self.slot.inflight.store(self.inflight, Ordering::SeqCst);
+        // Lowering the count needs no fence: a freeze that still sees the raised one waits.
+        self.slot.inflight.store(self.inflight, Ordering::Release);
     }
 
     /// Moves parked requests whose wait is over to `resubmit` (or fails them).
