@@ -73,6 +73,9 @@ pub fn methods() -> Vec<Method<dyn Daemon>> {
         .iter()
         .filter_map(|e| match e.handling {
             Handling::Setting(_) => Some(Method::new(e.method, STARTUP | RUNTIME, run_setting)),
+            // bdev_examine is the bdev layer's own method at runtime (pmio_runtime::rpc); a
+            // configuration's call is still ignored (every bdev it creates is examined).
+            Handling::Ignore(_) if e.method == "bdev_examine" => None,
             Handling::Ignore(_) => Some(Method::new(e.method, STARTUP | RUNTIME, run_ignored)),
             _ => None,
         })

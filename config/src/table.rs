@@ -458,7 +458,7 @@ pub static TABLE: &[Entry] = &[
         "bdev_set_options",
         "bdev",
         Handling::Ignore(
-            "pmio has no bdev_io pool and does no examine: each queue preallocates its requests",
+            "pmio has no bdev_io pool and examines every bdev: each queue preallocates its requests",
         ),
     ),
     e(
@@ -492,7 +492,8 @@ pub static TABLE: &[Entry] = &[
         "bdev_examine",
         "bdev",
         Handling::Ignore(
-            "pmio does no examine: no partition table or lvol store is looked for on the bdev",
+            "pmio examines every bdev as it is created (lvstores on it are found then): \
+             replaying the call changes nothing",
         ),
     ),
     e(
@@ -580,7 +581,8 @@ pub static TABLE: &[Entry] = &[
         "bdev",
         Handling::Refuse(
             "lvs_name",
-            "pmio has no logical volumes: the lvol store and its volumes would be missing",
+            "pmio does not create lvstores from a configuration (SPDK's save_config never writes \
+             this call: a store is found on its bdev); create it with the RPC",
         ),
     ),
     e(
@@ -588,7 +590,8 @@ pub static TABLE: &[Entry] = &[
         "bdev",
         Handling::Refuse(
             "lvol_name",
-            "pmio has no logical volumes: the volume would be missing",
+            "pmio does not create lvols from a configuration (SPDK's save_config never writes this \
+             call: lvols are found with their lvstore); create it with the RPC",
         ),
     ),
     e(

@@ -16,13 +16,14 @@ const NQN: &str = "nqn.2016-06.io.pmio:example1";
 
 /// The framework's, the bdev layer's and the malloc driver's methods; the rest must be the
 /// NVMe/TCP target's (`nvmf_*`, `sock_*`).
-const FRAMEWORK_BDEV_MALLOC: [&str; 8] = [
+const FRAMEWORK_BDEV_MALLOC: [&str; 9] = [
     "rpc_get_methods",
     "framework_get_subsystems",
     "framework_get_config",
     "framework_wait_init",
     "bdev_get_bdevs",
     "bdev_get_iostat",
+    "bdev_examine",
     "bdev_malloc_create",
     "bdev_malloc_delete",
 ];

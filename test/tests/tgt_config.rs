@@ -222,7 +222,7 @@ fn tgt_refused_objects_stop_the_start() {
                 {"subsystem": "bdev", "config": [
                     {"method": "bdev_malloc_create", "params": {"name": "M0", "num_blocks": 64, "block_size": 512}},
                     {"method": "bdev_lvol_create_lvstore", "params": {"bdev_name": "M0", "lvs_name": "lvs0"}}]}]}),
-            "subsystems[0] (bdev) config[1]: bdev_lvol_create_lvstore lvs0: pmio has no logical volumes",
+            "subsystems[0] (bdev) config[1]: bdev_lvol_create_lvstore lvs0: pmio does not create lvstores from a configuration",
         ),
         (
             json!({"subsystems": [{"subsystem": "iscsi", "config": [
@@ -235,7 +235,7 @@ fn tgt_refused_objects_stop_the_start() {
                 {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:c1"}},
                 {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "nqn.2016-06.io.spdk:c1",
                     "namespace": {"bdev_name": "lvs0/lvol0"}}}]}]}),
-            "bdev lvs0/lvol0 is not created before this call (a name with '/' is an SPDK logical volume",
+            "bdev lvs0/lvol0 is not created before this call (a name with '/' is a logical volume",
         ),
     ] {
         let f = write(dir.path(), "c.json", &doc.to_string());

@@ -94,6 +94,7 @@ enum Method {
     Uring(pmio_uring::cli::UringCommand),
     #[command(flatten)]
     Raid(pmio_raid::cli::RaidCommand),
+    Lvol(pmio_lvol::cli::LvolCommand),
     #[command(flatten)]
     Bdev(pmio_runtime::rpc::cli::BdevCommand),
     #[command(flatten)]
@@ -142,6 +143,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         .into_parts(),
         Method::Null(m) => m.request()?.into_parts(),
         Method::Malloc(m) => m.request()?.into_parts(),
+        Method::Lvol(m) => m.request()?.into_parts(),
         Method::Uring(m) => m.request()?.into_parts(),
         Method::Raid(m) => m.request().into_parts(),
         Method::Bdev(m) => m.request()?.into_parts(),

@@ -26,12 +26,13 @@ pub mod target;
 
 /// Releases everything the daemon holds, after the RPC server has stopped and before the
 /// reactors stop: closes the NVMe/TCP target's connections and listeners (they run on the
-/// reactors and use the bdevs), detaches NVMe controllers with the shutdown sequence, then
+/// reactors and use the bdevs), unloads the lvstores cleanly, detaches NVMe controllers with the shutdown sequence, then
 /// unregisters every bdev.
 pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
     t.nvmf.tgt.shutdown();
     t.vhost.tgt.shutdown();
+    t.lvol.shutdown();
     t.nvme.detach_all();
     for r in t.bdevs.records().into_iter().rev() {
         if let Err(e) = t.bdevs.registry.unregister(&r.name) {

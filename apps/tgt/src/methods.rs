@@ -76,6 +76,10 @@ pub fn all_methods() -> Registry<Rpc> {
     methods.merge(pmio_uring::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_raid::rpc::methods(), |r: &Rpc| &r.target.raid);
     methods.merge(
+        pmio_lvol::rpc::methods().into_iter().collect(),
+        |r: &Rpc| &r.target.lvol,
+    );
+    methods.merge(
         pmio_nvme::rpc::methods().into_iter().collect(),
         |r: &Rpc| &*r.target.nvme,
     );

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use pmio_jsonrpc::RpcState;
+use pmio_lvol::rpc::LvolRpc;
 use pmio_nvme::rpc::NvmeRpc;
 use pmio_nvmf::rpc::NvmfRpc;
 use pmio_reactors::ReactorsHandle;
@@ -28,6 +29,8 @@ pub struct Target {
     pub nvme: Arc<NvmeRpc>,
     /// The RAID bdev module: its arrays (the `bdev_raid_*` methods).
     pub raid: pmio_raid::rpc::RaidRpc,
+    /// The lvol module: lvstores found on or created on these bdevs (the `bdev_lvol_*` methods).
+    pub lvol: Arc<LvolRpc>,
     state: AtomicU8,
     /// The reactors as the reactor methods see them (thread ids, start time).
     pub reactors: ReactorsRpc,
@@ -45,6 +48,7 @@ impl Target {
             vhost,
             nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
+            lvol: LvolRpc::new(bdevs.clone()),
             bdevs,
             state: AtomicU8::new(state as u8),
         }

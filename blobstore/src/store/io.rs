@@ -105,6 +105,33 @@ impl<D: BlobDevice> Blobstore<D> {
         Ok(())
     }
 
+    /// Gives blob cluster `i` storage of its own if it has none (steps 1 to 3), and returns
+    /// its device cluster: what a write to it needs first. The caller writes the data itself
+    /// (the lvol bdev's reactors do, on their own queues). Refused for a read-only blob or a
+    /// cluster past the blob's end.
+    pub fn allocate_cluster(&mut self, id: BlobId, i: u64) -> Result<u32> {
+        let b = self.open_blob(id)?;
+        if b.is_read_only() {
+            return Err(Error::ReadOnly(id));
+        }
+        let cs = u64::from(self.geo.cluster_size);
+        match b.clusters.get(i as usize) {
+            None => Err(Error::BadRange {
+                id,
+                offset: i.saturating_mul(cs),
+                len: cs,
+                io_unit: self.geo.io_unit,
+            }),
+            Some(&0) => self.allocate_on_write(id, i as usize),
+            Some(&c) => Ok(c),
+        }
+    }
+
+    /// Byte offset of device cluster `c` on the device.
+    pub fn cluster_offset(&self, c: u32) -> u64 {
+        self.geo.cluster_offset(c)
+    }
+
     /// Steps 1 to 3 of the module's list for blob cluster `i`.
     fn allocate_on_write(&mut self, id: BlobId, i: usize) -> Result<u32> {
         let b = &self.blobs[&id];

@@ -251,7 +251,7 @@ mod tests {
                 "bdev",
                 "bdev_lvol_create_lvstore",
                 json!({"bdev_name": "Nvme0n1", "lvs_name": "lvs0"}),
-                "lvs0: pmio has no logical volumes",
+                "lvs0: pmio does not create lvstores from a configuration",
             ),
             (
                 "keyring",
@@ -342,7 +342,7 @@ mod tests {
             {"method":"nvmf_create_subsystem","params":{"nqn":"nqn.2016-06.io.spdk:c1"}},
             {"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2016-06.io.spdk:c1",
               "namespace":{"bdev_name":"lvs0/lv0"}}}]}]}"#;
-        assert!(refusal(bad_ns).contains("SPDK logical volume"));
+        assert!(refusal(bad_ns).contains("is a logical volume"));
         let no_transport = r#"{"subsystems":[{"subsystem":"nvmf","config":[
             {"method":"nvmf_subsystem_add_listener","params":{"nqn":"nqn.2014-08.org.nvmexpress.discovery",
               "listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420"}}}]}]}"#;

@@ -511,8 +511,8 @@ pub fn nvmf_ns(v: &Value, w: &mut World) -> Result<String, String> {
 /// Why a bdev a namespace names is not there: SPDK names hint at what made it.
 pub fn missing_bdev(name: &str) -> String {
     let hint = if name.contains('/') {
-        " (a name with '/' is an SPDK logical volume, found by examine on its base bdev: pmio \
-         has no lvol)"
+        " (a name with '/' is a logical volume, found by examine on its lvstore's base bdev: \
+         create that bdev first)"
     } else if name.contains('p')
         && name
             .rsplit('p')

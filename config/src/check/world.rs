@@ -105,9 +105,15 @@ impl World {
     }
 
     /// Whether bdev `name` (a name, a UUID alias, or `<ctrlr>n<nsid>` of a controller
-    /// attached in this file) would exist.
+    /// attached in this file) would exist. An lvol (`lvs/lvol`, or the uuid it is named by)
+    /// is not created by any call: it appears when its lvstore's base bdev is examined, so it
+    /// may exist once any bdev does (applying the file then finds out).
     pub(super) fn has_bdev(&self, name: &str) -> bool {
         if self.bdevs.iter().any(|(n, _)| n == name) {
+            return true;
+        }
+        let may_be_lvol = name.contains('/') || Uuid::parse(name).is_some();
+        if may_be_lvol && !self.bdevs.is_empty() {
             return true;
         }
         if let Some(u) = Uuid::parse(name)

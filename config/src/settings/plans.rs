@@ -403,8 +403,8 @@ pub fn bdev_wait_for_examine(params: Option<&Value>) -> Result<Plan, RpcError> {
     let mut k = Keys::new("bdev_wait_for_examine", params)?;
     k.same(
         "",
-        "pmio does no examine (no partition tables, no lvol stores): a bdev is ready once its \
-         create method has answered",
+        "pmio examines a bdev (for an lvstore) before its create method answers: a bdev and \
+         the lvols on it are ready once it has answered",
     );
     Ok(k.finish(Effect::None))
 }

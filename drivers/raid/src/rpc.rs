@@ -13,7 +13,7 @@ use pmio::{BlockDevice, Uuid};
 use pmio_jsonrpc::decl;
 use pmio_jsonrpc::{Method, RUNTIME, Registry, RpcError, code};
 use pmio_runtime::rpc::params;
-use pmio_runtime::rpc::{BdevHost, BdevRecord, BdevUser};
+use pmio_runtime::rpc::{BdevHost, BdevModule, BdevRecord, BdevUser};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -37,6 +37,7 @@ impl RaidRpc {
     pub fn new(host: Arc<BdevHost>) -> RaidRpc {
         let arrays = Arc::new(Mutex::new(Vec::new()));
         host.add_user(Arc::new(Members(Arc::clone(&arrays))));
+        host.add_module(Arc::new(Members(Arc::clone(&arrays))));
         RaidRpc { host, arrays }
     }
 
@@ -63,6 +64,17 @@ impl BdevUser for Members {
                      (bdev_raid_delete {raid})"
                 )
             })
+    }
+}
+
+/// The arrays as a bdev module: `driver_specific.raid` as it is now (a raid1 member failed
+/// out shows at once).
+impl BdevModule for Members {
+    fn driver_specific(&self, name: &str) -> Option<Value> {
+        lock(&self.0)
+            .iter()
+            .find(|a| a.info().name == name)
+            .map(|a| json!({ "raid": info_json(a) }))
     }
 }
 
@@ -206,11 +218,6 @@ fn bdev_raid_create(m: &RaidRpc, _: &str, params: Option<&Value>) -> Result<Valu
     record.driver_specific = json!({ "raid": info_json(&dev) });
     m.host
         .add_bdev(Arc::clone(&dev) as Arc<dyn BlockDevice>, record)?;
-    let live = Arc::clone(&dev);
-    m.host.set_live_specific(
-        &p.name,
-        Arc::new(move || json!({ "raid": info_json(&live) })),
-    );
     lock(&m.arrays).push(Arc::clone(&dev));
     log::info!(
         "bdev_raid_create: {} ({level}, {} base bdevs, {} blocks)",

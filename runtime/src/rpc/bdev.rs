@@ -14,7 +14,29 @@ pub fn methods() -> Vec<Method<Arc<BdevHost>>> {
     vec![
         Method::new("bdev_get_bdevs", RUNTIME, bdev_get_bdevs),
         Method::new("bdev_get_iostat", RUNTIME, bdev_get_iostat),
+        Method::new("bdev_examine", RUNTIME, bdev_examine),
     ]
+}
+
+/// `bdev_examine` parameters.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct Examine {
+    /// The bdev to examine.
+    #[cfg_attr(feature = "cli", arg(short = 'b', long))]
+    pub name: String,
+}
+
+/// `bdev_examine`: every module looks at the bdev again (an lvstore written on it since it
+/// appeared is found). SPDK answers -ENODEV for an unknown bdev.
+fn bdev_examine(host: &Arc<BdevHost>, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+    let p: Examine = decl::decode(params)?;
+    let dev = host
+        .find_bdev(&p.name)
+        .ok_or_else(|| RpcError::errno(-libc::ENODEV))?;
+    host.examine(&dev.info().name);
+    Ok(Value::Bool(true))
 }
 
 /// `bdev_get_bdevs` parameters.

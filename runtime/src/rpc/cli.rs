@@ -5,7 +5,7 @@ use clap::Subcommand;
 use pmio_jsonrpc::cli::{Print, Request, TextFormat};
 use pmio_jsonrpc::decl::BoolDefault;
 
-use super::bdev::{GetBdevs, GetIostat};
+use super::bdev::{Examine, GetBdevs, GetIostat};
 use super::histogram::{EnableHistogram, GetHistogram};
 use super::perform_tests::PerformTests;
 use super::scheduler::{GetScheduler, SetScheduler};
@@ -66,6 +66,9 @@ pub enum BdevCommand {
     /// Scheduler, tunables and per-priority counters of bdevs (pmio).
     #[command(name = "bdev_get_scheduler")]
     BdevGetScheduler(GetScheduler),
+    /// Have every module look at a bdev again (lvstores on it are found).
+    #[command(name = "bdev_examine")]
+    BdevExamine(Examine),
     /// Run a bdevperf-style workload inside the daemon (pmio).
     #[command(name = "perform_tests")]
     PerformTests(PerformTests),
@@ -121,6 +124,7 @@ impl BdevCommand {
                 Request::new("bdev_set_scheduler", p, Print::Nothing)
             }
             BdevCommand::BdevGetScheduler(p) => Request::new("bdev_get_scheduler", p, Print::Dict),
+            BdevCommand::BdevExamine(p) => Request::new("bdev_examine", p, Print::Nothing),
             BdevCommand::PerformTests(p) => Request::new("perform_tests", p, Print::Dict),
         })
     }

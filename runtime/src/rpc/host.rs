@@ -32,8 +32,10 @@ pub struct BdevRecord {
     pub parent: Option<String>,
     /// The method call that recreates it (`None` for bdevs recreated by their parent's call).
     pub create: Option<Value>,
-    /// `bdev_get_bdevs`' `driver_specific` object.
+    /// `bdev_get_bdevs`' `driver_specific` object (unless a [`BdevModule`] tells it now).
     pub driver_specific: Value,
+    /// Other names the bdev is found by (an lvol's `lvs/lvol`), besides its uuid.
+    pub aliases: Vec<String>,
 }
 
 impl BdevRecord {
@@ -45,7 +47,24 @@ impl BdevRecord {
             parent: None,
             create,
             driver_specific: json!({}),
+            aliases: Vec::new(),
         }
+    }
+}
+
+/// A module that looks at bdevs as they appear and tells about its own (SPDK's bdev module
+/// `examine_config`/`examine_disk` and `dump_info_json`).
+pub trait BdevModule: Send + Sync {
+    /// Looks at bdev `name`, just registered or named by `bdev_examine` (an lvol module
+    /// looks for an lvstore on it). Runs with no lock of the host held.
+    fn examine(&self, name: &str) {
+        let _ = name;
+    }
+
+    /// `driver_specific` of bdev `name` now, if this module made it.
+    fn driver_specific(&self, name: &str) -> Option<Value> {
+        let _ = name;
+        None
     }
 }
 
@@ -67,6 +86,7 @@ pub struct BdevHost {
     owners: Mutex<()>,
     records: Mutex<Vec<BdevRecord>>,
     users: RwLock<Vec<Arc<dyn BdevUser>>>,
+    modules: RwLock<Vec<Arc<dyn BdevModule>>>,
     /// Bdev name → number of running jobs (perform_tests, scheduler changes) using it.
     busy: Arc<Mutex<HashMap<String, usize>>>,
     /// I/O statistics per bdev: finished jobs' totals plus the queues of running jobs.
@@ -78,16 +98,10 @@ pub struct BdevHost {
     scheds: Mutex<HashMap<String, Scheduler>>,
     /// Bdev name → the `bdev_enable_histogram` call that turned its histogram on (absent: off).
     histograms: Mutex<HashMap<String, EnableHistogram>>,
-    /// Bdev name → what its module says of it now, for `driver_specific` where that changes
-    /// (a RAID's operational members); the record's own object otherwise.
-    live_specific: Mutex<HashMap<String, LiveSpecific>>,
     reactors: ReactorsHandle,
     stopping: AtomicBool,
     start_ns: u64,
 }
-
-/// A module's `driver_specific` object of one bdev, made when asked.
-pub type LiveSpecific = Arc<dyn Fn() -> Value + Send + Sync>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -109,13 +123,13 @@ impl BdevHost {
             owners: Mutex::new(()),
             records: Mutex::new(Vec::new()),
             users: RwLock::new(Vec::new()),
+            modules: RwLock::new(Vec::new()),
             busy: Arc::new(Mutex::new(HashMap::new())),
             iostat: Mutex::new(HashMap::new()),
             next_live: AtomicU64::new(1),
             bufs: Mutex::new(HashMap::new()),
             scheds: Mutex::new(HashMap::new()),
             histograms: Mutex::new(HashMap::new()),
-            live_specific: Mutex::new(HashMap::new()),
             reactors,
             stopping: AtomicBool::new(false),
             start_ns: pmio_reactors::now_ns(),
@@ -150,6 +164,75 @@ impl BdevHost {
             .push(user);
     }
 
+    /// Adds a module that examines new bdevs and tells about its own ([`BdevModule`]).
+    pub fn add_module(&self, module: Arc<dyn BdevModule>) {
+        self.modules
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(module);
+    }
+
+    fn modules(&self) -> Vec<Arc<dyn BdevModule>> {
+        self.modules
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Has every module examine bdev `name` (`bdev_examine`, and every bdev added).
+    pub fn examine(&self, name: &str) {
+        for m in self.modules() {
+            m.examine(name);
+        }
+    }
+
+    /// Registers a new bdev without examining it (a module's own bdevs, found by examine).
+    pub fn add_bdev_unexamined(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        record: BdevRecord,
+    ) -> Result<(), RpcError> {
+        let mut records = lock(&self.records);
+        self.check_name_free(&record.name)?;
+        for a in &record.aliases {
+            let taken = self.registry.get(a).is_some()
+                || records.iter().any(|r| r.aliases.iter().any(|b| b == a));
+            if taken {
+                return Err(RpcError::errno_detail(
+                    -libc::EEXIST,
+                    format_args!("bdev alias {a} is already in use"),
+                ));
+            }
+        }
+        self.registry.register(dev).map_err(|e| bdev_error(&e))?;
+        records.push(record);
+        Ok(())
+    }
+
+    /// Replaces registered bdev `record.name` by `dev` (an lvol after a resize: same name, new
+    /// size), keeping its place; queues open on the old object keep it until they close.
+    pub fn replace_bdev(
+        &self,
+        dev: Arc<dyn BlockDevice>,
+        record: BdevRecord,
+    ) -> Result<(), RpcError> {
+        let mut records = lock(&self.records);
+        let _ = self.registry.unregister(&record.name);
+        self.registry.register(dev).map_err(|e| bdev_error(&e))?;
+        match records.iter_mut().find(|r| r.name == record.name) {
+            Some(r) => *r = record,
+            None => records.push(record),
+        }
+        Ok(())
+    }
+
+    /// Changes the aliases of bdev `name`.
+    pub fn set_aliases(&self, name: &str, aliases: Vec<String>) {
+        if let Some(r) = lock(&self.records).iter_mut().find(|r| r.name == name) {
+            r.aliases = aliases;
+        }
+    }
+
     /// Refuses a name already used by a bdev, naming the existing one.
     pub fn check_name_free(&self, name: &str) -> Result<(), RpcError> {
         if name.is_empty() {
@@ -176,7 +259,10 @@ impl BdevHost {
         let mut records = lock(&self.records);
         self.check_name_free(&record.name)?;
         self.registry.register(dev).map_err(|e| bdev_error(&e))?;
+        let name = record.name.clone();
         records.push(record);
+        drop(records);
+        self.examine(&name);
         Ok(())
     }
 
@@ -238,13 +324,11 @@ impl BdevHost {
         }
         lock(&self.bufs).remove(name);
         lock(&self.histograms).remove(name);
-        lock(&self.live_specific).remove(name);
     }
 
-    /// Makes `bdev_get_bdevs` ask `f` for bdev `name`'s `driver_specific` object each time,
-    /// for a module whose bdevs change state after they are made. Forgotten with the bdev.
-    pub fn set_live_specific(&self, name: &str, f: LiveSpecific) {
-        lock(&self.live_specific).insert(name.to_string(), f);
+    /// Forgets the record of bdev `name` (a module unregistered it itself).
+    pub fn forget_record(&self, name: &str) {
+        lock(&self.records).retain(|r| r.name != name);
     }
 
     /// Removes every record whose parent is `parent` (after its devices were unregistered).
@@ -454,9 +538,16 @@ impl BdevHost {
         jobs + self.registry.device_outstanding(name)
     }
 
-    /// Looks a bdev up by name or by UUID alias.
+    /// Looks a bdev up by name, by alias or by UUID alias.
     pub fn find_bdev(&self, name: &str) -> Option<Arc<dyn BlockDevice>> {
         if let Some(d) = self.registry.get(name) {
+            return Some(d);
+        }
+        let aliased = lock(&self.records)
+            .iter()
+            .find(|r| r.aliases.iter().any(|a| a == name))
+            .map(|r| r.name.clone());
+        if let Some(d) = aliased.and_then(|n| self.registry.get(&n)) {
             return Some(d);
         }
         let uuid = Uuid::parse(name)?;
@@ -496,17 +587,20 @@ impl BdevHost {
         let i = dev.info();
         let ops = i.supported_ops;
         let uuid = i.uuid.to_string();
-        let live = lock(&self.live_specific).get(&i.name).cloned();
-        let driver_specific = match live {
-            Some(f) => f(),
-            None => self
-                .record(&i.name)
-                .map(|r| r.driver_specific)
-                .unwrap_or_else(|| json!({})),
-        };
+        let record = self.record(&i.name);
+        let driver_specific = self
+            .modules()
+            .iter()
+            .find_map(|m| m.driver_specific(&i.name))
+            .or_else(|| record.as_ref().map(|r| r.driver_specific.clone()))
+            .unwrap_or_else(|| json!({}));
+        let mut aliases: Vec<String> = record.map(|r| r.aliases).unwrap_or_default();
+        if uuid != i.name {
+            aliases.push(uuid.clone());
+        }
         json!({
             "name": i.name,
-            "aliases": [uuid],
+            "aliases": aliases,
             "product_name": i.product_name,
             "block_size": i.block_size,
             "num_blocks": i.num_blocks,

@@ -35,7 +35,7 @@ pub mod scheduler;
 
 use std::sync::Arc;
 
-pub use host::{BdevHost, BdevRecord, BdevUser, BusyGuard, bdev_error};
+pub use host::{BdevHost, BdevModule, BdevRecord, BdevUser, BusyGuard, bdev_error};
 use pmio_jsonrpc::Registry;
 
 /// Every method of this module, on the host.
