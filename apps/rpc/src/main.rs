@@ -94,6 +94,7 @@ enum Method {
     Uring(pmio_uring::cli::UringCommand),
     #[command(flatten)]
     Raid(pmio_raid::cli::RaidCommand),
+    #[command(flatten)]
     Lvol(pmio_lvol::cli::LvolCommand),
     #[command(flatten)]
     Bdev(pmio_runtime::rpc::cli::BdevCommand),
