@@ -50,10 +50,13 @@ nvmf-loopback:
 # pmio-rbd against a real one-node Ceph cluster (issue 30): test/ci/ceph.sh starts it (7 s;
 # Ceph from test/ci/host-deps.sh) and the tests that need it, #[ignore]d in make unit, run
 # here: data at QD 32 read back and equal to `rbd export`, resize, missing pool/image, a
-# cluster that is down failing within its timeout. About 10 s after the build.
+# cluster that is down failing within its timeout; then test/ci/rbd-tgt.sh: pmio-tgt's
+# bdev_rbd_* methods, the image over NVMe/TCP under pmio-perf --verify, bad input, save_config
+# reloaded. About 40 s after the build.
 rbd:
 	test/ci/ceph.sh start
 	$(CARGO) test -p pmio-rbd -- --ignored
+	CARGO=$(CARGO) test/ci/rbd-tgt.sh
 
 lint: fmt-check clippy doc
 

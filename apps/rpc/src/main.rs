@@ -91,6 +91,8 @@ enum Method {
     #[command(flatten)]
     Malloc(pmio_malloc::cli::MallocCommand),
     #[command(flatten)]
+    Rbd(pmio_rbd::cli::RbdCommand),
+    #[command(flatten)]
     Uring(pmio_uring::cli::UringCommand),
     #[command(flatten)]
     Bdev(pmio_runtime::rpc::cli::BdevCommand),
@@ -140,6 +142,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         .into_parts(),
         Method::Null(m) => m.request()?.into_parts(),
         Method::Malloc(m) => m.request()?.into_parts(),
+        Method::Rbd(m) => m.request()?.into_parts(),
         Method::Uring(m) => m.request()?.into_parts(),
         Method::Bdev(m) => m.request()?.into_parts(),
         Method::SpdkKillInstance { sig_name } => Request::new(

@@ -74,6 +74,9 @@ pub fn all_methods() -> Registry<Rpc> {
     methods.merge(pmio_null::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_malloc::rpc::methods().into_iter().collect(), bdevs);
     methods.merge(pmio_uring::rpc::methods().into_iter().collect(), bdevs);
+    methods.merge(pmio_rbd::rpc::methods().into_iter().collect(), |r: &Rpc| {
+        &r.target.rbd
+    });
     methods.merge(
         pmio_nvme::rpc::methods().into_iter().collect(),
         |r: &Rpc| &*r.target.nvme,
@@ -291,6 +294,8 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     let t = &rpc.target;
     // NVMe driver defaults first: they apply to the controllers attached after them.
     let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
+    // Ceph cluster registrations before the rbd bdevs that use them.
+    out.extend(t.rbd.config());
     out.extend(t.bdevs.create_calls());
     out.extend(t.nvme.config());
     out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));

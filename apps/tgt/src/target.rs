@@ -26,6 +26,8 @@ pub struct Target {
     pub vhost: VhostRpc,
     /// The NVMe bdev module: attached controllers, driver defaults (the `bdev_nvme_*` methods).
     pub nvme: Arc<NvmeRpc>,
+    /// The rbd bdev module: registered Ceph clusters (the `bdev_rbd_*` methods).
+    pub rbd: pmio_rbd::rpc::RbdRpc,
     state: AtomicU8,
     /// The reactors as the reactor methods see them (thread ids, start time).
     pub reactors: ReactorsRpc,
@@ -42,6 +44,7 @@ impl Target {
             nvmf,
             vhost,
             nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
+            rbd: pmio_rbd::rpc::RbdRpc::new(bdevs.clone()),
             bdevs,
             state: AtomicU8::new(state as u8),
         }

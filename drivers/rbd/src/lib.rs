@@ -32,6 +32,10 @@
 //! println!("{} blocks", dev.info().num_blocks);
 //! ```
 
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "rpc")]
+pub mod rpc;
 mod sys;
 
 use std::ffi::CString;
