@@ -186,6 +186,10 @@ impl Undo {
 
 // --- names of objects ---
 
+fn rbd_cluster_name(v: &Value) -> String {
+    format!("rbd cluster {}", p(v, "name"))
+}
+
 fn bdev_name(v: &Value) -> String {
     match param(v, "name") {
         Some(n) => format!("bdev {n}"),
@@ -664,9 +668,22 @@ pub static TABLE: &[Entry] = &[
         ),
     ),
     e(
+        "bdev_rbd_register_cluster",
+        "bdev",
+        create(
+            rbd_cluster_name,
+            Undo::Call("bdev_rbd_unregister_cluster", NAME),
+            params::bdev_rbd_register_cluster,
+        ),
+    ),
+    e(
         "bdev_rbd_create",
         "bdev",
-        Handling::Refuse("name", "pmio has no Ceph RBD client"),
+        create(
+            bdev_name,
+            Undo::Call("bdev_rbd_delete", NAME),
+            params::bdev_rbd,
+        ),
     ),
     e(
         "bdev_iscsi_create",

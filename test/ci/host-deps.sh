@@ -65,6 +65,15 @@ missing() {
     have prometheus || echo prometheus
     # make vm-test links its guest binary statically (crt-static): glibc's libc.a.
     [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || echo libc6-dev
+    # The rbd tests (issue 30): a one-node Ceph cluster (test/ci/ceph.sh), pmio-rbd's link
+    # libraries, the rbd/rados CLIs that check what pmio wrote, fio's rbd engine (the peer in
+    # BENCHMARKS.md). Debian 12's Ceph 16.2.
+    have ceph-mon || echo ceph-mon
+    have ceph-osd || echo ceph-osd
+    have ceph || echo ceph-common
+    [ -e /usr/include/rbd/librbd.h ] || echo librbd-dev
+    [ -e /usr/include/rados/librados.h ] || echo librados-dev
+    have fio || echo fio
 }
 
 # refuse WHY APT_OUTPUT: stop before installing anything.

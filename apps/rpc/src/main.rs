@@ -91,6 +91,8 @@ enum Method {
     #[command(flatten)]
     Malloc(pmio_malloc::cli::MallocCommand),
     #[command(flatten)]
+    Rbd(pmio_rbd::cli::RbdCommand),
+    #[command(flatten)]
     Uring(pmio_uring::cli::UringCommand),
     #[command(flatten)]
     Raid(pmio_raid::cli::RaidCommand),
@@ -145,6 +147,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::Null(m) => m.request()?.into_parts(),
         Method::Malloc(m) => m.request()?.into_parts(),
         Method::Lvol(m) => m.request()?.into_parts(),
+        Method::Rbd(m) => m.request()?.into_parts(),
         Method::Uring(m) => m.request()?.into_parts(),
         Method::Raid(m) => m.request().into_parts(),
         Method::Bdev(m) => m.request()?.into_parts(),

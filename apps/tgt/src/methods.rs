@@ -79,6 +79,9 @@ pub fn all_methods() -> Registry<Rpc> {
         pmio_lvol::rpc::methods().into_iter().collect(),
         |r: &Rpc| &r.target.lvol,
     );
+    methods.merge(pmio_rbd::rpc::methods().into_iter().collect(), |r: &Rpc| {
+        &r.target.rbd
+    });
     methods.merge(
         pmio_nvme::rpc::methods().into_iter().collect(),
         |r: &Rpc| &*r.target.nvme,
@@ -296,6 +299,8 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     let t = &rpc.target;
     // NVMe driver defaults first: they apply to the controllers attached after them.
     let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
+    // Ceph cluster registrations before the rbd bdevs that use them.
+    out.extend(t.rbd.config());
     out.extend(t.bdevs.create_calls());
     out.extend(t.nvme.config());
     out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));

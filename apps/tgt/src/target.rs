@@ -31,6 +31,8 @@ pub struct Target {
     pub raid: pmio_raid::rpc::RaidRpc,
     /// The lvol module: lvstores found on or created on these bdevs (the `bdev_lvol_*` methods).
     pub lvol: Arc<LvolRpc>,
+    /// The rbd bdev module: registered Ceph clusters (the `bdev_rbd_*` methods).
+    pub rbd: pmio_rbd::rpc::RbdRpc,
     state: AtomicU8,
     /// The reactors as the reactor methods see them (thread ids, start time).
     pub reactors: ReactorsRpc,
@@ -49,6 +51,7 @@ impl Target {
             nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
             lvol: LvolRpc::new(bdevs.clone()),
+            rbd: pmio_rbd::rpc::RbdRpc::new(bdevs.clone()),
             bdevs,
             state: AtomicU8::new(state as u8),
         }

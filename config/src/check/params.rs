@@ -99,6 +99,30 @@ fn ram_bdev(
 
 /// A call's parameters decoded with the method's own declaration: the same keys, defaults and
 /// refusals as the method, in the check's words.
+/// `bdev_rbd_register_cluster`: the declaration decodes (connecting is the daemon's part).
+pub fn bdev_rbd_register_cluster(v: &Value, _: &mut World) -> Result<String, String> {
+    let p: pmio_rbd::rpc::RegisterCluster = declared(v, "bdev_rbd_register_cluster")?;
+    Ok(format!(
+        "Ceph cluster connection {} ({})",
+        p.name,
+        p.config_file
+            .as_deref()
+            .unwrap_or("Ceph's default ceph.conf")
+    ))
+}
+
+/// `bdev_rbd_create`: the declaration decodes, the name is free.
+pub fn bdev_rbd(v: &Value, w: &mut World) -> Result<String, String> {
+    let p: pmio_rbd::rpc::RbdCreate = declared(v, "bdev_rbd_create")?;
+    let id = uuid(p.uuid)?;
+    let name = p.name.unwrap_or_else(|| "Ceph0".into());
+    w.add_bdev(&name, id)?;
+    Ok(format!(
+        "rbd bdev {name} on image {}/{} ({}-byte blocks)",
+        p.pool_name, p.rbd_name, p.block_size
+    ))
+}
+
 fn declared<T: serde::de::DeserializeOwned>(v: &Value, method: &str) -> Result<T, String> {
     pmio_jsonrpc::decl::decode(Some(v)).map_err(|e| format!("{method}: {e}"))
 }
