@@ -64,7 +64,13 @@ rpc bdev_rbd_register_cluster ceph0 --user-id "$CEPH_USER" --config-file "$CEPH_
 rpc bdev_rbd_get_clusters_info -b ceph0 | grep -q '"cluster_name": "ceph0"' ||
     fail "bdev_rbd_get_clusters_info: $(rpc bdev_rbd_get_clusters_info)"
 rpc bdev_rbd_create rbd "$IMG" 4096 -c ceph0 -b Rbd0 | grep -qx '"\?Rbd0"\?' || fail "bdev_rbd_create"
-rpc bdev_get_bdevs -b Rbd0 | grep -q '"num_blocks": 8192' || fail "Rbd0: $(rpc bdev_get_bdevs -b Rbd0)"
+out=$(rpc bdev_get_bdevs -b Rbd0)
+grep -q '"num_blocks": 8192' <<<"$out" || fail "Rbd0: $out"
+python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])[0]["driver_specific"]["rbd"]
+sys.exit(d != {"cluster_name": "ceph0", "pool_name": "rbd", "rbd_name": sys.argv[2]})' "$out" "$IMG" ||
+    fail "driver_specific.rbd: $out"
 rpc nvmf_create_transport -t TCP >/dev/null
 rpc nvmf_create_subsystem $NQN -a -s PMIO0030 >/dev/null
 rpc nvmf_subsystem_add_ns $NQN Rbd0 >/dev/null
@@ -75,7 +81,7 @@ grep -q '^Total.*errors=0, verify_mismatches=0' "$DIR/verify.log" ||
     fail "errors or mismatches: $(grep '^Total' "$DIR/verify.log")"
 echo "  $(grep -m1 '^Total' "$DIR/verify.log" || tail -1 "$DIR/verify.log")"
 
-echo "== 2. written over NVMe/TCP = rbd export"
+echo "== 2. a sequential write pass over NVMe/TCP, seen by rbd export"
 # pmio-perf's pattern is not reproducible from the shell, so byte equality with `rbd export`
 # is checked by pmio-rbd's own test (drivers/rbd/tests/cluster.rs); here: a 3 s sequential write
 # pass with --verify, and librbd's export of the image is not zeroes.

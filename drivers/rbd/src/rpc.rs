@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use pmio::BlockDevice;
 use pmio_jsonrpc::decl;
 use pmio_jsonrpc::{Method, RUNTIME, RpcError};
-use pmio_runtime::rpc::BdevHost;
 use pmio_runtime::rpc::params;
 use pmio_runtime::rpc::params::call;
+use pmio_runtime::rpc::{BdevHost, BdevRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -284,5 +284,30 @@ fn bdev_rbd_create(r: &RbdRpc, _: &str, params: Option<&Value>) -> Result<Value,
         uuid: Some(dev.info().uuid.to_string()),
         ..p
     };
-    params::add_bdev(&r.host, dev, MODULE, "bdev_rbd_create", &create)
+    // bdev_get_bdevs' driver_specific, as SPDK's bdev_rbd_dump_info_json writes it.
+    let mut rbd = serde_json::json!({
+        "pool_name": create.pool_name,
+        "rbd_name": create.rbd_name,
+    });
+    match &create.cluster_name {
+        Some(c) => rbd["cluster_name"] = Value::String(c.clone()),
+        None => {
+            if let Some(u) = &create.user_id {
+                rbd["user_id"] = Value::String(u.clone());
+            }
+            if let Some(c) = &create.config {
+                rbd["config"] = serde_json::to_value(c).unwrap_or(Value::Null);
+            }
+        }
+    }
+    let name = dev.info().name.clone();
+    let mut record = BdevRecord::new(&name, MODULE, Some(call("bdev_rbd_create", &create)));
+    record.driver_specific = serde_json::json!({ "rbd": rbd });
+    r.host.add_bdev(dev, record)?;
+    log::info!(
+        "bdev_rbd_create: {name} on {}/{}",
+        create.pool_name,
+        create.rbd_name
+    );
+    Ok(Value::String(name))
 }
