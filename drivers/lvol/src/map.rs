@@ -206,9 +206,14 @@ mod tests {
         let t = std::thread::spawn(move || {
             v.freeze();
         });
+        // The freezer raises the flag first; a loaded machine may start its thread late.
+        let t0 = std::time::Instant::now();
+        while !vol.is_frozen() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "freeze never began");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(Duration::from_millis(20));
         assert!(!t.is_finished(), "freeze returned with requests in flight");
-        assert!(vol.is_frozen());
         slot.inflight.store(0, Ordering::SeqCst);
         t.join().unwrap();
         vol.thaw();
