@@ -53,7 +53,8 @@ impl DriverQueue for TestQueue {
         for &t in tags {
             assert!(log.started.insert((self.ty, t)), "tag {t} handed out twice");
             assert_eq!(rqs[t as usize].hctx, self.ty);
-            log.extents.push((rqs[t as usize].lba, rqs[t as usize].nblocks));
+            log.extents
+                .push((rqs[t as usize].lba, rqs[t as usize].nblocks));
             self.fifo.push_back(t);
         }
     }
@@ -334,10 +335,7 @@ fn submit_with_splits_only_what_crosses_the_boundary() {
                 "{lba}+{nb} crosses {boundary}"
             );
         }
-        let crossing = lbas
-            .iter()
-            .filter(|&&l| l / b != (l + 7) / b)
-            .count();
+        let crossing = lbas.iter().filter(|&&l| l / b != (l + 7) / b).count();
         assert!(crossing > 0);
         assert_eq!(
             extents.len(),
