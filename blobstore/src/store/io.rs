@@ -96,7 +96,7 @@ impl<D: BlobDevice> Blobstore<D> {
         }
         for s in self.segments(id, offset, data.len())? {
             let c = match self.blobs[&id].clusters[s.cluster] {
-                0 => self.allocate_on_write(id, s.cluster)?,
+                0 => self.allocate_on_write(id, s.cluster, false)?,
                 c => c,
             };
             let off = self.geo.cluster_offset(c) + s.within;
@@ -122,7 +122,7 @@ impl<D: BlobDevice> Blobstore<D> {
                 len: cs,
                 io_unit: self.geo.io_unit,
             }),
-            Some(&0) => self.allocate_on_write(id, i as usize),
+            Some(&0) => self.allocate_on_write(id, i as usize, false),
             Some(&c) => Ok(c),
         }
     }
@@ -132,8 +132,16 @@ impl<D: BlobDevice> Blobstore<D> {
         self.geo.cluster_offset(c)
     }
 
-    /// Steps 1 to 3 of the module's list for blob cluster `i`.
-    fn allocate_on_write(&mut self, id: BlobId, i: usize) -> Result<u32> {
+    /// Steps 1 to 3 of the module's list for blob cluster `i`. With `zero_unbacked`, a
+    /// cluster of a blob without a parent is zeroed (and flushed) before it is mapped, so
+    /// that it reads the zeroes it read before (inflate); a first write leaves it as SPDK
+    /// does, since the write itself is what the cluster is for.
+    pub(crate) fn allocate_on_write(
+        &mut self,
+        id: BlobId,
+        i: usize,
+        zero_unbacked: bool,
+    ) -> Result<u32> {
         let b = &self.blobs[&id];
         if !b.is_thin_provisioned() {
             return Err(Error::corrupt(
@@ -150,6 +158,10 @@ impl<D: BlobDevice> Blobstore<D> {
             let mut copy = vec![0u8; self.geo.cluster_size as usize];
             self.read_through(parent, i, 0, &mut copy)?;
             self.dev.write(self.geo.cluster_offset(c), &copy)?;
+            self.dev.flush()?;
+        } else if zero_unbacked {
+            let len = u64::from(self.geo.cluster_size);
+            self.dev.write_zeroes(self.geo.cluster_offset(c), len)?;
             self.dev.flush()?;
         }
         if new_ep || rle {
