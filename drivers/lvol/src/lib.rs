@@ -92,7 +92,7 @@ impl LvolError {
                     -libc::EPERM
                 }
                 BsError::InvalidName { .. } | BsError::InvalidOption(_) => -libc::EINVAL,
-                BsError::NotReadOnly(_) => -libc::EINVAL,
+                BsError::NotReadOnly(_) | BsError::NoParent(_) => -libc::EINVAL,
                 BsError::Device(_) => -libc::EIO,
                 _ => -libc::EILSEQ,
             },
@@ -389,6 +389,43 @@ impl LvolStore {
         self.make_device(&info)
     }
 
+    /// Inflates lvol `name` (`bdev_lvol_inflate`): every cluster it inherits is copied into
+    /// storage of its own, one at a time, each published to its queues as it is allocated
+    /// (I/O goes on; a write to a cluster being copied waits for that cluster only); then it
+    /// drops its parent.
+    pub fn inflate(&self, name: &str) -> Result<()> {
+        self.detach(name, true)
+    }
+
+    /// Decouples lvol `name` from its parent (`bdev_lvol_decouple_parent`): as
+    /// [`LvolStore::inflate`] for the clusters the parent holds; the grandparent becomes the
+    /// parent.
+    pub fn decouple_parent(&self, name: &str) -> Result<()> {
+        self.detach(name, false)
+    }
+
+    fn detach(&self, name: &str, all: bool) -> Result<()> {
+        let id = self.lvol(name)?.blob_id;
+        let n = name.to_string();
+        self.call(move |o| {
+            let vol = o.vols.get(&id).cloned();
+            let publish = |i: u64, c: u32| {
+                if let Some(v) = &vol {
+                    v.map().publish(i, c);
+                }
+            };
+            let r = if all {
+                o.lvs.inflate(&n, publish)
+            } else {
+                o.lvs.decouple_parent(&n, publish)
+            };
+            // The parent changed (or, after an error, some clusters did): the map follows the
+            // store either way.
+            o.publish(id)?;
+            r
+        })
+    }
+
     /// Renames lvol `name` (its bdev, named by uuid, keeps its name; its alias changes).
     pub fn rename_lvol(&self, name: &str, new_name: &str) -> Result<()> {
         let (n, m) = (name.to_string(), new_name.to_string());
@@ -401,13 +438,21 @@ impl LvolStore {
         self.call(move |o| o.lvs.rename(&m))
     }
 
-    /// Deletes lvol `name` (refused while it has clones). Its bdev must be unregistered
-    /// first: its queues must be gone.
+    /// Deletes lvol `name`. A snapshot with one clone is merged into it, the clone's I/O
+    /// frozen meanwhile (its map loses the snapshot as parent and gains its clusters); one
+    /// with more clones is refused. Its bdev must be unregistered first: its queues must be
+    /// gone.
     pub fn delete_lvol(&self, name: &str) -> Result<()> {
-        let id = self.lvol(name)?.blob_id;
+        let info = self.lvol(name)?;
+        let id = info.blob_id;
+        let clones = info
+            .clones
+            .iter()
+            .map(|c| self.lvol(c).map(|l| l.blob_id))
+            .collect::<Result<Vec<BlobId>>>()?;
         let n = name.to_string();
         self.call(move |o| {
-            o.lvs.delete_lvol(&n)?;
+            o.frozen(&clones, |o| o.lvs.delete_lvol(&n))?;
             o.vols.remove(&id);
             Ok(())
         })?;

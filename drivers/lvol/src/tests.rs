@@ -307,3 +307,97 @@ fn a_destroyed_store_is_not_found_again() {
     let e = LvolStore::load(base).unwrap_err();
     assert!(e.to_string().contains("signature"), "{e}");
 }
+
+/// 4 KiB of `lba` and `round` stamped every 16 bytes.
+fn stamp(lba: u64, round: u32) -> Vec<u8> {
+    let mut data = vec![0u8; 4096];
+    for w in data.chunks_mut(16) {
+        w[..8].copy_from_slice(&lba.to_le_bytes());
+        w[8..12].copy_from_slice(&round.to_le_bytes());
+    }
+    data
+}
+
+/// Writes `rounds` of stamps over every other 4 KiB block of `dev`, from a queue of its own on
+/// a thread, while `during` runs.
+fn writing_while(dev: Arc<dyn BlockDevice>, rounds: u32, during: impl FnOnce()) {
+    let blocks = dev.info().num_blocks;
+    let writer = std::thread::spawn(move || {
+        let mut q = Q::open(dev);
+        for round in 1..=rounds {
+            for lba in (0..blocks).step_by(16) {
+                q.write(lba, &stamp(lba, round));
+            }
+        }
+    });
+    during();
+    writer.join().unwrap();
+}
+
+/// Every other block has the last round's stamp, the others `old`.
+fn check_stamped(q: &mut Q, blocks: u64, round: u32, old: &[u8]) {
+    for lba in (0..blocks).step_by(8) {
+        let got = q.read(lba, 4096);
+        if lba % 16 == 0 {
+            assert_eq!(got, stamp(lba, round), "block {lba}");
+        } else {
+            let at = (lba * 512) as usize;
+            assert_eq!(got, old[at..at + 4096], "block {lba}");
+        }
+    }
+}
+
+#[test]
+fn inflate_decouple_and_delete_into_the_clone_keep_the_data_while_writes_run() {
+    let base = malloc(32);
+    let lvs = store(&base);
+    let vol = lvs
+        .create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    let dev: Arc<dyn BlockDevice> = vol;
+    let blocks = dev.info().num_blocks;
+    let mut q = Q::open(Arc::clone(&dev));
+    let old = pattern(9, 1 << 20);
+    q.write(0, &old);
+    lvs.snapshot("vol", "s1").unwrap();
+    writing_while(Arc::clone(&dev), 3, || lvs.inflate("vol").unwrap());
+    check_stamped(&mut q, blocks, 3, &old);
+    let info = lvs.lvol("vol").unwrap();
+    assert_eq!((info.base_snapshot, info.thin), (None, false));
+    assert_eq!(info.num_allocated_clusters, info.num_clusters);
+    assert!(lvs.lvol("s1").unwrap().clones.is_empty());
+    assert!(lvs.decouple_parent("vol").is_err(), "no parent");
+
+    // s2 with two clones is refused; with one (vol), it merges into vol under writes.
+    lvs.snapshot("vol", "s2").unwrap();
+    lvs.clone_lvol("s2", "c").unwrap();
+    assert!(lvs.delete_lvol("s2").is_err());
+    lvs.delete_lvol("c").unwrap();
+    writing_while(Arc::clone(&dev), 2, || lvs.delete_lvol("s2").unwrap());
+    let mut now = old.clone();
+    for lba in (0..blocks).step_by(16) {
+        let at = (lba * 512) as usize;
+        now[at..at + 4096].copy_from_slice(&stamp(lba, 3));
+    }
+    check_stamped(&mut q, blocks, 2, &now);
+    assert!(lvs.lvol("s2").is_err());
+    let info = lvs.lvol("vol").unwrap();
+    assert_eq!(info.base_snapshot, None);
+    assert_eq!(info.num_allocated_clusters, info.num_clusters);
+
+    // Decouple from s4: what s4 holds is copied in; s3 becomes the parent.
+    lvs.snapshot("vol", "s3").unwrap();
+    q.write(0, &stamp(0, 7));
+    lvs.snapshot("vol", "s4").unwrap();
+    lvs.decouple_parent("vol").unwrap();
+    let info = lvs.lvol("vol").unwrap();
+    assert_eq!(info.base_snapshot.as_deref(), Some("s3"));
+    assert_eq!(info.num_allocated_clusters, 1);
+    assert_eq!(q.read(0, 4096), stamp(0, 7));
+    assert_eq!(q.read(8, 4096), now[4096..8192]);
+    drop(q);
+    let free = lvs.info().unwrap().free_clusters;
+    lvs.delete_lvol("s4").unwrap();
+    assert_eq!(lvs.info().unwrap().free_clusters, free + 1);
+    lvs.stop(Stop::Unload).unwrap();
+}
