@@ -25,7 +25,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use pmio::{DriverQueue, IoStatus, Op, OpSet, Request};
 use pmio_blobstore::BlobId;
@@ -188,17 +187,14 @@ impl LvolQueue {
         if self.saved.len() < rqs.len() {
             self.saved.resize(rqs.len(), (0, 0));
         }
+        // The freeze handshake (map.rs), then the generation: a batch let through after a
+        // thaw must see the map published before it.
+        if !self.slot.enter(tags.len()) {
+            self.parked.extend(tags.iter().map(|&t| (t, FROZEN)));
+            return;
+        }
         if self.vol.generation() != self.seen {
             (self.map, self.seen) = self.vol.current();
-        }
-        // Dekker with the owner's freeze (map.rs): raise the count, then look.
-        self.slot
-            .inflight
-            .store(self.inflight + tags.len(), Ordering::SeqCst);
-        if self.vol.is_frozen() {
-            self.parked.extend(tags.iter().map(|&t| (t, FROZEN)));
-            self.slot.inflight.store(self.inflight, Ordering::SeqCst);
-            return;
         }
         self.fwd.clear();
         for &t in tags {
@@ -243,8 +239,7 @@ impl LvolQueue {
             self.base.submit(rqs, &self.fwd);
             self.inflight += self.fwd.len();
         }
-        // Lowering the count needs no fence: a freeze that still sees the raised one waits.
-        self.slot.inflight.store(self.inflight, Ordering::Release);
+        self.slot.leave(tags.len() - self.fwd.len());
     }
 
     /// Moves parked requests whose wait is over to `resubmit` (or fails them).
@@ -252,7 +247,7 @@ impl LvolQueue {
     fn unpark(&mut self, rqs: &mut [Request]) {
         self.mail.clear();
         self.mailbox.take(&mut self.mail);
-        let thawed = !self.vol.is_frozen();
+        let thawed = !self.slot.is_frozen();
         self.resubmit.clear();
         let mut k = 0;
         while k < self.parked.len() {
@@ -325,7 +320,7 @@ impl DriverQueue for LvolQueue {
             }
             if got > 0 {
                 self.inflight -= got;
-                self.slot.inflight.store(self.inflight, Ordering::Release);
+                self.slot.leave(got);
             }
             n += got;
         }
@@ -339,6 +334,6 @@ impl DriverQueue for LvolQueue {
 
 impl Drop for LvolQueue {
     fn drop(&mut self) {
-        self.slot.inflight.store(0, Ordering::SeqCst);
+        self.slot.retire();
     }
 }
