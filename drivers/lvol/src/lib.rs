@@ -31,11 +31,18 @@
 //!   the store (SPDK does, for lvols without a parent): freeing it needs every queue's
 //!   in-flight writes to it drained first, which the freeze could do but which is not built.
 //!
-//! ```no_run
+//! ```
 //! use pmio_lvol::LvolStore;
 //! use pmio_blobstore::lvol::LvstoreOptions;
-//! # fn base() -> std::sync::Arc<dyn pmio::BlockDevice> { unimplemented!() }
-//! let lvs = LvolStore::create(base(), &LvstoreOptions { name: "lvs0".into(), ..Default::default() }).unwrap();
+//! use pmio_malloc::{MallocDevice, MallocOptions};
+//! // Any bdev will do; a 128 MiB RAM disk here.
+//! let base = MallocDevice::new(MallocOptions {
+//!     name: "Malloc0".into(),
+//!     num_blocks: (128 << 20) / 512,
+//!     ..Default::default()
+//! })
+//! .unwrap();
+//! let lvs = LvolStore::create(base, &LvstoreOptions { name: "lvs0".into(), ..Default::default() }).unwrap();
 //! let vol = lvs.create_lvol("vol0", 64 << 20, true, Default::default()).unwrap();
 //! // `vol` is a BlockDevice named by its uuid; register it, open queues on reactors.
 //! # let _ = vol;
