@@ -641,10 +641,18 @@ pub struct Snapshot {
 
 fn snapshot(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
     let p: Snapshot = decl::decode(p)?;
-    let (s, l) = m.lvol_by_bdev(&p.lvol_name)?;
-    let dev = s
-        .snapshot(&l.name, &p.snapshot_name)
-        .map_err(|e| op_error(&e))?;
+    derive(m, &p.lvol_name, |s, l| s.snapshot(l, &p.snapshot_name))
+}
+
+/// Makes a new lvol out of lvol bdev `from` (its snapshot, or a clone of it) with `make`
+/// (given the store and `from`'s lvol name), registers its bdev and returns the name.
+fn derive(
+    m: &Arc<LvolRpc>,
+    from: &str,
+    make: impl FnOnce(&LvolStore, &str) -> crate::Result<Arc<LvolDevice>>,
+) -> Result<Value, RpcError> {
+    let (s, l) = m.lvol_by_bdev(from)?;
+    let dev = make(&s, &l.name).map_err(|e| op_error(&e))?;
     Ok(json!(m.register(&s, dev)?))
 }
 
@@ -658,11 +666,7 @@ pub struct Clone {
 
 fn clone(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
     let p: Clone = decl::decode(p)?;
-    let (s, l) = m.lvol_by_bdev(&p.snapshot_name)?;
-    let dev = s
-        .clone_lvol(&l.name, &p.clone_name)
-        .map_err(|e| op_error(&e))?;
-    Ok(json!(m.register(&s, dev)?))
+    derive(m, &p.snapshot_name, |s, l| s.clone_lvol(l, &p.clone_name))
 }
 
 impl std::fmt::Debug for LvolRpc {
