@@ -134,6 +134,10 @@ pub enum Error {
     /// The blob has more than one clone and cannot be deleted.
     #[error("blob {0:#x} has more than one clone")]
     HasClones(BlobId),
+    /// An unmap does not give this blob's clusters back: it is thick, or reads through a
+    /// parent where it holds nothing.
+    #[error("blob {0:#x} keeps its clusters on unmap (thick, or a clone)")]
+    KeepsClusters(BlobId),
     /// The blob has no parent to decouple from.
     #[error("blob {0:#x} has no parent")]
     NoParent(BlobId),

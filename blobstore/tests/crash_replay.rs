@@ -139,8 +139,15 @@ fn block_bytes(tag: u32, block: u64) -> Vec<u8> {
     b
 }
 
-/// The tag a block read back carries, or None if it is not a block the workload wrote.
+/// The tag of an unmap: the block reads zeroes.
+const ZEROES: u32 = u32::MAX;
+
+/// The tag a block read back carries ([`ZEROES`] for zeroes), or None if it is not a block
+/// the workload wrote.
 fn block_tag(bytes: &[u8], block: u64) -> Option<u32> {
+    if bytes.iter().all(|&b| b == 0) {
+        return Some(ZEROES);
+    }
     let tag = u32::from_le_bytes(bytes[..4].try_into().unwrap());
     (bytes == block_bytes(tag, block).as_slice()).then_some(tag)
 }
@@ -321,6 +328,38 @@ impl Workload {
         }
     }
 
+    /// An unmap of a whole cluster of a thin blob without a parent: the cluster is freed and
+    /// its blocks read zeroes.
+    fn unmap(&mut self) {
+        let thin: Vec<BlobId> = self
+            .live()
+            .into_iter()
+            .filter(|&id| {
+                let b = self.bs.open_blob(id).unwrap();
+                b.is_thin_provisioned() && b.parent().is_none() && !b.is_read_only()
+            })
+            .collect();
+        let Some(id) = self.pick(&thin) else { return };
+        let b = self.bs.open_blob(id).unwrap();
+        let Some(i) = (0..b.num_clusters()).find(|&i| b.cluster(i).is_some()) else {
+            return;
+        };
+        let start = self.pos();
+        let freed = self.bs.release_unmapped(id, i).unwrap();
+        assert!(freed.is_some());
+        let ack = self.pos();
+        let per = u64::from(CS) / BLOCK;
+        let m = self.model.blocks.entry(id).or_default();
+        for blk in i * per..(i + 1) * per {
+            m.entry(blk).or_default().push(Written {
+                start,
+                ack,
+                tag: ZEROES,
+            });
+        }
+        self.count("unmap frees a cluster");
+    }
+
     fn count(&mut self, what: &'static str) {
         *self.done.entry(what).or_default() += 1;
     }
@@ -347,7 +386,7 @@ impl Workload {
     }
 
     fn step(&mut self) {
-        let r = self.rng.below(23);
+        let r = self.rng.below(25);
         if std::env::var_os("CRASH_DEBUG").is_some() {
             eprintln!("pos {} op {r} live {:x?}", self.pos(), self.live());
         }
@@ -364,6 +403,7 @@ impl Workload {
             16 => self.resize(),
             20 => self.detach(),
             21..=22 => self.allocate(),
+            23..=24 => self.unmap(),
             17 => {
                 let live = self.live();
                 if let Some(id) = self.pick(&live) {
@@ -560,6 +600,7 @@ fn crash_point_replay() {
         "inflate",
         "decouple",
         "allocate_cluster",
+        "unmap frees a cluster",
     ] {
         assert!(
             done.get(what).is_some_and(|&n| n > 0),

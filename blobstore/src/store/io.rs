@@ -127,6 +127,50 @@ impl<D: BlobDevice> Blobstore<D> {
         }
     }
 
+    /// Frees blob cluster `i` on an unmap of the whole cluster (SPDK's rule: only a thin blob
+    /// that reads zeroes where it holds nothing, i.e. without a parent, gives clusters back).
+    /// In SPDK's order: the data is unmapped on the device, then the metadata stops mapping
+    /// the cluster, durably, and only then is it free for another blob. Returns the device
+    /// cluster freed, or `None` if the blob held none there.
+    pub fn release_unmapped(&mut self, id: BlobId, i: u64) -> Result<Option<u32>> {
+        let b = self.open_blob(id)?;
+        if b.is_read_only() {
+            return Err(Error::ReadOnly(id));
+        }
+        if !b.is_thin_provisioned() || b.parent().is_some() {
+            return Err(Error::KeepsClusters(id));
+        }
+        let cs = u64::from(self.geo.cluster_size);
+        let c = match b.clusters.get(i as usize) {
+            None => {
+                return Err(Error::BadRange {
+                    id,
+                    offset: i.saturating_mul(cs),
+                    len: cs,
+                    io_unit: self.geo.io_unit,
+                });
+            }
+            Some(&0) => return Ok(None),
+            Some(&c) => c,
+        };
+        let rle = !b.uses_extent_table();
+        self.mark_dirty()?;
+        self.dev.unmap(self.geo.cluster_offset(c), cs)?;
+        self.blobs.get_mut(&id).expect("opened above").clusters[i as usize] = 0;
+        if rle {
+            self.sync_md(id)?;
+        } else {
+            let ep = i as usize / EXTENTS_PER_EP;
+            let b = &self.blobs[&id];
+            let page = b.extent_pages[ep];
+            let bytes: [u8; PAGE_SIZE] = super::serialize::extent_page(b, ep).encode();
+            self.write_md_page(page, &bytes)?;
+            self.dev.flush()?;
+        }
+        self.used_clusters.clear(c);
+        Ok(Some(c))
+    }
+
     /// Byte offset of device cluster `c` on the device.
     pub fn cluster_offset(&self, c: u32) -> u64 {
         self.geo.cluster_offset(c)

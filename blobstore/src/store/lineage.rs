@@ -79,6 +79,10 @@ impl<D: BlobDevice> Blobstore<D> {
                 allocated(i, c);
             }
         }
+        // An allocation rewrites its extent page in place without a flush (`io.rs`); the
+        // commit below says the blob no longer needs the parent (or is thick), so every one
+        // of those pages must be durable before it.
+        self.dev.flush()?;
         let b = self.blobs.get_mut(&id).expect("opened above");
         let new_parent = if all { None } else { grandparent };
         match new_parent {

@@ -514,3 +514,59 @@ fn decouple_inflate_and_delete_into_clone() {
         assert_eq!(firsts(&mut bs, s2), [1, 3, 0]);
     }
 }
+
+#[test]
+fn an_unmapped_cluster_of_a_thin_blob_without_parent_is_freed() {
+    for extent_table in [true, false] {
+        let mut bs = new_store();
+        let cs = u64::from(CS);
+        let id = bs
+            .create_blob(&BlobOptions {
+                use_extent_table: extent_table,
+                ..thin(3)
+            })
+            .unwrap();
+        bs.write(id, 0, &[1; 512]).unwrap();
+        bs.write(id, cs, &[2; 512]).unwrap();
+        let free = bs.free_clusters();
+        let c = bs.open_blob(id).unwrap().cluster(0).unwrap();
+        assert_eq!(bs.release_unmapped(id, 0).unwrap(), Some(c));
+        assert_eq!(bs.free_clusters(), free + 1);
+        assert_eq!(bs.open_blob(id).unwrap().cluster(0), None);
+        assert_eq!(firsts(&mut bs, id), [0, 2, 0]);
+        assert_eq!(
+            bs.release_unmapped(id, 0).unwrap(),
+            None,
+            "nothing left to free"
+        );
+        assert!(matches!(
+            bs.release_unmapped(id, 3),
+            Err(Error::BadRange { .. })
+        ));
+        // A clone reads its parent where it holds nothing, a thick blob holds everything:
+        // neither gives clusters back.
+        let snap = bs.create_snapshot(id, &[]).unwrap();
+        bs.write(id, cs, &[3; 512]).unwrap();
+        assert!(matches!(
+            bs.release_unmapped(id, 1),
+            Err(Error::KeepsClusters(_))
+        ));
+        assert!(matches!(
+            bs.release_unmapped(snap, 1),
+            Err(Error::ReadOnly(_))
+        ));
+        let thick = bs
+            .create_blob(&BlobOptions {
+                num_clusters: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(matches!(
+            bs.release_unmapped(thick, 0),
+            Err(Error::KeepsClusters(_))
+        ));
+        let (mut bs, _) = reload_both(bs);
+        assert_eq!(firsts(&mut bs, snap), [0, 2, 0]);
+        assert_eq!(firsts(&mut bs, id), [0, 3, 0]);
+    }
+}
