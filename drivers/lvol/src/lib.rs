@@ -27,9 +27,9 @@
 //!   a volatile cache (a file, a drive's write cache) a host's flush must reach it;
 //! - write-zeroes over a cluster that reads as zeroes completes without allocating it
 //!   (SPDK allocates a cluster to write zeroes into it);
-//! - unmap forwards to the base but does not free a whole cluster of a thin lvol back to
-//!   the store (SPDK does, for lvols without a parent): freeing it needs every queue's
-//!   in-flight writes to it drained first, which the freeze could do but which is not built.
+//! - an unmap of a whole cluster of a thin lvol without a parent frees it, as SPDK's does;
+//!   pmio drains every queue of the lvol first (a freeze), so no write still in flight can
+//!   land in a cluster another lvol may be given next.
 //!
 //! ```
 //! use pmio_lvol::LvolStore;

@@ -9,9 +9,9 @@
 //!   (copying the parent's data in); the owner's reply resubmits them;
 //! - write-zeroes over a cluster that reads as zeroes anyway completes at once (SPDK
 //!   allocates the cluster and writes zeroes; the result reads the same and costs nothing);
-//! - unmap forwards to the base for the lvol's own clusters and does nothing elsewhere (SPDK
-//!   also frees a whole cluster of a thin lvol without a parent; pmio keeps it: see the
-//!   crate docs);
+//! - unmap forwards to the base for the lvol's own clusters and does nothing elsewhere; an
+//!   unmap of a whole cluster of a thin lvol without a parent frees the cluster (SPDK's rule):
+//!   it is parked, with every later request to that cluster, while the owner frees it;
 //! - flush goes to the base (SPDK's lvol refuses flush; forwarding it makes the data the
 //!   host flushed durable on a base with a volatile cache, such as a file).
 //!
@@ -71,6 +71,7 @@ enum Step {
     Zero,
     Park(u64),
     Allocate(u64),
+    Release(u64),
 }
 
 /// An lvol queue (see the module docs).
@@ -175,6 +176,15 @@ impl LvolQueue {
             Op::WriteZeroes if map.read_through(i) == 0 => Step::Done(IoStatus::Success),
             Op::WriteZeroes if map.thin => Step::Allocate(i),
             Op::WriteZeroes => Step::Done(IoStatus::Errno(libc::EIO)),
+            Op::Discard
+                if own != 0
+                    && map.thin
+                    && map.parent.is_none()
+                    && within == 0
+                    && n == g.cluster_blocks =>
+            {
+                Step::Release(i)
+            }
             Op::Discard if own != 0 && self.base_ops.contains(Op::Discard) => {
                 Step::Forward(base_lba(own))
             }
@@ -199,7 +209,8 @@ impl LvolQueue {
         self.fwd.clear();
         for &t in tags {
             let rq = &mut rqs[t as usize];
-            match self.step(rq) {
+            let step = self.step(rq);
+            match step {
                 Step::Forward(lba) => {
                     self.saved[t as usize] = (rq.lba, rq.nblocks);
                     rq.lba = lba;
@@ -221,10 +232,14 @@ impl LvolQueue {
                     self.local.push_back(t);
                 }
                 Step::Park(i) => self.parked.push((t, i)),
-                Step::Allocate(i) => {
+                Step::Allocate(i) | Step::Release(i) => {
                     let mb = Arc::clone(&self.mailbox);
                     let blob = self.blob;
-                    let job = Box::new(move |o: &mut crate::owner::Owner| o.allocate(blob, i, &mb));
+                    let job: crate::owner::Job = if matches!(step, Step::Release(_)) {
+                        Box::new(move |o| o.release(blob, i, &mb))
+                    } else {
+                        Box::new(move |o| o.allocate(blob, i, &mb))
+                    };
                     if self.owner.send(Msg::Job(job)).is_ok() {
                         self.waiting.push(i);
                         self.parked.push((t, i));

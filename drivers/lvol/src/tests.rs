@@ -401,3 +401,85 @@ fn inflate_decouple_and_delete_into_the_clone_keep_the_data_while_writes_run() {
     assert_eq!(lvs.info().unwrap().free_clusters, free + 1);
     lvs.stop(Stop::Unload).unwrap();
 }
+
+#[test]
+fn unmapping_whole_clusters_of_a_thin_lvol_frees_them() {
+    let base = malloc(16);
+    let lvs = store(&base);
+    let vol = lvs
+        .create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    assert!(vol.info().supported_ops.contains(Op::Discard));
+    let mut q = Q::open(vol);
+    let per = u64::from(CLUSTER / 512);
+    let data = pattern(4, 4 * CLUSTER as usize);
+    q.write(0, &data);
+    let allocated = || lvs.lvol("vol").unwrap().num_allocated_clusters;
+    let free = || lvs.info().unwrap().free_clusters;
+    assert_eq!(allocated(), 4);
+    let free0 = free();
+
+    // Half a cluster: the data goes, the cluster stays.
+    assert_eq!(
+        q.io(Op::Discard, 3 * per, (per / 2) as u32),
+        IoStatus::Success
+    );
+    assert_eq!(allocated(), 4);
+    // One whole cluster, then two at once (split at the cluster boundary): freed.
+    assert_eq!(q.io(Op::Discard, per, per as u32), IoStatus::Success);
+    assert_eq!((allocated(), free()), (3, free0 + 1));
+    assert_eq!(q.read(per, CLUSTER as usize), vec![0; CLUSTER as usize]);
+    assert_eq!(
+        q.io(Op::Discard, 2 * per, 2 * per as u32),
+        IoStatus::Success
+    );
+    assert_eq!((allocated(), free()), (1, free0 + 3));
+    let c = CLUSTER as usize;
+    assert_eq!(q.read(0, c), data[..c], "cluster 0 is untouched");
+    assert_eq!(q.read(2 * per, 2 * c), vec![0; 2 * c]);
+    // A freed cluster is allocated again by the next write to it.
+    q.write(per, &data[..4096]);
+    assert_eq!(allocated(), 2);
+    assert_eq!(q.read(per, 4096), data[..4096]);
+
+    // A clone reads its snapshot where it holds nothing: its clusters stay on unmap.
+    lvs.snapshot("vol", "snap").unwrap();
+    q.write(0, &data[..4096]);
+    assert_eq!(allocated(), 1);
+    assert_eq!(q.io(Op::Discard, 0, per as u32), IoStatus::Success);
+    assert_eq!(allocated(), 1);
+    drop(q);
+    lvs.stop(Stop::Unload).unwrap();
+}
+
+#[test]
+fn clusters_freed_while_another_queue_writes_leave_no_foreign_data() {
+    let base = malloc(32);
+    let lvs = store(&base);
+    let vol = lvs
+        .create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    let dev: Arc<dyn BlockDevice> = vol;
+    let blocks = dev.info().num_blocks;
+    let per = u64::from(CLUSTER / 512);
+    let mut q = Q::open(Arc::clone(&dev));
+    writing_while(Arc::clone(&dev), 4, || {
+        for round in 0..3 {
+            for c in (round % 2..blocks / per).step_by(2) {
+                assert_eq!(q.io(Op::Discard, c * per, per as u32), IoStatus::Success);
+            }
+        }
+    });
+    for lba in (0..blocks).step_by(8) {
+        let got = q.read(lba, 4096);
+        if lba % 16 != 0 || got.iter().all(|&b| b == 0) {
+            assert!(got.iter().all(|&b| b == 0), "block {lba} was never written");
+            continue;
+        }
+        let round = u32::from_le_bytes(got[8..12].try_into().unwrap());
+        assert!((1..=4).contains(&round), "block {lba}: {:?}", &got[..16]);
+        assert_eq!(got, stamp(lba, round), "block {lba}");
+    }
+    drop(q);
+    lvs.stop(Stop::Unload).unwrap();
+}
