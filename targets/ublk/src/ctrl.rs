@@ -169,19 +169,18 @@ impl Control {
         Ok(res)
     }
 
-    fn dev_cmd(&self, cmd: u8, id: u32) -> CtrlCmd {
+    fn dev_cmd(id: u32) -> CtrlCmd {
         CtrlCmd {
             dev_id: id,
             queue_id: u16::MAX,
             ..CtrlCmd::default()
         }
-        .with_op(cmd)
     }
 
     /// ADD_DEV: creates disk `info.dev_id` (`/dev/ublkcN`); `info` comes back as the kernel
     /// set it up (it may lower the number of queues to the CPUs it has).
     pub fn add_dev(&self, info: &mut DevInfo) -> Result<(), UblkError> {
-        let mut c = self.dev_cmd(sys::CMD_ADD_DEV, info.dev_id);
+        let mut c = Control::dev_cmd(info.dev_id);
         c.addr = (info as *mut DevInfo) as u64;
         c.len = std::mem::size_of::<DevInfo>() as u16;
         self.submit(sys::CMD_ADD_DEV, c).map(drop)
@@ -189,15 +188,15 @@ impl Control {
 
     /// SET_PARAMS.
     pub fn set_params(&self, id: u32, p: &Params) -> Result<(), UblkError> {
-        let mut c = self.dev_cmd(sys::CMD_SET_PARAMS, id);
+        let mut c = Control::dev_cmd(id);
         c.addr = (p as *const Params) as u64;
-        c.len = std::mem::size_of::<Params>() as u16;
+        c.len = p.len as u16;
         self.submit(sys::CMD_SET_PARAMS, c).map(drop)
     }
 
     /// START_DEV: `/dev/ublkbN` appears. Blocks until every queue has fetched.
     pub fn start_dev(&self, id: u32) -> Result<(), UblkError> {
-        let mut c = self.dev_cmd(sys::CMD_START_DEV, id);
+        let mut c = Control::dev_cmd(id);
         c.data[0] = sys::pid() as u64;
         self.submit(sys::CMD_START_DEV, c).map(drop)
     }
@@ -205,20 +204,20 @@ impl Control {
     /// STOP_DEV: `/dev/ublkbN` goes (after its requests complete); the queues' fetches come
     /// back aborted.
     pub fn stop_dev(&self, id: u32) -> Result<(), UblkError> {
-        self.submit(sys::CMD_STOP_DEV, self.dev_cmd(sys::CMD_STOP_DEV, id))
+        self.submit(sys::CMD_STOP_DEV, Control::dev_cmd(id))
             .map(drop)
     }
 
     /// DEL_DEV: the disk is gone (waits until its character device is closed).
     pub fn del_dev(&self, id: u32) -> Result<(), UblkError> {
-        self.submit(sys::CMD_DEL_DEV, self.dev_cmd(sys::CMD_DEL_DEV, id))
+        self.submit(sys::CMD_DEL_DEV, Control::dev_cmd(id))
             .map(drop)
     }
 
     /// GET_DEV_INFO.
     pub fn get_dev_info(&self, id: u32) -> Result<DevInfo, UblkError> {
         let mut info = DevInfo::default();
-        let mut c = self.dev_cmd(sys::CMD_GET_DEV_INFO, id);
+        let mut c = Control::dev_cmd(id);
         c.addr = (&mut info as *mut DevInfo) as u64;
         c.len = std::mem::size_of::<DevInfo>() as u16;
         self.submit(sys::CMD_GET_DEV_INFO, c)?;
@@ -227,22 +226,15 @@ impl Control {
 
     /// START_USER_RECOVERY: a quiesced disk takes a new server's queues.
     pub fn start_user_recovery(&self, id: u32) -> Result<(), UblkError> {
-        let c = self.dev_cmd(sys::CMD_START_USER_RECOVERY, id);
+        let c = Control::dev_cmd(id);
         self.submit(sys::CMD_START_USER_RECOVERY, c).map(drop)
     }
 
     /// END_USER_RECOVERY: the new server serves; blocks until every queue has fetched.
     pub fn end_user_recovery(&self, id: u32) -> Result<(), UblkError> {
-        let mut c = self.dev_cmd(sys::CMD_END_USER_RECOVERY, id);
+        let mut c = Control::dev_cmd(id);
         c.data[0] = sys::pid() as u64;
         self.submit(sys::CMD_END_USER_RECOVERY, c).map(drop)
-    }
-}
-
-impl CtrlCmd {
-    /// The same command (the op travels in the SQE, not here: kept for readability of calls).
-    fn with_op(self, _cmd: u8) -> CtrlCmd {
-        self
     }
 }
 

@@ -5,8 +5,8 @@ use pmio::{BdevInfo, Io, IoBuf, Op, OpSet, ReqFlags};
 
 use crate::sys::{
     ATTR_FUA, ATTR_VOLATILE_CACHE, IO_F_FUA, IO_OP_DISCARD, IO_OP_FLUSH, IO_OP_READ, IO_OP_WRITE,
-    IO_OP_WRITE_ZEROES, IoDesc, PARAM_TYPE_BASIC, PARAM_TYPE_DISCARD, ParamBasic, ParamDiscard,
-    Params,
+    IO_OP_WRITE_ZEROES, IoDesc, PARAM_TYPE_BASIC, PARAM_TYPE_DISCARD, PARAMS_LEN, ParamBasic,
+    ParamDiscard, Params,
 };
 
 /// Linux's sector.
@@ -37,7 +37,9 @@ impl Geometry {
             ));
         }
         if u64::from(buf_bytes) < u64::from(bs) {
-            return Err(format!("I/O buffer of {buf_bytes} bytes is below one block"));
+            return Err(format!(
+                "I/O buffer of {buf_bytes} bytes is below one block"
+            ));
         }
         Ok(Geometry {
             block_shift: bs.trailing_zeros(),
@@ -58,7 +60,7 @@ impl Geometry {
 pub fn dev_params(g: &Geometry) -> Params {
     let shift = g.block_shift as u8;
     let mut p = Params {
-        len: std::mem::size_of::<Params>() as u32,
+        len: PARAMS_LEN,
         types: PARAM_TYPE_BASIC,
         basic: ParamBasic {
             attrs: 0,
@@ -94,7 +96,7 @@ pub fn dev_params(g: &Geometry) -> Params {
 
 /// What a request becomes: a bdev I/O (without its token), or a result to commit at once (a
 /// negative errno).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Plan {
     Bdev(Io),
     Fail(i32),
@@ -186,6 +188,9 @@ mod tests {
         }
     }
 
+    /// What a row expects: (op, lba, nblocks, buffer bytes), or the failure.
+    type Expect = Result<(Op, u64, u32, u32), Plan>;
+
     fn iod(op: u8, start: u64, n: u32) -> IoDesc {
         IoDesc {
             op_flags: u32::from(op),
@@ -206,21 +211,46 @@ mod tests {
         let einval = Plan::Fail(-libc::EINVAL);
         let nosup = Plan::Fail(-libc::EOPNOTSUPP);
         // (geometry, request, expected (op, lba, nblocks, bytes) or failure)
-        let rows: Vec<(Geometry, IoDesc, Result<(Op, u64, u32, u32), Plan>)> = vec![
-            (geo(9, 100, all), iod(IO_OP_READ, 0, 8), Ok((Op::Read, 0, 8, 4096))),
-            (geo(12, 100, all), iod(IO_OP_WRITE, 16, 8), Ok((Op::Write, 2, 1, 4096))),
+        let rows: Vec<(Geometry, IoDesc, Expect)> = vec![
+            (
+                geo(9, 100, all),
+                iod(IO_OP_READ, 0, 8),
+                Ok((Op::Read, 0, 8, 4096)),
+            ),
+            (
+                geo(12, 100, all),
+                iod(IO_OP_WRITE, 16, 8),
+                Ok((Op::Write, 2, 1, 4096)),
+            ),
             (geo(12, 100, all), iod(IO_OP_WRITE, 4, 8), Err(einval)),
             (geo(12, 100, all), iod(IO_OP_READ, 0, 4), Err(einval)),
-            (geo(9, 100, all), iod(IO_OP_READ, 99, 1), Ok((Op::Read, 99, 1, 512))),
+            (
+                geo(9, 100, all),
+                iod(IO_OP_READ, 99, 1),
+                Ok((Op::Read, 99, 1, 512)),
+            ),
             (geo(9, 100, all), iod(IO_OP_READ, 99, 2), Err(eio)),
             (geo(9, 100, all), iod(IO_OP_READ, u64::MAX, 2), Err(eio)),
-            (geo(9, 1 << 20, all), iod(IO_OP_READ, 0, 512), eio_or(257)),
+            // 512 sectors = 256 KiB: more than the 128 KiB buffer.
+            (geo(9, 1 << 20, all), iod(IO_OP_READ, 0, 512), Err(eio)),
             (geo(9, 100, all), iod(IO_OP_READ, 0, 0), Err(einval)),
-            (geo(9, 100, all), iod(IO_OP_FLUSH, 0, 0), Ok((Op::Flush, 0, 0, 0))),
+            (
+                geo(9, 100, all),
+                iod(IO_OP_FLUSH, 0, 0),
+                Ok((Op::Flush, 0, 0, 0)),
+            ),
             (geo(9, 100, rw), iod(IO_OP_FLUSH, 0, 0), Err(nosup)),
-            (geo(9, 100, all), iod(IO_OP_DISCARD, 8, 16), Ok((Op::Discard, 8, 16, 0))),
+            (
+                geo(9, 100, all),
+                iod(IO_OP_DISCARD, 8, 16),
+                Ok((Op::Discard, 8, 16, 0)),
+            ),
             (geo(9, 100, rw), iod(IO_OP_DISCARD, 8, 16), Err(nosup)),
-            (geo(9, 100, all), iod(IO_OP_WRITE_ZEROES, 0, 100), Ok((Op::WriteZeroes, 0, 100, 0))),
+            (
+                geo(9, 100, all),
+                iod(IO_OP_WRITE_ZEROES, 0, 100),
+                Ok((Op::WriteZeroes, 0, 100, 0)),
+            ),
             (geo(9, 100, all), iod(4, 0, 8), Err(nosup)),
             (geo(9, 100, all), iod(99, 0, 8), Err(nosup)),
         ];
@@ -228,20 +258,19 @@ mod tests {
             let got = plan(&d, &g, buf);
             match (want, got) {
                 (Ok((op, lba, n, bytes)), Plan::Bdev(io)) => {
-                    assert_eq!((io.op, io.lba, io.nblocks, io.buf.len()), (op, lba, n, bytes), "row {i}");
+                    assert_eq!(
+                        (io.op, io.lba, io.nblocks, io.buf.len()),
+                        (op, lba, n, bytes),
+                        "row {i}"
+                    );
                     if bytes > 0 {
                         assert_eq!(io.buf.as_ptr(), mem.as_mut_ptr(), "row {i}");
                     }
                 }
-                (Err(p), got) => assert_eq!(got, p, "row {i}"),
+                (Err(Plan::Fail(want)), Plan::Fail(got)) => assert_eq!(got, want, "row {i}"),
                 (want, got) => panic!("row {i}: want {want:?}, got {got:?}"),
             }
         }
-    }
-
-    /// 512 sectors = 256 KiB: more than the 128 KiB buffer.
-    fn eio_or(_sectors: u32) -> Result<(Op, u64, u32, u32), Plan> {
-        Err(Plan::Fail(-libc::EIO))
     }
 
     #[test]
@@ -274,7 +303,10 @@ mod tests {
         assert_eq!(rw.basic.attrs, 0);
         let zeroes_only = dev_params(&geo(9, 10, OpSet::READ_WRITE.with(Op::WriteZeroes)));
         assert_eq!(zeroes_only.discard.max_discard_sectors, 0);
-        assert_eq!(zeroes_only.discard.max_write_zeroes_sectors, MAX_DISCARD_SECTORS);
+        assert_eq!(
+            zeroes_only.discard.max_write_zeroes_sectors,
+            MAX_DISCARD_SECTORS
+        );
     }
 
     #[test]
@@ -300,7 +332,10 @@ mod tests {
     fn commits_carry_bytes_or_errno() {
         let d = iod(IO_OP_READ, 0, 8);
         assert_eq!(commit_result(&d, IoStatus::Success), 4096);
-        assert_eq!(commit_result(&d, IoStatus::Errno(libc::ENOSPC)), -libc::ENOSPC);
+        assert_eq!(
+            commit_result(&d, IoStatus::Errno(libc::ENOSPC)),
+            -libc::ENOSPC
+        );
         assert_eq!(commit_result(&d, IoStatus::Timeout), -libc::ETIMEDOUT);
         assert_eq!(commit_result(&d, IoStatus::Pending), -libc::EIO);
     }

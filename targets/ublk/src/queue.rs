@@ -1,33 +1,41 @@
-//! One queue of a ublk disk, owned by the reactor that serves it: its request descriptors
+//! One queue of a ublk disk, owned by the reactor that serves it: its io_uring (where its
+//! FETCH_REQ and COMMIT_AND_FETCH_REQ commands wait in the kernel), its request descriptors
 //! (mapped from `/dev/ublkcN`), one data buffer per tag, its own bdev queue, and what each
 //! tag is doing.
 //!
 //! A tag's life: its fetch waits in the kernel (`Kernel`); the fetch completes with a request
 //! in the tag's descriptor; the request becomes one bdev I/O through the tag's buffer (`Bdev`,
-//! or `Waiting` while the bdev queue is full); its completion is committed back with
-//! COMMIT_AND_FETCH_REQ, which is also the tag's next fetch (`Kernel` again). The kernel copies
-//! a write's data into the buffer before it completes the fetch, and a read's data out of it
-//! while it takes the commit, so a buffer belongs to its tag's one request at a time. A fetch
-//! that comes back aborted (the disk stopped, or the server's ring closed) ends the tag
-//! (`Dead`); the queue is drained once every tag is dead with no I/O left.
+//! or `Waiting` while the bdev queue is full); its completion is staged (`Commit`) and sent
+//! back with COMMIT_AND_FETCH_REQ, which is also the tag's next fetch (`Kernel` again). The
+//! kernel copies a write's data into the buffer before it completes the fetch, and a read's
+//! data out of it while it takes the commit, so a buffer belongs to its tag's one request at a
+//! time. A fetch that comes back aborted (the disk stopped) ends the tag (`Dead`).
 //!
-//! Buffers are copied through by the kernel (neither user copy nor zero copy: see the crate
-//! documentation for why and what it costs).
+//! Why a ring per queue and not one per reactor: the kernel gives back a queue's waiting
+//! fetches when the ring they were sent on closes (the commands are cancelable), which is how
+//! a stopped disk's queue lets go of `/dev/ublkcN` so DEL_DEV can finish; with a shared ring
+//! one disk's stop would need the ring of every other disk on the reactor to close.
+//!
+//! Buffers are copied through by the kernel (neither `UBLK_F_USER_COPY` nor zero copy): one
+//! `copy_to_user`/`copy_from_user` per request, in the reactor's thread, as SPDK's default
+//! before user copy.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
 
-use io_uring::{opcode, squeue, types};
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use pmio::bdev::{BdevQueue, BdevQueueOptions, Registry, SubmitError};
 use pmio::dma::DmaRegion;
 use pmio::{Io, IoBuf, IoStatus, Plug};
 
 use crate::error::UblkError;
 use crate::params::{Geometry, Plan, commit_result, plan};
-use crate::sys::{self, IoCmd, IoDesc, IodMap};
+use crate::sys::{self, EventFd, IoCmd, IoDesc, IodMap};
+
+/// Completions reaped from the bdev queue per poll.
+const REAP: usize = 128;
 
 /// A queue of a disk: (disk id, queue id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,11 +44,11 @@ pub struct QueueKey {
     pub q: u16,
 }
 
-/// What a queue reports when it has drained (or failed to start).
+/// What a queue reports when it has closed.
 #[derive(Debug)]
 pub struct QueueReport {
     pub key: QueueKey,
-    /// Requests served.
+    /// Requests served through the bdev.
     pub completed: u64,
     /// The first error a fetch or commit came back with (not the stop's abort).
     pub error: Option<i32>,
@@ -55,10 +63,9 @@ pub struct QueueSetup {
     pub bdev: String,
     pub geometry: Geometry,
     pub ioctl_encode: bool,
-    /// Told once the queue has drained.
-    pub drained: Sender<QueueReport>,
 }
 
+/// What a tag is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TagState {
     /// A fetch (or commit-and-fetch) is in the kernel.
@@ -73,13 +80,18 @@ enum TagState {
     Dead,
 }
 
-/// A queue as its reactor serves it. Field order is drop order: the bdev queue goes before the
-/// buffers its I/O used.
+/// A queue as its reactor serves it. Field order is drop order: the ring goes first (the
+/// kernel gives back the waiting fetches), then the bdev queue, before the buffers its I/O
+/// used (which the group keeps: see [`UblkQueue::close`]).
 pub struct UblkQueue {
     pub key: QueueKey,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// Signalled by the ring for each CQE; the reactor watches it in interrupt mode.
+    event: EventFd,
     bdev: BdevQueue,
+    plug: Plug,
+    iods: IodMap,
     bufs: Option<DmaRegion>,
-    iods: Option<IodMap>,
     cdev: Arc<File>,
     geometry: Geometry,
     ioctl_encode: bool,
@@ -92,13 +104,20 @@ pub struct UblkQueue {
     in_bdev: u32,
     completed: u64,
     error: Option<i32>,
-    drained: Option<Sender<QueueReport>>,
+    /// Bdev completions of one poll (preallocated: no allocation per I/O).
+    done: Vec<(u64, IoStatus)>,
 }
 
 impl UblkQueue {
-    /// Maps the queue's descriptors, allocates its buffers and opens its bdev queue (on the
-    /// calling reactor).
-    pub fn open(setup: QueueSetup, registry: &Registry) -> Result<UblkQueue, UblkError> {
+    /// Maps the queue's descriptors, takes its buffers (`spare`, a region an earlier queue of
+    /// this reactor left, when it is large enough), opens its bdev queue and ring, and sends
+    /// a fetch for every tag — all on the calling reactor, which the kernel then takes as the
+    /// queue's server thread.
+    pub fn open(
+        setup: QueueSetup,
+        registry: &Registry,
+        spare: &mut Vec<DmaRegion>,
+    ) -> Result<UblkQueue, UblkError> {
         let QueueSetup {
             key,
             cdev,
@@ -106,7 +125,6 @@ impl UblkQueue {
             bdev,
             geometry,
             ioctl_encode,
-            drained,
         } = setup;
         let qerr = |reason: String| UblkError::Queue {
             id: key.dev,
@@ -119,10 +137,17 @@ impl UblkQueue {
         let iods = IodMap::map(&cdev, key.q, depth)
             .map_err(|e| qerr(format!("mapping its request descriptors: {e}")))?;
         let bytes = usize::from(depth) * geometry.buf_bytes as usize;
-        let bufs = DmaRegion::with_options(bytes, dev.dma_options())
-            .map_err(|e| qerr(format!("{bytes} bytes of I/O buffers: {e}")))?;
+        let bufs = match spare.iter().position(|r| r.len() >= bytes) {
+            Some(i) => spare.swap_remove(i),
+            None => DmaRegion::with_options(bytes, dev.dma_options())
+                .map_err(|e| qerr(format!("{bytes} bytes of I/O buffers: {e}")))?,
+        };
+        // SAFETY: the region stays mapped, same pages, until the reactor's ublk group is
+        // dropped (a closed queue hands it back to the group, which keeps it for the next
+        // queue), after every queue of the group, and so after every bdev queue using it.
+        unsafe { dev.register_memory(&[(bufs.as_ptr(), bufs.len())]) };
         let bdepth = u32::from(depth).min(dev.info().max_queue_depth);
-        let q = BdevQueue::open_in(
+        let bq = BdevQueue::open_in(
             registry,
             &bdev,
             BdevQueueOptions {
@@ -131,16 +156,29 @@ impl UblkQueue {
             },
         )
         .map_err(|e| qerr(format!("opening bdev {bdev}: {e}")))?;
+        let mut plug = Plug::default();
+        bq.register_plug(&mut plug);
+        // One command per tag is in the kernel at most: the SQ never holds more than `depth`.
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .build(u32::from(depth).next_power_of_two())
+            .map_err(UblkError::Ring)?;
+        let event = EventFd::new().map_err(UblkError::Ring)?;
+        ring.submitter()
+            .register_eventfd(event.fd())
+            .map_err(UblkError::Ring)?;
         let n = usize::from(depth);
-        Ok(UblkQueue {
+        let mut q = UblkQueue {
             key,
-            bdev: q,
+            ring,
+            event,
+            bdev: bq,
+            plug,
+            iods,
             bufs: Some(bufs),
-            iods: Some(iods),
             cdev,
             geometry,
             ioctl_encode,
-            tags: vec![TagState::Kernel; n],
+            tags: vec![TagState::Commit; n],
             descs: vec![IoDesc::default(); n],
             waiting: VecDeque::with_capacity(n),
             commits: Vec::with_capacity(n),
@@ -148,40 +186,51 @@ impl UblkQueue {
             in_bdev: 0,
             completed: 0,
             error: None,
-            drained: Some(drained),
-        })
+            done: Vec::with_capacity(REAP),
+        };
+        match q.fetch_all() {
+            Ok(()) => Ok(q),
+            Err(e) => {
+                let (_, bufs) = q.close();
+                spare.extend(bufs);
+                Err(qerr(format!("sending its fetches: {e}")))
+            }
+        }
+    }
+
+    /// A fetch for every tag, in one submit.
+    fn fetch_all(&mut self) -> std::io::Result<()> {
+        for tag in 0..self.depth() {
+            self.push(tag, None)?;
+        }
+        self.ring.submit().map(drop)
     }
 
     pub fn depth(&self) -> u16 {
         self.tags.len() as u16
     }
 
-    pub fn bdev(&self) -> &BdevQueue {
-        &self.bdev
-    }
-
-    pub fn bdev_mut(&mut self) -> &mut BdevQueue {
-        &mut self.bdev
-    }
-
-    /// The buffers, as `(address, length)` for the bdev's `register_memory`.
-    pub fn region(&self) -> Option<(*mut u8, usize)> {
-        self.bufs.as_ref().map(|b| (b.as_ptr(), b.len()))
+    /// The eventfd the ring signals (for the reactor's fd watch).
+    pub fn event_fd(&self) -> i32 {
+        self.event.fd()
     }
 
     fn buf(&self, tag: u16) -> IoBuf {
-        let b = self.bufs.as_ref().expect("buffers live while the queue serves");
+        let b = self
+            .bufs
+            .as_ref()
+            .expect("buffers live while the queue serves");
         let size = self.geometry.buf_bytes as usize;
         let off = usize::from(tag) * size;
         assert!(off + size <= b.len());
         // SAFETY: bytes `off..off + size` of the queue's region, which outlives every I/O of
-        // the queue (dropped after the bdev queue, or leaked while the kernel may still use
-        // it); they are tag `tag`'s alone, and a tag has one request at a time.
+        // the queue (handed to the group after the bdev queue is closed); they are tag
+        // `tag`'s alone, and a tag has one request at a time.
         unsafe { IoBuf::from_raw_parts(b.as_ptr().add(off), size as u32) }
     }
 
-    /// The SQE of tag `tag`'s fetch (`commit: None`) or commit-and-fetch.
-    pub fn sqe(&self, tag: u16, commit: Option<i32>, user_data: u64) -> squeue::Entry128 {
+    /// Queues tag `tag`'s fetch (`commit: None`) or commit-and-fetch on the ring.
+    fn push(&mut self, tag: u16, commit: Option<i32>) -> std::io::Result<()> {
         let (cmd, result) = match commit {
             None => (sys::IO_FETCH_REQ, 0),
             Some(r) => (sys::IO_COMMIT_AND_FETCH_REQ, r),
@@ -192,31 +241,65 @@ impl UblkQueue {
             result,
             addr: self.buf(tag).as_ptr() as u64,
         };
-        opcode::UringCmd80::new(
+        let sqe = opcode::UringCmd80::new(
             types::Fd(self.cdev.as_raw_fd()),
             sys::io_op(cmd, self.ioctl_encode),
         )
         .cmd(sys::cmd_bytes(&c))
         .build()
-        .user_data(user_data)
-    }
-
-    /// Counts a fetch or commit handed to the kernel.
-    pub fn sent(&mut self, tag: u16) {
+        .user_data(u64::from(tag));
+        // SAFETY: the command names the tag's buffer, which lives as long as the queue (and
+        // past it: the group keeps it), and the descriptor area mapped by `iods`; the kernel
+        // writes only those. The SQE itself is copied into the ring.
+        unsafe { self.ring.submission().push(&sqe) }
+            .map_err(|_| std::io::Error::other("submission queue full"))?;
         self.tags[usize::from(tag)] = TagState::Kernel;
         self.in_kernel += 1;
+        Ok(())
     }
 
-    /// Tag `tag`'s command came back with `res`. A request becomes a bdev I/O (submitted
-    /// into `plug`, `token` naming the tag), a staged failure, or waits for room.
-    pub fn on_cqe(&mut self, tag: u16, res: i32, plug: &mut Plug, token: u64) -> bool {
+    /// One pass: (1) requests the kernel delivered become bdev I/O, (2) waiting ones are
+    /// retried, (3) the bdev queue is flushed (one doorbell), (4) its completions are staged
+    /// as commits, (5) the commits go to the kernel in one submit. Returns whether anything
+    /// happened.
+    pub fn poll(&mut self) -> bool {
+        self.plug.begin();
+        let mut busy = self.take_requests();
+        busy |= self.retry_waiting();
+        self.plug.finish();
+        self.bdev.flush();
+        busy |= self.reap_bdev();
+        busy |= self.send_commits();
+        busy
+    }
+
+    /// Step 1: the ring's completions.
+    fn take_requests(&mut self) -> bool {
+        let mut n = 0;
+        loop {
+            // One CQE per borrow of the completion queue (its drop publishes the head).
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            n += 1;
+            self.on_cqe(cqe.user_data() as u16, cqe.result());
+        }
+        if n > 0 {
+            self.event.drain();
+        }
+        n > 0
+    }
+
+    /// Tag `tag`'s command came back with `res`: a request becomes a bdev I/O, a staged
+    /// failure, or waits for room.
+    fn on_cqe(&mut self, tag: u16, res: i32) {
         let Some(state) = self.tags.get(usize::from(tag)).copied() else {
             log::error!("ublk {:?}: completion for tag {tag} beyond depth", self.key);
-            return false;
+            return;
         };
         if state != TagState::Kernel {
             log::error!("ublk {:?}: tag {tag} completed while {state:?}", self.key);
-            return false;
+            return;
         }
         self.in_kernel -= 1;
         if res != sys::IO_RES_OK {
@@ -229,25 +312,21 @@ impl UblkQueue {
                 self.error = Some(res);
             }
             self.tags[usize::from(tag)] = TagState::Dead;
-            return true;
+            return;
         }
-        let Some(iods) = self.iods.as_ref() else {
-            return true;
-        };
-        let d = iods.get(tag);
+        let d = self.iods.get(tag);
         self.descs[usize::from(tag)] = d;
         match plan(&d, &self.geometry, self.buf(tag)) {
             Plan::Fail(e) => self.stage(tag, e),
             Plan::Bdev(mut io) => {
-                io.token = token;
-                self.submit(tag, &io, plug);
+                io.token = u64::from(tag);
+                self.submit(tag, &io);
             }
         }
-        true
     }
 
-    fn submit(&mut self, tag: u16, io: &Io, plug: &mut Plug) {
-        match self.bdev.submit(plug, io) {
+    fn submit(&mut self, tag: u16, io: &Io) {
+        match self.bdev.submit(&mut self.plug, io) {
             Ok(_) => {
                 self.tags[usize::from(tag)] = TagState::Bdev;
                 self.in_bdev += 1;
@@ -256,27 +335,30 @@ impl UblkQueue {
                 self.tags[usize::from(tag)] = TagState::Waiting;
                 self.waiting.push_back(tag);
             }
-            Err(e) => {
-                log::debug!("ublk {:?}: tag {tag}: {e}", self.key);
-                let errno = match e {
-                    SubmitError::Unsupported { .. } => -libc::EOPNOTSUPP,
-                    _ => -libc::EIO,
-                };
-                self.stage(tag, errno);
-            }
+            Err(e) => self.refuse(tag, &e),
         }
     }
 
-    /// Submits waiting requests while the bdev queue takes them; `token(tag)` names each.
-    pub fn retry_waiting(&mut self, plug: &mut Plug, token: impl Fn(u16) -> u64) -> bool {
+    #[cold]
+    fn refuse(&mut self, tag: u16, e: &SubmitError) {
+        log::debug!("ublk {:?}: tag {tag}: {e}", self.key);
+        let errno = match e {
+            SubmitError::Unsupported { .. } => -libc::EOPNOTSUPP,
+            _ => -libc::EIO,
+        };
+        self.stage(tag, errno);
+    }
+
+    /// Step 2: waiting requests, while the bdev queue takes them.
+    fn retry_waiting(&mut self) -> bool {
         let mut any = false;
         while let Some(&tag) = self.waiting.front() {
             let d = self.descs[usize::from(tag)];
             let Plan::Bdev(mut io) = plan(&d, &self.geometry, self.buf(tag)) else {
                 unreachable!("a waiting request was planned as bdev I/O");
             };
-            io.token = token(tag);
-            match self.bdev.submit(plug, &io) {
+            io.token = u64::from(tag);
+            match self.bdev.submit(&mut self.plug, &io) {
                 Ok(_) => {
                     self.waiting.pop_front();
                     self.tags[usize::from(tag)] = TagState::Bdev;
@@ -284,9 +366,9 @@ impl UblkQueue {
                     any = true;
                 }
                 Err(SubmitError::Busy) => break,
-                Err(_) => {
+                Err(e) => {
                     self.waiting.pop_front();
-                    self.stage(tag, -libc::EIO);
+                    self.refuse(tag, &e);
                     any = true;
                 }
             }
@@ -294,10 +376,30 @@ impl UblkQueue {
         any
     }
 
+    /// Step 4: the bdev's completions.
+    fn reap_bdev(&mut self) -> bool {
+        if self.bdev.outstanding() == 0 {
+            return false;
+        }
+        self.done.clear();
+        let done = &mut self.done;
+        if self.bdev.poll(REAP, |rq| done.push((rq.token, rq.status))) == 0 {
+            return false;
+        }
+        for i in 0..self.done.len() {
+            let (token, status) = self.done[i];
+            self.on_bdev_done(token as u16, status);
+        }
+        true
+    }
+
     /// Tag `tag`'s bdev I/O completed with `status`.
-    pub fn on_bdev_done(&mut self, tag: u16, status: IoStatus) {
+    fn on_bdev_done(&mut self, tag: u16, status: IoStatus) {
         if self.tags.get(usize::from(tag)) != Some(&TagState::Bdev) {
-            log::error!("ublk {:?}: bdev completion for tag {tag} not in flight", self.key);
+            log::error!(
+                "ublk {:?}: bdev completion for tag {tag} not in flight",
+                self.key
+            );
             return;
         }
         self.in_bdev -= 1;
@@ -311,11 +413,26 @@ impl UblkQueue {
         self.commits.push((tag, result));
     }
 
-    /// The staged commits, taken (the caller turns each into an SQE and calls [`sent`]).
-    ///
-    /// [`sent`]: UblkQueue::sent
-    pub fn take_commits(&mut self, out: &mut Vec<(u16, i32)>) {
-        out.append(&mut self.commits);
+    /// Step 5: every staged commit, in one submit.
+    fn send_commits(&mut self) -> bool {
+        if self.commits.is_empty() {
+            return false;
+        }
+        for i in 0..self.commits.len() {
+            let (tag, result) = self.commits[i];
+            if let Err(e) = self.push(tag, Some(result)) {
+                // Cannot happen (one command per tag, the SQ holds the depth): keep the rest
+                // staged for the next poll rather than lose a request.
+                log::error!("ublk {:?}: tag {tag}: {e}", self.key);
+                self.commits.drain(..i);
+                return true;
+            }
+        }
+        self.commits.clear();
+        if let Err(e) = self.ring.submit() {
+            log::error!("ublk {:?}: submitting commits: {e}", self.key);
+        }
+        true
     }
 
     /// Whether work is in flight that no fd announces (bdev I/O, waiting requests).
@@ -323,46 +440,39 @@ impl UblkQueue {
         self.in_bdev > 0 || !self.waiting.is_empty() || !self.commits.is_empty()
     }
 
-    /// Whether every tag has ended and nothing is in flight.
-    pub fn is_drained(&self) -> bool {
-        self.in_kernel == 0
-            && self.in_bdev == 0
-            && self.waiting.is_empty()
-            && self.commits.is_empty()
-            && self.tags.iter().all(|&t| t == TagState::Dead)
+    /// Whether nothing of the queue is in the bdev or staged: what the kernel holds is only
+    /// fetches, which closing the ring gives back.
+    pub fn is_idle(&self) -> bool {
+        self.in_bdev == 0 && self.waiting.is_empty() && self.commits.is_empty()
     }
 
-    /// The first error a command came back with.
-    pub fn error(&self) -> Option<i32> {
-        self.error
-    }
-
-    /// Whether the kernel still holds commands of this queue.
-    pub fn in_kernel(&self) -> u32 {
-        self.in_kernel
-    }
-
-    /// Tells the starter the queue is done and releases it. Memory the kernel may still write
-    /// (commands of it outstanding: a forced removal) is leaked rather than unmapped.
-    pub fn finish(mut self) {
+    /// Closes the queue: the ring first (the kernel cancels the fetches it still holds), then
+    /// the bdev queue. Returns the report and the buffer region, which the caller keeps while
+    /// the bdev may hold it registered (see [`UblkQueue::open`]).
+    pub fn close(self) -> (QueueReport, Option<DmaRegion>) {
         let report = QueueReport {
             key: self.key,
             completed: self.completed,
             error: self.error,
         };
-        if self.in_kernel > 0 || self.in_bdev > 0 {
-            log::warn!(
-                "ublk {:?}: removed with {} commands in the kernel and {} bdev I/Os: its \
-                 buffers are kept",
-                self.key,
-                self.in_kernel,
-                self.in_bdev
-            );
-            std::mem::forget(self.bufs.take());
-            std::mem::forget(self.iods.take());
+        let UblkQueue {
+            ring,
+            bdev,
+            bufs,
+            in_bdev,
+            key,
+            ..
+        } = self;
+        drop(ring);
+        if in_bdev > 0 {
+            // Only a shutdown that timed out gets here: the buffers must outlive the device's
+            // use of them.
+            log::warn!("ublk {key:?}: closed with {in_bdev} bdev I/Os in flight");
+            std::mem::forget(bdev);
+            std::mem::forget(bufs);
+            return (report, None);
         }
-        if let Some(tx) = self.drained.take() {
-            let _ = tx.send(report);
-        }
+        drop(bdev);
+        (report, bufs)
     }
 }

@@ -1,9 +1,11 @@
-//! The kernel's side, as `include/uapi/linux/ublk_cmd.h` (Linux 6.12) lays it out, and the
+//! The kernel's side, as `include/uapi/linux/ublk_cmd.h` (Linux 6.12; every layout is
+//! checked against the header by size and offset asserts) lays it out, and the
 //! thin layer that talks to it: the command structs, their ioctl-encoded opcodes, the mmap of
 //! a queue's request descriptors, an eventfd. Everything above this file is safe Rust.
 
 use std::fs::File;
 use std::io;
+use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
@@ -78,7 +80,14 @@ pub struct CtrlCmd {
     pub pad: u16,
     pub reserved: u32,
 }
-const _: () = assert!(std::mem::size_of::<CtrlCmd>() == 32);
+const _: () = {
+    assert!(size_of::<CtrlCmd>() == 32);
+    assert!(offset_of!(CtrlCmd, queue_id) == 4);
+    assert!(offset_of!(CtrlCmd, len) == 6);
+    assert!(offset_of!(CtrlCmd, addr) == 8);
+    assert!(offset_of!(CtrlCmd, data) == 16);
+    assert!(offset_of!(CtrlCmd, dev_path_len) == 24);
+};
 
 /// `struct ublksrv_ctrl_dev_info`.
 #[repr(C)]
@@ -99,7 +108,16 @@ pub struct DevInfo {
     pub reserved1: u64,
     pub reserved2: u64,
 }
-const _: () = assert!(std::mem::size_of::<DevInfo>() == 64);
+const _: () = {
+    assert!(size_of::<DevInfo>() == 64);
+    assert!(offset_of!(DevInfo, max_io_buf_bytes) == 8);
+    assert!(offset_of!(DevInfo, dev_id) == 12);
+    assert!(offset_of!(DevInfo, ublksrv_pid) == 16);
+    assert!(offset_of!(DevInfo, flags) == 24);
+    assert!(offset_of!(DevInfo, ublksrv_flags) == 32);
+    assert!(offset_of!(DevInfo, owner_uid) == 40);
+    assert!(offset_of!(DevInfo, reserved1) == 48);
+};
 
 /// `struct ublksrv_io_desc`: one request, as the kernel writes it for a tag.
 #[repr(C)]
@@ -111,7 +129,12 @@ pub struct IoDesc {
     pub start_sector: u64,
     pub addr: u64,
 }
-const _: () = assert!(std::mem::size_of::<IoDesc>() == 24);
+const _: () = {
+    assert!(size_of::<IoDesc>() == 24);
+    assert!(offset_of!(IoDesc, nr_sectors) == 4);
+    assert!(offset_of!(IoDesc, start_sector) == 8);
+    assert!(offset_of!(IoDesc, addr) == 16);
+};
 
 impl IoDesc {
     pub fn op(&self) -> u8 {
@@ -130,7 +153,12 @@ pub struct IoCmd {
     /// The buffer the kernel copies a request's data through.
     pub addr: u64,
 }
-const _: () = assert!(std::mem::size_of::<IoCmd>() == 16);
+const _: () = {
+    assert!(size_of::<IoCmd>() == 16);
+    assert!(offset_of!(IoCmd, tag) == 2);
+    assert!(offset_of!(IoCmd, result) == 4);
+    assert!(offset_of!(IoCmd, addr) == 8);
+};
 
 /// `struct ublk_param_basic`.
 #[repr(C)]
@@ -146,7 +174,15 @@ pub struct ParamBasic {
     pub dev_sectors: u64,
     pub virt_boundary_mask: u64,
 }
-const _: () = assert!(std::mem::size_of::<ParamBasic>() == 32);
+const _: () = {
+    assert!(size_of::<ParamBasic>() == 32);
+    assert!(offset_of!(ParamBasic, logical_bs_shift) == 4);
+    assert!(offset_of!(ParamBasic, io_min_shift) == 7);
+    assert!(offset_of!(ParamBasic, max_sectors) == 8);
+    assert!(offset_of!(ParamBasic, chunk_sectors) == 12);
+    assert!(offset_of!(ParamBasic, dev_sectors) == 16);
+    assert!(offset_of!(ParamBasic, virt_boundary_mask) == 24);
+};
 
 /// `struct ublk_param_discard`.
 #[repr(C)]
@@ -159,10 +195,17 @@ pub struct ParamDiscard {
     pub max_discard_segments: u16,
     pub reserved0: u16,
 }
-const _: () = assert!(std::mem::size_of::<ParamDiscard>() == 20);
+const _: () = {
+    assert!(size_of::<ParamDiscard>() == 20);
+    assert!(offset_of!(ParamDiscard, discard_granularity) == 4);
+    assert!(offset_of!(ParamDiscard, max_discard_sectors) == 8);
+    assert!(offset_of!(ParamDiscard, max_write_zeroes_sectors) == 12);
+    assert!(offset_of!(ParamDiscard, max_discard_segments) == 16);
+};
 
-/// The head of `struct ublk_params` with the two parts pmio sets (the kernel takes a shorter
-/// struct: `len` says how much there is).
+/// The head of `struct ublk_params` with the two parts pmio sets. The kernel takes a shorter
+/// struct than its own: `len` ([`PARAMS_LEN`]) says how much there is, so the 4 bytes of
+/// alignment padding at the end (where the kernel's read-only `devt` part begins) are not sent.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Params {
@@ -171,7 +214,16 @@ pub struct Params {
     pub basic: ParamBasic,
     pub discard: ParamDiscard,
 }
-const _: () = assert!(std::mem::size_of::<Params>() == 64);
+const _: () = {
+    assert!(size_of::<Params>() == 64);
+    assert!(offset_of!(Params, types) == 4);
+    assert!(offset_of!(Params, basic) == 8);
+    assert!(offset_of!(Params, discard) == 40);
+};
+
+/// The bytes of [`Params`] the kernel reads: its basic and discard parts.
+pub const PARAMS_LEN: u32 = (offset_of!(Params, discard) + size_of::<ParamDiscard>()) as u32;
+const _: () = assert!(PARAMS_LEN == 60);
 
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
@@ -191,7 +243,7 @@ pub const fn ctrl_op(cmd: u8, ioctl_encode: bool) -> u32 {
         CMD_GET_DEV_INFO | CMD_GET_FEATURES => IOC_READ,
         _ => IOC_READ | IOC_WRITE,
     };
-    ioc(dir, cmd, std::mem::size_of::<CtrlCmd>())
+    ioc(dir, cmd, size_of::<CtrlCmd>())
 }
 
 /// An I/O command's opcode (`UBLK_U_IO_*`, `_IOWR`), or the bare number.
@@ -199,12 +251,12 @@ pub const fn io_op(cmd: u8, ioctl_encode: bool) -> u32 {
     if !ioctl_encode {
         return cmd as u32;
     }
-    ioc(IOC_READ | IOC_WRITE, cmd, std::mem::size_of::<IoCmd>())
+    ioc(IOC_READ | IOC_WRITE, cmd, size_of::<IoCmd>())
 }
 
 /// The 80-byte command area of a 128-byte SQE holding `v` (zero after it).
 pub fn cmd_bytes<T: Copy>(v: &T) -> [u8; 80] {
-    const { assert!(std::mem::size_of::<T>() <= 80) };
+    const { assert!(size_of::<T>() <= 80) };
     let mut out = [0u8; 80];
     // SAFETY: `T` is one of this file's `#[repr(C)]` plain-data structs (no padding holes
     // that matter: the kernel ignores them), at most 80 bytes (checked above); the source is
@@ -213,7 +265,7 @@ pub fn cmd_bytes<T: Copy>(v: &T) -> [u8; 80] {
         std::ptr::copy_nonoverlapping(
             (v as *const T).cast::<u8>(),
             out.as_mut_ptr(),
-            std::mem::size_of::<T>(),
+            size_of::<T>(),
         )
     };
     out
@@ -222,7 +274,7 @@ pub fn cmd_bytes<T: Copy>(v: &T) -> [u8; 80] {
 /// Offset of queue `q`'s descriptors in the character device (the kernel's
 /// `UBLKSRV_CMD_BUF_OFFSET + q * UBLK_MAX_QUEUE_DEPTH * sizeof(iod)`).
 pub fn iod_offset(q: u16) -> i64 {
-    i64::from(q) * i64::from(MAX_QUEUE_DEPTH) * std::mem::size_of::<IoDesc>() as i64
+    i64::from(q) * i64::from(MAX_QUEUE_DEPTH) * size_of::<IoDesc>() as i64
 }
 
 /// A queue's request descriptors, mapped read-only from `/dev/ublkcN`: the kernel writes tag
@@ -237,7 +289,7 @@ impl IodMap {
     /// Maps the descriptors of queue `q` (`depth` tags) of the device open as `cdev`.
     pub fn map(cdev: &File, q: u16, depth: u16) -> io::Result<IodMap> {
         let page = page_size();
-        let bytes = usize::from(depth) * std::mem::size_of::<IoDesc>();
+        let bytes = usize::from(depth) * size_of::<IoDesc>();
         let len = bytes.div_ceil(page) * page;
         // SAFETY: a new shared read-only mapping of `len` bytes at the kernel's offset for the
         // queue's descriptors; no existing memory is touched. The result is checked below.
