@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost vm-test-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
+test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost vm-test-ublk
 
 unit:
 	$(CARGO) test --workspace
@@ -186,6 +186,16 @@ vm-test-vhost: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(CARGO) build --release -p pmio-vhost --example blkzeroout
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-test.sh
+
+# pmio-tgt serving bdevs as /dev/ublkbN through the guest's ublk_drv (issue 33; Debian 13's
+# kernel): RPC errors, a malloc bdev on 2 queues, pmio-perf --verify at 4 KiB and 128 KiB,
+# mkfs.ext4 + mount + checksums across a disk stop and start, pmio-tgt's exit removing it.
+vm-test-ublk: host-qemu
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --kernel 6.12 --module ublk_drv \
+		--module crc32c_generic --module ext4 \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf --file /usr/sbin/mkfs.ext4 -- test/vm/ublk-in-guest.sh
 
 # pmio-tgt against Linux's nvmet-tcp in the guest, same initiator load (BENCHMARKS.md).
 bench-nvmf: host-qemu
