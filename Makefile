@@ -195,7 +195,7 @@ vm-test-ublk: host-qemu
 	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --kernel 6.12 --module ublk_drv \
 		--module crc32c_generic --module ext4 \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
-		--file target/release/pmio-perf --file /usr/sbin/mkfs.ext4 -- test/vm/ublk-in-guest.sh
+		--file target/release/pmio-perf --file /usr/sbin/mke2fs -- test/vm/ublk-in-guest.sh
 
 # pmio-tgt against Linux's nvmet-tcp in the guest, same initiator load (BENCHMARKS.md).
 bench-nvmf: host-qemu

@@ -61,7 +61,7 @@ out=$($R bdev_get_iostat -b Malloc0)
 expect '"num_write_ops": [1-9]' "$out"
 
 echo "== ext4 on $D, across a stop and start"
-./mkfs.ext4 -q -F $D || fail "mkfs.ext4"
+./mke2fs -q -F -t ext4 $D || fail "mkfs.ext4"
 mkdir -p /mnt/u
 mount -t ext4 $D /mnt/u || fail "mount"
 for i in 1 2 3 4; do
