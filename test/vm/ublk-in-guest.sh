@@ -2,8 +2,9 @@
 # pmio-tgt serving bdevs as local block devices through the guest kernel's ublk_drv
 # (`make vm-test-ublk`, Debian 13's kernel): errors before the target exists, a malloc bdev as
 # /dev/ublkb0 on 2 queues, its bdev refused for deletion, pmio-perf --verify at 4 KiB and
-# 128 KiB, mkfs.ext4 + mount + checksums across a stop and start of the disk, save_config, and
-# pmio-tgt's exit removing the disk.
+# 128 KiB, discard reading back zeros, mkfs.ext4 + mount + checksums across a stop and start
+# of the disk, save_config, pmio-tgt's exit removing the disk; last, pmio-tgt killed -9 under a
+# mounted ext4 on a uring bdev and restarted with ublk_recover_disk: the filesystem goes on.
 # Any failed check exits non-zero.
 set -eu
 cd /job
@@ -60,6 +61,17 @@ done
 out=$($R bdev_get_iostat -b Malloc0)
 expect '"num_write_ops": [1-9]' "$out"
 
+echo "== discard reads back zeros"
+[ "$(cat /sys/block/ublkb0/queue/discard_max_bytes)" != 0 ] || fail "no discard"
+dd if=/dev/urandom of=/tmp/pat bs=64k count=16 2>/dev/null
+dd if=/tmp/pat of=$D bs=64k count=16 oflag=direct 2>/dev/null || fail "dd write"
+dd if=$D of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read"
+cmp /tmp/pat /tmp/back || fail "pattern differs"
+blkdiscard -o 0 -l 1048576 $D || fail "blkdiscard"
+dd if=$D of=/tmp/z bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read zeros"
+dd if=/dev/zero of=/tmp/zero bs=64k count=16 2>/dev/null
+cmp /tmp/z /tmp/zero || fail "discarded range is not zero"
+
 echo "== ext4 on $D, across a stop and start"
 ./mke2fs -q -F -t ext4 $D || fail "mkfs.ext4"
 mkdir -p /mnt/u
@@ -91,5 +103,43 @@ $R spdk_kill_instance SIGTERM
 wait $TGT || fail "pmio-tgt exited $? after spdk_kill_instance"
 wait_gone $D
 [ ! -e /dev/ublkc0 ] || fail "/dev/ublkc0 left after exit"
+
+echo "== pmio-tgt killed -9 under a mounted filesystem, then ublk_recover_disk"
+D=/dev/ublkb1
+dd if=/dev/zero of=/tmp/disk.img bs=1M count=64 2>/dev/null
+RUST_LOG=info ./pmio-tgt -r $S -m 0x3 &
+TGT=$!
+wait_sock
+$R bdev_uring_create /tmp/disk.img Uring0 4096 --buffered >/dev/null
+$R ublk_create_target
+[ "$($R ublk_start_disk Uring0 1 -q 2)" = 1 ] || fail "ublk_start_disk Uring0 1"
+./mke2fs -q -F -t ext4 $D || fail "mkfs.ext4 on $D"
+mount -t ext4 $D /mnt/u || fail "mount $D"
+for i in 1 2 3; do
+    dd if=/dev/urandom of=/mnt/u/g$i bs=64k count=$((i * 8)) 2>/dev/null
+done
+(cd /mnt/u && sha256sum g1 g2 g3) > /tmp/sums1
+sync
+kill -9 $TGT
+wait $TGT 2>/dev/null || true
+rm -f $S
+[ -b $D ] || fail "$D went with its server"
+RUST_LOG=info ./pmio-tgt -r $S -m 0x3 &
+TGT=$!
+wait_sock
+$R bdev_uring_create /tmp/disk.img Uring0 4096 --buffered >/dev/null
+$R ublk_create_target
+out=$($R ublk_recover_disk Uring0 1)
+[ "$out" = 1 ] || fail "ublk_recover_disk printed '$out'"
+expect '"bdev_name": "Uring0"' "$($R ublk_get_disks -n 1)"
+dd if=/dev/urandom of=/mnt/u/g4 bs=64k count=16 2>/dev/null || fail "write after recovery"
+sync
+echo 3 > /proc/sys/vm/drop_caches
+(cd /mnt/u && sha256sum -c /tmp/sums1) || fail "checksums differ after recovery"
+umount /mnt/u
+$R ublk_stop_disk 1
+wait_gone $D
+$R spdk_kill_instance SIGTERM
+wait $TGT || fail "pmio-tgt exited $? after recovery"
 
 echo "ublk-in-guest: all checks passed"

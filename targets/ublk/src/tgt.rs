@@ -32,6 +32,8 @@ pub const DEFAULT_NUM_QUEUES: u32 = 1;
 pub const DEFAULT_QUEUE_DEPTH: u32 = 128;
 /// The most queues a disk may have (SPDK's `UBLK_DEV_MAX_QUEUES`).
 pub const MAX_NUM_QUEUES: u32 = 32;
+/// How long a recovery waits for the kernel to let go of the dead server.
+const RECOVERY_WAIT: Duration = Duration::from_secs(10);
 /// How long a stopping disk's queues may take to drain their bdev I/O.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -360,7 +362,7 @@ impl UblkTarget {
                 info.max_io_buf_bytes, geometry.buf_bytes
             )));
         }
-        r.ctrl.start_user_recovery(p.ublk_id)?;
+        start_user_recovery(&r.ctrl, p.ublk_id)?;
         // The queues as the disk has them, whatever the reservation asked.
         let cores = self.cores_for(u32::from(info.nr_hw_queues));
         let r2 = Reservation {
@@ -559,6 +561,22 @@ impl UblkTarget {
             log::error!("ublk: shutdown: {e}");
         }
         let _ = self.reactors.run_on_all(group::shut_down);
+    }
+}
+
+/// START_USER_RECOVERY, retried while the kernel answers EBUSY: the dead server's
+/// `/dev/ublkcN` and ring are released by the kernel after the process has gone, not at once.
+fn start_user_recovery(ctrl: &Control, id: u32) -> Result<(), UblkError> {
+    let deadline = Instant::now() + RECOVERY_WAIT;
+    loop {
+        match ctrl.start_user_recovery(id) {
+            Err(UblkError::Command { errno, .. })
+                if errno == -libc::EBUSY && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
     }
 }
 
