@@ -116,7 +116,7 @@ pub struct CreateTarget {
 pub struct StartDisk {
     /// Name of the bdev to export.
     pub bdev_name: String,
-    /// ublk device ID, used as the suffix in /dev/ublkb[id].
+    /// ublk device ID, used as the suffix N in /dev/ublkbN.
     pub ublk_id: u32,
     /// Number of queues to create on the device. Default: 1.
     #[serde(skip_serializing_if = "Option::is_none")]
