@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost vm-test-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost vm-test-ublk bench-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -234,6 +234,16 @@ bench-nvmf-spdk-interleaved:
 bench-vhost: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-bench.sh
+
+# /dev/ublkb0 from pmio-tgt's null bdev against the kernel's null_blk in the guest (issue 33,
+# BENCHMARKS.md): 4 KiB random reads, QD 128, one core each side, 3 rounds of 10 s. Not part of
+# `make test`.
+bench-ublk: host-qemu
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --kernel 6.12 --module ublk_drv --module null_blk \
+		--append "null_blk.nr_devices=1 null_blk.gb=1 null_blk.bs=4096" \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf -- test/vm/ublk-bench-in-guest.sh
 
 # What latency histograms and a /metrics scrape cost (issue 32; BENCHMARKS.md "The operator's
 # view"): pmio-perf --latency-histogram off/on alternating, then pmio-tgt's scrape time and

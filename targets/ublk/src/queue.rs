@@ -86,8 +86,12 @@ enum TagState {
 pub struct UblkQueue {
     pub key: QueueKey,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    /// Signalled by the ring for each CQE; the reactor watches it in interrupt mode.
+    /// Signalled by the ring for each CQE while `notify` is on; the reactor watches it.
     event: EventFd,
+    /// Whether the ring signals `event`: only while the queue is idle. A busy queue is polled
+    /// anyway, and a signal per CQE would cost the kernel an eventfd wake-up and the reactor a
+    /// read() per poll.
+    notify: bool,
     bdev: BdevQueue,
     plug: Plug,
     iods: IodMap,
@@ -171,6 +175,7 @@ impl UblkQueue {
             key,
             ring,
             event,
+            notify: true,
             bdev: bq,
             plug,
             iods,
@@ -270,7 +275,31 @@ impl UblkQueue {
         self.bdev.flush();
         busy |= self.reap_bdev();
         busy |= self.send_commits();
+        if busy {
+            self.quiet_notify();
+        } else if !self.notify && self.is_idle() {
+            busy = self.wake_notify();
+        }
         busy
+    }
+
+    /// The queue is busy: the ring stops signalling (a signalled eventfd is read back to
+    /// zero once, so the reactor's watch does not stay ready).
+    fn quiet_notify(&mut self) {
+        if self.notify {
+            self.ring.completion().disable_eventfd();
+            self.notify = false;
+            self.event.drain();
+        }
+    }
+
+    /// The queue went idle: the ring signals again. Returns whether a CQE came before the
+    /// switch (it signalled nothing: the next poll takes it).
+    fn wake_notify(&mut self) -> bool {
+        self.ring.completion().enable_eventfd();
+        self.notify = true;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        !self.ring.completion().is_empty()
     }
 
     /// Step 1: the ring's completions.
@@ -283,9 +312,6 @@ impl UblkQueue {
             };
             n += 1;
             self.on_cqe(cqe.user_data() as u16, cqe.result());
-        }
-        if n > 0 {
-            self.event.drain();
         }
         n > 0
     }
