@@ -189,10 +189,12 @@ vm-test-vhost: host-qemu
 
 # pmio-tgt serving bdevs as /dev/ublkbN through the guest's ublk_drv (issue 33; Debian 13's
 # kernel): RPC errors, a malloc bdev on 2 queues, pmio-perf --verify at 4 KiB and 128 KiB,
-# mkfs.ext4 + mount + checksums across a disk stop and start, pmio-tgt's exit removing it.
+# discard reading zeros, a thin lvol, mkfs.ext4 + mount + checksums across a disk stop and
+# start, pmio-tgt's exit removing the disk, and pmio-tgt killed -9 under a mounted ext4 and
+# restarted with ublk_recover_disk. About 80 s (140 s on a loaded host).
 vm-test-ublk: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
-	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --kernel 6.12 --module ublk_drv \
+	$(RUN_IN_VM) --quiet --timeout 420 --cpus 2 --kernel 6.12 --module ublk_drv \
 		--module crc32c_generic --module ext4 \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf --file /usr/sbin/mke2fs -- test/vm/ublk-in-guest.sh

@@ -2,7 +2,7 @@
 # pmio-tgt serving bdevs as local block devices through the guest kernel's ublk_drv
 # (`make vm-test-ublk`, Debian 13's kernel): errors before the target exists, a malloc bdev as
 # /dev/ublkb0 on 2 queues, its bdev refused for deletion, pmio-perf --verify at 4 KiB and
-# 128 KiB, discard reading back zeros, mkfs.ext4 + mount + checksums across a stop and start
+# 128 KiB, discard reading back zeros, a thin lvol as /dev/ublkb2, mkfs.ext4 + mount + checksums across a stop and start
 # of the disk, save_config, pmio-tgt's exit removing the disk; last, pmio-tgt killed -9 under a
 # mounted ext4 on a uring bdev and restarted with ublk_recover_disk: the filesystem goes on.
 # Any failed check exits non-zero.
@@ -71,6 +71,21 @@ blkdiscard -o 0 -l 1048576 $D || fail "blkdiscard"
 dd if=$D of=/tmp/z bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read zeros"
 dd if=/dev/zero of=/tmp/zero bs=64k count=16 2>/dev/null
 cmp /tmp/z /tmp/zero || fail "discarded range is not zero"
+
+echo "== a thin lvol as /dev/ublkb2"
+$R bdev_malloc_create -b Malloc1 64 4096 >/dev/null
+$R bdev_lvol_create_lvstore Malloc1 lvs0 -c 1048576 >/dev/null
+$R bdev_lvol_create -l lvs0 -t vol0 32 >/dev/null
+out=$($R ublk_start_disk lvs0/vol0 2 -q 2 2>&1) || true
+[ "$out" = 2 ] || fail "ublk_start_disk lvs0/vol0 printed '$out'"
+[ "$(cat /sys/block/ublkb2/size)" = $((32 * 2048)) ] || fail "lvol size $(cat /sys/block/ublkb2/size)"
+./pmio-perf --dev uring:path=/dev/ublkb2 -m '[0,1]' -w randrw -M 50 -b 4096 -d 32 -t 2 --verify \
+    > /tmp/perf.out 2>&1 || { cat /tmp/perf.out; fail "pmio-perf --verify on the lvol"; }
+out=$($R bdev_lvol_delete lvs0/vol0 2>&1 || true)
+expect '"code": -16' "$out"
+$R ublk_stop_disk 2
+wait_gone /dev/ublkb2
+$R bdev_lvol_delete lvs0/vol0
 
 echo "== ext4 on $D, across a stop and start"
 ./mke2fs -q -F -t ext4 $D || fail "mkfs.ext4"

@@ -186,8 +186,17 @@ fn ublk_destroy_target(rpc: &UblkRpc, _: &str, _: Option<&Value>) -> Result<Valu
 
 /// Reserves the disk and its bdev with the bdev owners held: a concurrent bdev delete either
 /// ran before (the bdev is not found) or waits and then sees the disk.
+/// The bdev is named by its own name from then on, whichever of its names the call gave
+/// (an alias such as `lvs0/vol0`, a UUID).
 fn reserve(rpc: &UblkRpc, p: &StartDiskParams) -> Result<crate::Reservation, RpcError> {
     let _owners = rpc.bdevs.hold_bdev_owners();
+    let p = match rpc.bdevs.find_bdev(&p.bdev_name) {
+        Some(d) => &StartDiskParams {
+            bdev_name: d.info().name.clone(),
+            ..p.clone()
+        },
+        None => p,
+    };
     rpc.tgt.reserve(p).map_err(|e| ublk_error(e.errno(), &e))
 }
 

@@ -215,15 +215,22 @@ impl UblkTarget {
         if a.disks.iter().any(|d| d.info.id == p.ublk_id) {
             return Err(UblkError::DiskExists(p.ublk_id));
         }
-        if self.registry.get(&p.bdev_name).is_none() {
-            return Err(UblkError::BdevNotFound(p.bdev_name.clone()));
-        }
-        if let Some(d) = a.disks.iter().find(|d| d.info.bdev == p.bdev_name) {
+        // The bdev by its own name (an alias such as lvs0/vol0 names the same bdev): what a
+        // delete of it, by any of its names, is checked against.
+        let name = match self.registry.get(&p.bdev_name) {
+            Some(dev) => dev.info().name.clone(),
+            None => return Err(UblkError::BdevNotFound(p.bdev_name.clone())),
+        };
+        if let Some(d) = a.disks.iter().find(|d| d.info.bdev == name) {
             return Err(UblkError::BdevInUse {
-                bdev: p.bdev_name.clone(),
+                bdev: name,
                 id: d.info.id,
             });
         }
+        let p = &StartDiskParams {
+            bdev_name: name,
+            ..p.clone()
+        };
         let cores = a.cpumask.cores();
         let picked: Vec<u32> = (0..p.num_queues as usize)
             .map(|q| cores[(a.next_core + q) % cores.len()])
@@ -543,8 +550,10 @@ impl UblkTarget {
         v
     }
 
-    /// The disk serving bdev `name` (started or on its way), if any.
+    /// The disk serving bdev `name` (by any of its names), started or on its way, if any.
     pub fn bdev_in_use(&self, name: &str) -> Option<u32> {
+        let own = self.registry.get(name).map(|d| d.info().name.clone());
+        let name = own.as_deref().unwrap_or(name);
         lock(&self.active)
             .iter()
             .flat_map(|a| a.disks.iter())
