@@ -195,10 +195,9 @@ impl UblkTarget {
             }
         }
         let mut active = lock(&self.active);
-        if active.as_ref().is_some_and(|a| !a.disks.is_empty()) {
-            return Err(UblkError::DiskBusy(
-                active.as_ref().unwrap().disks[0].info.id,
-            ));
+        // A disk started meanwhile, or one whose stop failed, keeps the target.
+        if let Some(d) = active.as_ref().and_then(|a| a.disks.first()) {
+            return Err(UblkError::DiskBusy(d.info.id));
         }
         *active = None;
         log::info!("ublk: target destroyed");
