@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost vm-test-ublk bench-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
+test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost vm-test-ublk
 
 unit:
 	$(CARGO) test --workspace
@@ -188,6 +188,18 @@ vm-test-vhost: host-qemu
 	$(CARGO) build --release -p pmio-vhost --example blkzeroout
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-test.sh
 
+# pmio-tgt serving bdevs as /dev/ublkbN through the guest's ublk_drv (issue 33; Debian 13's
+# kernel): RPC errors, a malloc bdev on 2 queues, pmio-perf --verify at 4 KiB and 128 KiB,
+# discard reading zeros, a thin lvol, mkfs.ext4 + mount + checksums across a disk stop and
+# start, pmio-tgt's exit removing the disk, and pmio-tgt killed -9 under a mounted ext4 and
+# restarted with ublk_recover_disk. About 80 s (140 s on a loaded host).
+vm-test-ublk: host-qemu
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 420 --cpus 2 --kernel 6.12 --module ublk_drv \
+		--module crc32c_generic --module ext4 \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf --file /usr/sbin/mke2fs -- test/vm/ublk-in-guest.sh
+
 # pmio-tgt against Linux's nvmet-tcp in the guest, same initiator load (BENCHMARKS.md).
 bench-nvmf: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
@@ -225,6 +237,16 @@ bench-nvmf-spdk-interleaved:
 bench-vhost: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-bench.sh
+
+# /dev/ublkb0 from pmio-tgt's null bdev against the kernel's null_blk in the guest (issue 33,
+# BENCHMARKS.md): 4 KiB random reads, QD 128, one core each side, 3 rounds of 10 s. Not part of
+# `make test`.
+bench-ublk: host-qemu
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --kernel 6.12 --module ublk_drv --module null_blk \
+		--append "null_blk.nr_devices=1 null_blk.gb=1 null_blk.bs=4096" \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf -- test/vm/ublk-bench-in-guest.sh
 
 # What latency histograms and a /metrics scrape cost (issue 32; BENCHMARKS.md "The operator's
 # view"): pmio-perf --latency-histogram off/on alternating, then pmio-tgt's scrape time and

@@ -250,6 +250,14 @@ fn vhost_name(v: &Value) -> String {
     )
 }
 
+fn ublk_disk_name(v: &Value) -> String {
+    format!(
+        "ublk disk {} on bdev {}",
+        p(v, "ublk_id"),
+        p(v, "bdev_name")
+    )
+}
+
 fn allow_any_host_name(v: &Value) -> String {
     format!(
         "allow_any_host {} of {}",
@@ -800,14 +808,19 @@ pub static TABLE: &[Entry] = &[
     e(
         "ublk_create_target",
         "ublk",
-        Handling::Ignore("pmio has no ublk target; ublk disks themselves are refused"),
+        create(
+            |_| "ublk target".into(),
+            Undo::Call("ublk_destroy_target", &[]),
+            params::ublk_target,
+        ),
     ),
     e(
         "ublk_start_disk",
         "ublk",
-        Handling::Refuse(
-            "bdev_name",
-            "pmio has no ublk: /dev/ublkb<N> would be missing",
+        create(
+            ublk_disk_name,
+            Undo::Call("ublk_stop_disk", &[("ublk_id", Arg::Param("ublk_id"))]),
+            params::ublk_disk,
         ),
     ),
     e(

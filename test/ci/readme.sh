@@ -35,6 +35,7 @@ covered line '^cargo run -p pmio-nvmf --example malloc_tgt ' 'make unit' 'a daem
 covered block '^qemu-system-x86_64 ' 'make vm-test-vhost' 'a QEMU guest whose disk pmio-tgt serves over vhost-user-blk'
 covered block '^nvme connect ' 'make vm-test-nvmf' "the host kernel's NVMe/TCP initiator: root, nvme-tcp, nvme-cli; the guest connects through /dev/nvme-fabrics as nvme connect does"
 covered block '^test/ci/ceph.sh start' 'make rbd' 'a Ceph cluster: make rbd starts test/ci/ceph.sh and test/ci/rbd-tgt.sh runs these methods against it'
+covered block 'ublk_start_disk' 'make vm-test-ublk' "the kernel's ublk_drv, which Debian 12's kernel lacks: the guest with Debian 13's kernel runs these steps"
 covered block '/dev/nvme-fabrics' 'make vm-test-nvmf' "the kernel's NVMe/TCP initiator in a busybox guest: what the VM test does"
 # The README section whose blocks run as on the NVMe/TCP host.
 HOST_SECTION='(the host)'

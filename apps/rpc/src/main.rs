@@ -108,6 +108,8 @@ enum Method {
     Sock(pmio_nvmf::cli::SockCommand),
     #[command(flatten)]
     Vhost(pmio_vhost::cli::VhostCommand),
+    #[command(flatten)]
+    Ublk(pmio_ublk::cli::UblkCommand),
 }
 
 pub(crate) use pmio_jsonrpc::cli::Print;
@@ -163,6 +165,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::Nvmf(m) => m.request().into_parts(),
         Method::Sock(m) => m.request().into_parts(),
         Method::Vhost(m) => m.request().into_parts(),
+        Method::Ublk(m) => m.request().into_parts(),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());
         }
@@ -323,6 +326,7 @@ mod tests {
             method(&["vhost_get_controllers"]),
             Method::Vhost(_)
         ));
+        assert!(matches!(method(&["ublk_get_disks"]), Method::Ublk(_)));
         assert_eq!(
             params(&["pmio-rpc", "nvmf_subsystem_remove_ns", "nqn.x", "1"]),
             json!({"nqn": "nqn.x", "nsid": 1})

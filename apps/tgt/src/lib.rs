@@ -32,6 +32,7 @@ pub fn shutdown(rpc: &methods::Rpc) {
     let t = &rpc.target;
     t.nvmf.tgt.shutdown();
     t.vhost.tgt.shutdown();
+    t.ublk.tgt.shutdown();
     t.lvol.shutdown();
     t.nvme.detach_all();
     for r in t.bdevs.records().into_iter().rev() {

@@ -57,7 +57,7 @@ pub fn all_methods() -> Registry<Rpc> {
     let mut methods = Registry::new();
     // The sections of save_config in replay order: the NVMe-oF target's namespaces need their
     // bdevs, its listeners the socket options.
-    methods.order_sections(&["sock", "bdev", "vhost_blk", "nvmf", "scheduler"]);
+    methods.order_sections(&["sock", "bdev", "vhost_blk", "ublk", "nvmf", "scheduler"]);
     methods.section("bdev", &[], bdev_config);
     methods.list_always("bdev");
     // A scheduler loaded from a configuration is saved in SPDK's section for it.
@@ -88,6 +88,7 @@ pub fn all_methods() -> Registry<Rpc> {
     );
     methods.merge(pmio_nvmf::rpc::methods(), nvmf);
     methods.merge(pmio_vhost::rpc::methods(), |rpc: &Rpc| &rpc.target.vhost);
+    methods.merge(pmio_ublk::rpc::methods(), |rpc: &Rpc| &rpc.target.ublk);
     methods.merge(pmio_config::methods().into_iter().collect(), as_daemon);
     methods
 }

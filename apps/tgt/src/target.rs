@@ -15,6 +15,7 @@ use pmio_nvmf::rpc::NvmfRpc;
 use pmio_reactors::ReactorsHandle;
 use pmio_reactors::rpc::ReactorsRpc;
 use pmio_runtime::rpc::BdevHost;
+use pmio_ublk::rpc::UblkRpc;
 use pmio_vhost::rpc::VhostRpc;
 
 /// The daemon state shared by every RPC connection.
@@ -25,6 +26,8 @@ pub struct Target {
     pub nvmf: NvmfRpc,
     /// The vhost-user-blk target serving these bdevs to VMs (the `vhost_*` methods).
     pub vhost: VhostRpc,
+    /// The ublk target serving these bdevs as local block devices (the `ublk_*` methods).
+    pub ublk: UblkRpc,
     /// The NVMe bdev module: attached controllers, driver defaults (the `bdev_nvme_*` methods).
     pub nvme: Arc<NvmeRpc>,
     /// The RAID bdev module: its arrays (the `bdev_raid_*` methods).
@@ -43,11 +46,13 @@ impl Target {
     pub fn new(reactors: ReactorsHandle, state: RpcState) -> Target {
         let bdevs = Arc::new(BdevHost::new(reactors.clone()));
         let vhost = VhostRpc::new(bdevs.clone());
+        let ublk = UblkRpc::new(bdevs.clone());
         let nvmf = NvmfRpc::new(bdevs.clone());
         Target {
             reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,
             vhost,
+            ublk,
             nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
             lvol: LvolRpc::new(bdevs.clone()),

@@ -609,6 +609,42 @@ pub fn nvmf_allow_any_host(v: &Value, w: &mut World) -> Result<String, String> {
     Ok(format!("{nqn}: allow_any_host {allow}"))
 }
 
+/// `ublk_create_target`.
+pub fn ublk_target(v: &Value, w: &mut World) -> Result<String, String> {
+    let mut p = P::new(v, "ublk_create_target")?;
+    let mask = p.opt::<String>("cpumask")?;
+    p.opt::<bool>("disable_user_copy")?;
+    p.finish()?;
+    if w.ublk_target {
+        return Err("the ublk target already exists".into());
+    }
+    w.ublk_target = true;
+    Ok(match mask {
+        Some(m) => format!("ublk target on cores {m} (needs the kernel's ublk_drv)"),
+        None => "ublk target on every reactor (needs the kernel's ublk_drv)".into(),
+    })
+}
+
+/// `ublk_start_disk`.
+pub fn ublk_disk(v: &Value, w: &mut World) -> Result<String, String> {
+    let mut p = P::new(v, "ublk_start_disk")?;
+    let bdev: String = p.req("bdev_name")?;
+    let id: u32 = p.req("ublk_id")?;
+    let queues = p.opt::<u32>("num_queues")?.unwrap_or(1);
+    let depth = p.opt::<u32>("queue_depth")?.unwrap_or(128);
+    p.finish()?;
+    if !w.has_bdev(&bdev) {
+        return Err(missing_bdev(&bdev));
+    }
+    if w.ublk.contains(&id) {
+        return Err(format!("ublk disk {id} already exists"));
+    }
+    w.ublk.push(id);
+    Ok(format!(
+        "/dev/ublkb{id} on bdev {bdev} ({queues} queues of depth {depth})"
+    ))
+}
+
 /// `vhost_create_blk_controller`, once pmio-tgt has it.
 pub fn vhost_blk(v: &Value, w: &mut World) -> Result<String, String> {
     let mut p = P::new(v, "vhost_create_blk_controller")?;

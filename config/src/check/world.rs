@@ -31,6 +31,9 @@ pub struct World {
     pub(super) transport: Option<TransportOpts>,
     pub(super) subsystems: Vec<SubSeen>,
     pub(super) vhost: Vec<String>,
+    /// Whether the document has created the ublk target, and the ublk disks it started.
+    pub(super) ublk_target: bool,
+    pub(super) ublk: Vec<u32>,
 }
 
 impl Default for World {
@@ -48,6 +51,8 @@ impl Default for World {
                 listeners: Vec::new(),
             }],
             vhost: Vec::new(),
+            ublk_target: false,
+            ublk: Vec::new(),
         }
     }
 }
@@ -66,6 +71,9 @@ impl World {
     pub fn of(rpc: &dyn Daemon) -> World {
         let c = rpc.nvmf().config();
         World {
+            // A running daemon's ublk target and disks are the calls' own business.
+            ublk_target: false,
+            ublk: Vec::new(),
             methods: rpc.method_names(false),
             bdevs: rpc
                 .bdevs()
