@@ -576,6 +576,15 @@ pub fn nvmf_listener(v: &Value, w: &mut World) -> Result<String, String> {
     ))
 }
 
+/// `keyring_file_add_key`: the declaration, and the file as SPDK checks it (absolute path,
+/// owner-only); the key's text is not read.
+pub fn keyring_file_key(v: &Value, _: &mut World) -> Result<String, String> {
+    let p: pmio_keyring::rpc::FileAddKey = declared(v, "keyring_file_add_key")?;
+    pmio_keyring::keyring::check_key_file(std::path::Path::new(&p.path))
+        .map_err(|e| format!("{}: {e}", p.name))?;
+    Ok(format!("key {} from {}", p.name, p.path))
+}
+
 /// `nvmf_subsystem_add_host`.
 pub fn nvmf_host(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_nvmf::rpc::host::AddHost = nvmf_declared(v, "nvmf_subsystem_add_host")?;
