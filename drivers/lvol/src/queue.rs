@@ -15,7 +15,12 @@
 //! - flush goes to the base (SPDK's lvol refuses flush; forwarding it makes the data the
 //!   host flushed durable on a base with a volatile cache, such as a file).
 //!
-//! Nothing is allocated per I/O: the base requests are an array indexed by tag, the parked
+//! A forwarded request goes to the base queue in place: the lvol queue rewrites its extent
+//! to the base's, hands the caller's own request array to the base under the same tag, and
+//! puts the lvol extent back when the base completes it (kept per tag meanwhile). There is no
+//! copy of the request and no second pass over the completions but that restore.
+//!
+//! Nothing is allocated per I/O: the saved extents are an array indexed by tag, the parked
 //! list and the completion ring are reserved at open.
 
 use std::collections::VecDeque;
@@ -73,8 +78,9 @@ enum Step {
 pub(crate) struct LvolQueue {
     pub(crate) base: Box<dyn DriverQueue>,
     pub(crate) base_ops: OpSet,
-    pub(crate) base_rqs: Vec<Request>,
-    pub(crate) base_done: Vec<u16>,
+    /// The lvol extent (lba, nblocks) of each tag forwarded to the base, put back at its
+    /// completion.
+    pub(crate) saved: Vec<(u64, u32)>,
     pub(crate) fwd: Vec<u16>,
     pub(crate) vol: Arc<VolShared>,
     pub(crate) map: Arc<ClusterMap>,
@@ -112,8 +118,7 @@ impl LvolQueue {
         LvolQueue {
             base,
             base_ops,
-            base_rqs: vec![Request::default(); depth],
-            base_done: Vec::with_capacity(depth),
+            saved: vec![(0, 0); depth],
             fwd: Vec::with_capacity(depth),
             vol,
             map,
@@ -180,8 +185,8 @@ impl LvolQueue {
 
     /// Translates and starts `tags` (from `submit`, or parked ones resubmitted).
     fn dispatch(&mut self, rqs: &mut [Request], tags: &[u16]) {
-        if self.base_rqs.len() < rqs.len() {
-            self.base_rqs.resize(rqs.len(), Request::default());
+        if self.saved.len() < rqs.len() {
+            self.saved.resize(rqs.len(), (0, 0));
         }
         if self.vol.generation() != self.seen {
             (self.map, self.seen) = self.vol.current();
@@ -200,10 +205,9 @@ impl LvolQueue {
             let rq = &mut rqs[t as usize];
             match self.step(rq) {
                 Step::Forward(lba) => {
-                    let b = &mut self.base_rqs[t as usize];
-                    *b = *rq;
-                    b.lba = lba;
-                    b.nblocks = (u64::from(rq.nblocks) * self.geo.base_per_block) as u32;
+                    self.saved[t as usize] = (rq.lba, rq.nblocks);
+                    rq.lba = lba;
+                    rq.nblocks = (u64::from(rq.nblocks) * self.geo.base_per_block) as u32;
                     self.fwd.push(t);
                 }
                 Step::Done(s) => {
@@ -236,7 +240,7 @@ impl LvolQueue {
             }
         }
         if !self.fwd.is_empty() {
-            self.base.submit(&mut self.base_rqs, &self.fwd);
+            self.base.submit(rqs, &self.fwd);
             self.inflight += self.fwd.len();
         }
         // Lowering the count needs no fence: a freeze that still sees the raised one waits.
@@ -313,13 +317,11 @@ impl DriverQueue for LvolQueue {
             }
         }
         if n < max && self.inflight > 0 {
-            self.base_done.clear();
-            let got = self
-                .base
-                .poll(&mut self.base_rqs, &mut self.base_done, max - n);
-            for &t in &self.base_done {
-                rqs[t as usize].status = self.base_rqs[t as usize].status;
-                done.push(t);
+            let from = done.len();
+            let got = self.base.poll(rqs, done, max - n);
+            for &t in &done[from..] {
+                let rq = &mut rqs[t as usize];
+                (rq.lba, rq.nblocks) = self.saved[t as usize];
             }
             if got > 0 {
                 self.inflight -= got;

@@ -40,8 +40,16 @@ pub fn must_split(lba: u64, nblocks: u32, max: u32, boundary: u32) -> bool {
 
 /// Whether `nblocks` at `lba` cross a multiple of `boundary` (non-zero) blocks.
 #[inline]
-fn crosses(lba: u64, nblocks: u32, boundary: u32) -> bool {
-    lba % u64::from(boundary) + u64::from(nblocks) > u64::from(boundary)
+pub(crate) fn crosses(lba: u64, nblocks: u32, boundary: u32) -> bool {
+    let b = u64::from(boundary);
+    // Boundaries are powers of two nearly always (clusters, strips, NOIOB): a mask, not a
+    // division, on the per-I/O path.
+    let within = if boundary.is_power_of_two() {
+        lba & (b - 1)
+    } else {
+        lba % b
+    };
+    within + u64::from(nblocks) > b
 }
 
 /// Length of the child that starts at `lba` with `left` (> 0) blocks of its parent to go: as

@@ -10,6 +10,8 @@ use std::rc::Rc;
 struct Log {
     submit_calls: Vec<(HctxType, usize)>,
     started: HashSet<(HctxType, u16)>,
+    /// Every request the driver was given, as (lba, nblocks).
+    extents: Vec<(u64, u32)>,
 }
 
 struct TestDev {
@@ -51,6 +53,8 @@ impl DriverQueue for TestQueue {
         for &t in tags {
             assert!(log.started.insert((self.ty, t)), "tag {t} handed out twice");
             assert_eq!(rqs[t as usize].hctx, self.ty);
+            log.extents
+                .push((rqs[t as usize].lba, rqs[t as usize].nblocks));
             self.fifo.push_back(t);
         }
     }
@@ -284,6 +288,61 @@ fn submit_with_matches_single_submits_and_stops_at_busy_or_bad_io() {
         0,
         "refused I/Os hold no tag"
     );
+}
+
+#[test]
+fn submit_with_splits_only_what_crosses_the_boundary() {
+    // A power of two (masked) and not (divided): the burst's per-I/O check and the splitter
+    // must agree on both.
+    for boundary in [16u32, 24] {
+        let (d, log) = dev(HctxQueues::DEFAULT_ONLY, None);
+        let mut info = d.info().clone();
+        info.boundary_blocks = boundary;
+        let d: Arc<dyn BlockDevice> = Arc::new(TestDev {
+            info,
+            fail_lba: None,
+            log: Arc::clone(&log),
+        });
+        let mut q = open_depth(d, 64);
+        let mut plug = Plug::default();
+        let mut buf = vec![0u8; 8 * 512];
+        let shape = read(0, &mut buf);
+        let lbas: Vec<u64> = (0..24).map(|i| i * 4).collect();
+        let mut next = lbas.iter();
+        plug.begin();
+        let (n, err) = q.submit_with(&mut plug, &shape, lbas.len() as u32, || {
+            let lba = *next.next().unwrap();
+            (lba, shape.buf, lba)
+        });
+        plug.finish();
+        assert_eq!((n, err), (lbas.len() as u32, None));
+        q.flush();
+        let mut reported = Vec::new();
+        while q.outstanding() > 0 {
+            q.poll(64, |rq| {
+                assert_eq!(rq.status, IoStatus::Success);
+                reported.push((rq.lba, rq.nblocks, rq.token));
+            });
+        }
+        reported.sort_unstable();
+        let want: Vec<(u64, u32, u64)> = lbas.iter().map(|&l| (l, 8, l)).collect();
+        assert_eq!(reported, want, "each I/O reported once, whole");
+        let b = u64::from(boundary);
+        let extents = std::mem::take(&mut log.lock().extents);
+        for &(lba, nb) in &extents {
+            assert!(
+                lba / b == (lba + u64::from(nb) - 1) / b,
+                "{lba}+{nb} crosses {boundary}"
+            );
+        }
+        let crossing = lbas.iter().filter(|&&l| l / b != (l + 7) / b).count();
+        assert!(crossing > 0);
+        assert_eq!(
+            extents.len(),
+            lbas.len() + crossing,
+            "only the crossing I/Os split, each in two"
+        );
+    }
 }
 
 #[test]

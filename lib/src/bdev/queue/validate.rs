@@ -4,6 +4,7 @@
 //! each I/O one comparison ([`BurstShape::needs_care`]).
 
 use super::BdevQueue;
+use crate::bdev::split::crosses;
 use crate::hctx::HctxType;
 use crate::request::{Io, Op, ReqFlags};
 
@@ -49,20 +50,23 @@ pub(super) struct BurstShape {
     range: bool,
     /// Bytes each buffer must hold (0: the op moves no data).
     bytes: u64,
-    /// Last LBA an I/O of this size may start at (`None`: larger than the device, or the
-    /// device may split it).
+    /// Last LBA an I/O of this size may start at (`None`: larger than the device, or than
+    /// the device's transfer limit, so every one is split).
     last_lba: Option<u64>,
+    /// The device's boundary in blocks (0: none): an I/O across one is split.
+    boundary: u32,
 }
 
 impl BurstShape {
     /// Whether `io` (of this shape) may fail `validate` (outside the device, or a buffer of
-    /// the wrong size) or need a split (`last_lba` is `None` for shapes that may): `false`
-    /// means it is valid and goes out whole.
+    /// the wrong size) or need a split (too long for the device, or across its boundary):
+    /// `false` means it is valid and goes out whole.
     #[inline]
     pub(super) fn needs_care(&self, io: &Io) -> bool {
         self.range
             && (self.last_lba.is_none_or(|l| io.lba > l)
-                || (self.bytes != 0 && u64::from(io.buf.len()) != self.bytes))
+                || (self.bytes != 0 && u64::from(io.buf.len()) != self.bytes)
+                || (self.boundary != 0 && crosses(io.lba, io.nblocks, self.boundary)))
     }
 }
 
@@ -70,8 +74,9 @@ impl BdevQueue {
     /// The checks of a `submit_with` burst that depend only on its shape (`io`'s op, flags
     /// and block count), done once: the op is supported and the block count allowed (else
     /// the error `validate` gives), the hctx type and flags it maps to, and what is left to
-    /// check per I/O. When the device may have to split I/Os of this shape (longer than its
-    /// transfer limit, or it has a boundary), every I/O needs care.
+    /// check per I/O. When I/Os of this shape are longer than the device's transfer limit,
+    /// every one needs care (it is split); on a device with a boundary (a volume's cluster, an
+    /// array's strip), those that cross one do.
     #[inline]
     pub(super) fn burst_shape(&self, io: &Io) -> Result<BurstShape, SubmitError> {
         // A flush has no range or buffer to check.
@@ -89,11 +94,12 @@ impl BdevQueue {
             } else {
                 0
             },
-            last_lba: if io.nblocks > self.max_transfer || self.boundary != 0 {
+            last_lba: if io.nblocks > self.max_transfer {
                 None
             } else {
                 self.num_blocks.checked_sub(u64::from(io.nblocks))
             },
+            boundary: self.boundary,
         })
     }
 
