@@ -68,7 +68,7 @@ impl SecretHash {
     }
 
     /// Bytes of its digest (0 for none).
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             SecretHash::None => 0,
             SecretHash::Sha256 => 32,
@@ -132,7 +132,8 @@ impl DhchapSecret {
     /// Parses `DHHC-1:xx:<base64>:`.
     pub fn parse(text: &str) -> Result<DhchapSecret, FormatError> {
         let (id, key) = parse_interchange(text, Self::PREFIX)?;
-        let hash = SecretHash::from_id(id).ok_or_else(|| FormatError::HashId(format!("{id:02x}")))?;
+        let hash =
+            SecretHash::from_id(id).ok_or_else(|| FormatError::HashId(format!("{id:02x}")))?;
         if !DHCHAP_KEY_LENS.contains(&key.len()) {
             return Err(FormatError::Length(key.len()));
         }
@@ -259,7 +260,9 @@ fn encode_interchange(prefix: &str, id: u8, key: &[u8]) -> Zeroizing<String> {
     let mut raw = Zeroizing::new(Vec::with_capacity(key.len() + 4));
     raw.extend_from_slice(key);
     raw.extend_from_slice(&crc32fast::hash(key).to_le_bytes());
-    let mut out = Zeroizing::new(String::with_capacity(prefix.len() + 4 + raw.len() * 4 / 3 + 4));
+    let mut out = Zeroizing::new(String::with_capacity(
+        prefix.len() + 4 + raw.len() * 4 / 3 + 4,
+    ));
     out.push_str(prefix);
     out.push_str(&format!("{id:02x}:"));
     STANDARD.encode_string(&*raw, &mut out);
@@ -349,7 +352,11 @@ mod tests {
             Err(FormatError::HashId(_))
         ));
         assert_eq!(
-            TlsPsk::parse(&DhchapSecret::new(SecretHash::None, &[1; 32]).unwrap().encode()),
+            TlsPsk::parse(
+                &DhchapSecret::new(SecretHash::None, &[1; 32])
+                    .unwrap()
+                    .encode()
+            ),
             Err(FormatError::Prefix("NVMeTLSkey-1:"))
         );
     }
@@ -390,11 +397,10 @@ mod tests {
             let at = body.start + pos % body.len();
             let mut b = text.clone().into_bytes();
             b[at] ^= 1 << bit;
-            if let Ok(t) = std::str::from_utf8(&b) {
-                match DhchapSecret::parse(t) {
-                    Ok(s) => prop_assert_eq!(s.key(), &key[..], "a changed text gave another key"),
-                    Err(_) => {}
-                }
+            if let Ok(t) = std::str::from_utf8(&b)
+                && let Ok(s) = DhchapSecret::parse(t)
+            {
+                prop_assert_eq!(s.key(), &key[..], "a changed text gave another key");
             }
         }
     }

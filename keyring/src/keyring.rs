@@ -12,7 +12,7 @@
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use zeroize::Zeroizing;
 
@@ -208,13 +208,6 @@ impl Keyring {
         Keyring::default()
     }
 
-    /// The process's keyring (SPDK has one per application): what the RPC methods change and
-    /// what the NVMe-oF target and host look keys up in.
-    pub fn global() -> &'static Keyring {
-        static GLOBAL: OnceLock<Keyring> = OnceLock::new();
-        GLOBAL.get_or_init(Keyring::new)
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Keys> {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -346,13 +339,21 @@ mod tests {
         ring.file_add_key("b", &path).unwrap();
         let held = ring.get("a").unwrap();
         let list = ring.keys();
-        assert_eq!(list.iter().map(|k| (&*k.name, k.refcnt)).collect::<Vec<_>>(), [("a", 2), ("b", 1)]);
+        assert_eq!(
+            list.iter()
+                .map(|k| (&*k.name, k.refcnt))
+                .collect::<Vec<_>>(),
+            [("a", 2), ("b", 1)]
+        );
         ring.file_remove_key("a").unwrap();
         assert_eq!(ring.file_remove_key("a").unwrap_err().errno(), 2);
         assert!(ring.get("a").is_err());
         let list = ring.keys();
         assert_eq!(list.len(), 2);
-        assert_eq!((&*list[1].name, list[1].removed, list[1].refcnt), ("a", true, 1));
+        assert_eq!(
+            (&*list[1].name, list[1].removed, list[1].refcnt),
+            ("a", true, 1)
+        );
         assert_eq!(held.dhchap().unwrap(), secret);
         drop(held);
         assert_eq!(ring.keys().len(), 1);

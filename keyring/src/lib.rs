@@ -1,11 +1,11 @@
 //! pmio's keyring: named keys, as SPDK's `lib/keyring` and its `keyring_file` module keep
 //! them, and the two key formats NVMe over Fabrics uses.
 //!
-//! - [`format`]: DH-HMAC-CHAP secrets (`DHHC-1:xx:...:`) and TLS PSKs in the interchange format
+//! - [`format`](mod@format): DH-HMAC-CHAP secrets (`DHHC-1:xx:...:`) and TLS PSKs in the interchange format
 //!   (`NVMeTLSkey-1:xx:...:`), parsed with their CRC-32 checked; the secret bytes are wiped on
 //!   drop and never shown by `Debug`.
-//! - [`keyring`]: [`Keyring`] (the process's one is [`Keyring::global`]) of [`Key`]s read from
-//!   owner-only files when used.
+//! - [`keyring`]: a [`Keyring`] (a daemon has one, shared by its NVMe-oF target and NVMe host)
+//!   of [`Key`]s read from owner-only files when used.
 //! - `rpc` (feature `rpc`): `keyring_file_add_key`, `keyring_file_remove_key`,
 //!   `keyring_get_keys` and the "keyring" section of `save_config`; `cli` (feature `cli`):
 //!   their `pmio-rpc` subcommands.

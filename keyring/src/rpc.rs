@@ -2,36 +2,28 @@
 //! `keyring_get_keys`, and the "keyring" section of `save_config` (one `keyring_file_add_key`
 //! per key, name and path: never the key's text).
 //!
-//! The methods run on a [`KeyringRpc`], which names the keyring they change (the process's
-//! [`Keyring::global`] in a daemon). Failures answer as SPDK's do: the negated errno and its
+//! The methods run on a [`KeyringRpc`], which holds the keyring they change (the daemon's one,
+//! which its NVMe-oF target and NVMe host look keys up in). Failures answer as SPDK's do: the negated errno and its
 //! text (`-1 "Operation not permitted"` for a key file others may read).
 
 use pmio_jsonrpc::decl;
 use pmio_jsonrpc::{Method, RUNTIME, Registry, RpcError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 use crate::keyring::{KeyError, Keyring};
 
 /// What the keyring methods run on.
-#[derive(Clone, Copy)]
+#[derive(Clone, Default)]
 pub struct KeyringRpc {
     /// The keyring they change.
-    pub keyring: &'static Keyring,
+    pub keyring: Arc<Keyring>,
 }
 
-impl Default for KeyringRpc {
-    /// The process's keyring.
-    fn default() -> KeyringRpc {
-        KeyringRpc {
-            keyring: Keyring::global(),
-        }
-    }
-}
-
-/// `keyring_file_add_key` parameters.
+/// `keyring_file_add_key` parameters. Unknown keys are ignored, as SPDK decodes this method's
+/// parameters (`spdk_json_decode_object_relaxed`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct FileAddKey {
     /// Name of the key.
@@ -106,14 +98,18 @@ fn keyring_get_keys(
 ) -> Result<Value, RpcError> {
     decl::no_params(name, params)?;
     let keys = rpc.keyring.keys().into_iter().map(|k| {
-        json!({
+        let mut v = json!({
             "name": k.name,
             "module": k.module,
             "removed": k.removed,
             "probed": k.probed,
             "refcnt": k.refcnt,
-            "path": k.path.display().to_string(),
-        })
+        });
+        // SPDK asks the module for its part (the path) only of a key still in the keyring.
+        if !k.removed {
+            v["path"] = Value::String(k.path.display().to_string());
+        }
+        v
     });
     Ok(Value::Array(keys.collect()))
 }
@@ -141,15 +137,9 @@ mod tests {
     use pmio_jsonrpc::RpcState;
     use std::os::unix::fs::PermissionsExt;
 
-    fn leak_ring() -> KeyringRpc {
-        KeyringRpc {
-            keyring: Box::leak(Box::new(Keyring::new())),
-        }
-    }
-
     #[test]
     fn methods_answer_as_spdk_and_never_show_the_secret() {
-        let rpc = leak_ring();
+        let rpc = KeyringRpc::default();
         let m = methods();
         let dir = tempfile::tempdir().unwrap();
         let text = DhchapSecret::new(SecretHash::Sha384, &[0x42; 48])
@@ -162,9 +152,15 @@ mod tests {
         let call = |name: &str, p: Value| m.call(&rpc, RpcState::Runtime, name, Some(&p));
         let add = json!({"name": "key0", "path": path.display().to_string()});
         let e = call("keyring_file_add_key", add.clone()).unwrap_err();
-        assert_eq!((e.code, e.message.as_str()), (-1, "Operation not permitted"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (-1, "Operation not permitted")
+        );
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(call("keyring_file_add_key", add.clone()).unwrap(), json!(true));
+        assert_eq!(
+            call("keyring_file_add_key", add.clone()).unwrap(),
+            json!(true)
+        );
         let e = call("keyring_file_add_key", add).unwrap_err();
         assert_eq!((e.code, e.message.as_str()), (-17, "File exists"));
         let e = call("keyring_file_add_key", json!({"name": "k"})).unwrap_err();
@@ -181,12 +177,47 @@ mod tests {
         assert!(saved.contains("keyring_file_add_key"));
         let b64 = &text[10..text.len() - 1];
         assert!(!keys.to_string().contains(b64) && !saved.contains(b64));
+        // A user (a host entry, a controller) holds the key while it is removed.
+        let held = rpc.keyring.get("key0").unwrap();
         assert_eq!(
             call("keyring_file_remove_key", json!({"name": "key0"})).unwrap(),
             json!(true)
         );
         let e = call("keyring_file_remove_key", json!({"name": "key0"})).unwrap_err();
-        assert_eq!((e.code, e.message.as_str()), (-2, "No such file or directory"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (-2, "No such file or directory")
+        );
         assert!(config(&rpc).is_empty());
+        let keys = m
+            .call(&rpc, RpcState::Runtime, "keyring_get_keys", None)
+            .unwrap();
+        assert_eq!(
+            keys,
+            json!([{"name": "key0", "module": "keyring_file", "removed": true, "probed": false,
+                    "refcnt": 1}])
+        );
+        drop(held);
+        let keys = m.call(&rpc, RpcState::Runtime, "keyring_get_keys", None);
+        assert_eq!(keys.unwrap(), json!([]));
+    }
+
+    #[test]
+    fn add_key_ignores_unknown_parameters_as_spdk() {
+        let rpc = KeyringRpc::default();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        let text = DhchapSecret::new(SecretHash::None, &[1; 32])
+            .unwrap()
+            .encode();
+        std::fs::write(&path, &*text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let p = json!({"name": "k", "path": path.display().to_string(), "extra": 1});
+        let r = methods().call(&rpc, RpcState::Runtime, "keyring_file_add_key", Some(&p));
+        assert_eq!(r.unwrap(), json!(true));
+        assert_eq!(
+            rpc.keyring.get("k").unwrap().dhchap().unwrap().key(),
+            &[1; 32]
+        );
     }
 }

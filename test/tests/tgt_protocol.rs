@@ -825,12 +825,13 @@ fn tgt_sock_impl_options_apply_to_new_connections_and_are_saved() {
     );
     drop((first, second));
 
-    // save_config writes the sock section first, in SPDK's shape; a daemon started from it has
-    // the same options.
+    // save_config writes the sock section after the (empty) keyring, in SPDK's shape; a daemon
+    // started from it has the same options.
     let saved = d.rpc_ok(&["save_config"]);
     let cfg: Value = serde_json::from_str(&saved).unwrap();
-    assert_eq!(cfg["subsystems"][0]["subsystem"], "sock", "{cfg}");
-    let calls = cfg["subsystems"][0]["config"].as_array().unwrap();
+    assert_eq!(cfg["subsystems"][0]["subsystem"], "keyring", "{cfg}");
+    assert_eq!(cfg["subsystems"][1]["subsystem"], "sock", "{cfg}");
+    let calls = cfg["subsystems"][1]["config"].as_array().unwrap();
     assert_eq!(calls[0]["method"], "sock_set_default_impl");
     assert_eq!(calls[1]["method"], "sock_impl_set_options");
     assert_eq!(calls[1]["params"]["impl_name"], "posix");

@@ -108,6 +108,8 @@ enum Method {
     Sock(pmio_nvmf::cli::SockCommand),
     #[command(flatten)]
     Vhost(pmio_vhost::cli::VhostCommand),
+    #[command(flatten)]
+    Keyring(pmio_keyring::cli::KeyringCommand),
 }
 
 pub(crate) use pmio_jsonrpc::cli::Print;
@@ -163,6 +165,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::Nvmf(m) => m.request().into_parts(),
         Method::Sock(m) => m.request().into_parts(),
         Method::Vhost(m) => m.request().into_parts(),
+        Method::Keyring(m) => m.request().into_parts(),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());
         }

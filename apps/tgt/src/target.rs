@@ -33,6 +33,8 @@ pub struct Target {
     pub lvol: Arc<LvolRpc>,
     /// The rbd bdev module: registered Ceph clusters (the `bdev_rbd_*` methods).
     pub rbd: pmio_rbd::rpc::RbdRpc,
+    /// The keyring: keys the NVMe-oF target and the NVMe host name (the `keyring_*` methods).
+    pub keyring: pmio_keyring::rpc::KeyringRpc,
     state: AtomicU8,
     /// The reactors as the reactor methods see them (thread ids, start time).
     pub reactors: ReactorsRpc,
@@ -52,6 +54,7 @@ impl Target {
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
             lvol: LvolRpc::new(bdevs.clone()),
             rbd: pmio_rbd::rpc::RbdRpc::new(bdevs.clone()),
+            keyring: pmio_keyring::rpc::KeyringRpc::default(),
             bdevs,
             state: AtomicU8::new(state as u8),
         }
