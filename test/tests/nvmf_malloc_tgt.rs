@@ -95,8 +95,7 @@ fn malloc_tgt_serves_a_malloc_bdev_over_nvme_tcp() {
     let j = perf_util::verify_clean(&out, "randrw over NVMe/TCP to malloc_tgt");
     assert_eq!(j["devices"], json!(["Nvmf0n1"]), "{j}");
 
-    // save_config's sections: the keys (none: SPDK lists the section anyway), the bdev, then
-    // the subsystem that takes it.
+    // save_config's sections: the bdev, then the subsystem that takes it.
     let subsystems = d.rpc_json(&["framework_get_subsystems"]);
     let order: Vec<&Value> = subsystems
         .as_array()
@@ -104,15 +103,7 @@ fn malloc_tgt_serves_a_malloc_bdev_over_nvme_tcp() {
         .iter()
         .map(|s| &s["subsystem"])
         .collect();
-    assert_eq!(
-        order,
-        [
-            &json!("keyring"),
-            &json!("sock"),
-            &json!("bdev"),
-            &json!("nvmf")
-        ]
-    );
+    assert_eq!(order, [&json!("sock"), &json!("bdev"), &json!("nvmf")]);
     let bdev = d.rpc_json(&["framework_get_config", "bdev"]);
     assert_eq!(bdev[0]["method"], "bdev_malloc_create", "{bdev}");
     let nvmf = d.rpc_json(&["framework_get_config", "nvmf"]);
