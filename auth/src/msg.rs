@@ -355,6 +355,26 @@ impl Message {
     }
 }
 
+/// The length of the controller's message at the start of `b`, as its own fields give it:
+/// an Authentication Receive's data is the message followed by whatever the room held.
+/// `None` when `b` is too short to tell or is no controller message.
+pub fn controller_message_len(b: &[u8]) -> Option<usize> {
+    if b.len() < 6 {
+        return None;
+    }
+    let len = match (b[0], b[1]) {
+        (TYPE_COMMON, id::FAILURE1) => FAILURE_LEN,
+        (TYPE_DHCHAP, id::CHALLENGE) if b.len() >= DHCHAP_HEADER_LEN => {
+            DHCHAP_HEADER_LEN + usize::from(b[6]) + usize::from(le16(b, 10))
+        }
+        (TYPE_DHCHAP, id::SUCCESS1) if b.len() >= DHCHAP_HEADER_LEN => {
+            DHCHAP_HEADER_LEN + if b[8] == 1 { usize::from(b[6]) } else { 0 }
+        }
+        _ => return None,
+    };
+    (len <= b.len()).then_some(len)
+}
+
 fn decode_negotiate(b: &[u8], tid: u16) -> Result<Negotiate, MsgError> {
     at_least("AUTH_Negotiate", b.len(), NEGOTIATE_LEN)?;
     let napd = usize::from(b[7]);
@@ -533,6 +553,29 @@ mod tests {
             let b = m.encode();
             assert_eq!(b.len(), len, "{}", m.name());
             assert_eq!(Message::decode(&b).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn controller_messages_are_found_in_a_larger_room() {
+        for m in samples() {
+            let from_ctrlr = matches!(
+                m,
+                Message::Challenge(_)
+                    | Message::Success1(_)
+                    | Message::Failure {
+                        from_host: false,
+                        ..
+                    }
+            );
+            let b = m.encode();
+            let mut room = b.clone();
+            room.resize(4096, 0);
+            let found = controller_message_len(&room);
+            assert_eq!(found, from_ctrlr.then_some(b.len()), "{}", m.name());
+            if from_ctrlr {
+                assert_eq!(controller_message_len(&b[..b.len() - 1]), None);
+            }
         }
     }
 

@@ -45,7 +45,9 @@ impl Target {
     pub fn new(reactors: ReactorsHandle, state: RpcState) -> Target {
         let bdevs = Arc::new(BdevHost::new(reactors.clone()));
         let vhost = VhostRpc::new(bdevs.clone());
-        let nvmf = NvmfRpc::new(bdevs.clone());
+        // One keyring for the daemon: the NVMe-oF target and the NVMe host look keys up in it.
+        let keyring = pmio_keyring::rpc::KeyringRpc::default();
+        let nvmf = NvmfRpc::with_keyring(bdevs.clone(), keyring.keyring.clone());
         Target {
             reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,
@@ -54,7 +56,7 @@ impl Target {
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
             lvol: LvolRpc::new(bdevs.clone()),
             rbd: pmio_rbd::rpc::RbdRpc::new(bdevs.clone()),
-            keyring: pmio_keyring::rpc::KeyringRpc::default(),
+            keyring,
             bdevs,
             state: AtomicU8::new(state as u8),
         }

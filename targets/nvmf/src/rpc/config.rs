@@ -27,9 +27,15 @@ pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
         if s.subtype == SubType::Nvme {
             out.push(call("nvmf_create_subsystem", &CreateSubsystem::of(s)));
             for h in &s.hosts {
+                let keys = s.host_keys(h);
                 let host = AddHost {
                     nqn: s.nqn.clone(),
                     host: h.clone(),
+                    // The keys' names: their texts stay in their files.
+                    dhchap_key: keys.map(|k| k.dhchap_key.name().to_string()),
+                    dhchap_ctrlr_key: keys
+                        .and_then(|k| k.dhchap_ctrlr_key.as_ref())
+                        .map(|k| k.name().to_string()),
                     ..AddHost::default()
                 };
                 out.push(call("nvmf_subsystem_add_host", &host));
