@@ -52,7 +52,10 @@ impl Target {
             reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,
             vhost,
-            nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
+            nvme: Arc::new(NvmeRpc::with_keyring(
+                bdevs.clone(),
+                keyring.keyring.clone(),
+            )),
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
             lvol: LvolRpc::new(bdevs.clone()),
             rbd: pmio_rbd::rpc::RbdRpc::new(bdevs.clone()),

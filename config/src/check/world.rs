@@ -31,6 +31,8 @@ pub struct World {
     pub(super) transport: Option<TransportOpts>,
     pub(super) subsystems: Vec<SubSeen>,
     pub(super) vhost: Vec<String>,
+    /// Keyring keys added so far (`keyring_file_add_key`).
+    pub(super) keys: Vec<String>,
 }
 
 impl Default for World {
@@ -48,6 +50,7 @@ impl Default for World {
                 listeners: Vec::new(),
             }],
             vhost: Vec::new(),
+            keys: Vec::new(),
         }
     }
 }
@@ -97,6 +100,18 @@ impl World {
                     .unwrap_or_default()
                     .iter()
                     .filter_map(|c| c["ctrlr"].as_str().map(str::to_string))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            keys: if rpc.states_of("keyring_get_keys").is_some() {
+                rpc.invoke("keyring_get_keys", None)
+                    .ok()
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|k| k["removed"] == false)
+                    .filter_map(|k| k["name"].as_str().map(str::to_string))
                     .collect()
             } else {
                 Vec::new()

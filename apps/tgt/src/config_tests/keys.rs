@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::testutil::{call, rpc};
 
-const SECRET: &str = "DHHC-1:01:MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTKdD3Gx:\n";
+const SECRET: &str = "DHHC-1:01:MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIenHzQ:\n";
 
 fn key_file(dir: &std::path::Path, name: &str, mode: u32) -> String {
     let p = dir.join(name);
@@ -60,5 +60,32 @@ fn saved_keys_load_into_a_fresh_daemon() {
     assert_eq!(
         call(&r3, "keyring_get_keys", Value::Null).unwrap(),
         json!([])
+    );
+}
+
+/// `nvmf_set_config`'s DH-HMAC-CHAP lists narrow what the target's authentication may choose,
+/// and save_config writes them back; unknown names stop the load.
+#[test]
+fn nvmf_set_config_narrows_the_dhchap_choice_and_is_saved() {
+    let (_re, r) = rpc(RpcState::Runtime);
+    let cfg = json!({"subsystems": [{"subsystem": "nvmf", "config": [
+        {"method": "nvmf_set_config", "params": {"dhchap_digests": ["sha512"],
+            "dhchap_dhgroups": ["ffdhe3072", "null"]}}]}]});
+    apply(&r, &parse(&cfg.to_string()).unwrap()).unwrap();
+    let policy = r.target.nvmf.tgt.config().dhchap;
+    assert_eq!(policy.digests, [pmio_auth::crypto::Hash::Sha512]);
+    let section = call(&r, "framework_get_config", json!({"name": "nvmf"})).unwrap();
+    assert_eq!(
+        section[0],
+        json!({"method": "nvmf_set_config", "params": {"dhchap_digests": ["sha512"],
+            "dhchap_dhgroups": ["ffdhe3072", "null"]}})
+    );
+    let bad = json!({"subsystems": [{"subsystem": "nvmf", "config": [
+        {"method": "nvmf_set_config", "params": {"dhchap_digests": ["md5"]}}]}]});
+    let (_re2, r2) = rpc(RpcState::Runtime);
+    assert!(apply(&r2, &parse(&bad.to_string()).unwrap()).is_err());
+    assert_eq!(
+        r2.target.nvmf.tgt.config().dhchap,
+        pmio_nvmf::DhchapPolicy::default()
     );
 }

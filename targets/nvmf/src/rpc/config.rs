@@ -20,6 +20,14 @@ use crate::subsystem::SubType;
 pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
     let c = rpc.tgt.config();
     let mut out = Vec::new();
+    if c.dhchap != crate::DhchapPolicy::default() {
+        // Only a policy narrowed from SPDK's default is written (as nvmf_set_config, which a
+        // configuration replays as a setting).
+        out.push(json!({"method": "nvmf_set_config", "params": {
+            "dhchap_digests": c.dhchap.digests.iter().map(|h| h.name()).collect::<Vec<_>>(),
+            "dhchap_dhgroups": c.dhchap.dhgroups.iter().map(|g| g.name()).collect::<Vec<_>>(),
+        }}));
+    }
     if let Some(t) = &c.transport {
         out.push(json!({"method": "nvmf_create_transport", "params": transport_json(t)}));
     }
