@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-auth vm-test-vhost bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-vhost
+test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-auth vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
@@ -168,6 +168,16 @@ vm-test-nvmf: host-qemu
 	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --module nvme-tcp --module crc32c_generic \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf -- test/vm/nvmf-in-guest.sh
+
+# Linux's NVMe/TCP host with in-band authentication (Debian 13's 6.12 kernel) against pmio-tgt
+# (issue 31): dhchap_secret= and dhchap_ctrl_secret= through /dev/nvme-fabrics under three
+# DH-HMAC-CHAP policies, dd and pmio-perf --verify on every authenticated controller, wrong
+# secrets refused and counted.
+vm-test-auth: host-qemu
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --kernel 6.12 --quiet --timeout 500 --cpus 2 --module nvme-tcp \
+		--module crc32c_generic --file $(RELEASE)/pmio-tgt --file $(RELEASE)/pmio-rpc \
+		--file $(RELEASE)/pmio-perf -- test/vm/auth-in-guest.sh
 
 # pmio's NVMe/TCP host against Linux's nvmet-tcp (configfs, a tmpfs file) in the guest (issue
 # 18): pmio-perf --verify with and without digests, and the subsystem unlinked from its port
