@@ -1,10 +1,11 @@
 //! Authenticated NVMe/TCP between two pmio-tgt daemons, configured with pmio-rpc as with
 //! rpc.py: keys from owner-only files (`keyring_file_add_key`), a subsystem host with
 //! `--dhchap-key`/`--dhchap-ctrlr-key`, `bdev_nvme_attach_controller --dhchap-key` on the other
-//! daemon; a queue that did not authenticate takes no command (Authentication Required); a
+//! daemon and pmio-perf's `dhchap_key=`; a queue that did not authenticate takes no command (Authentication Required); a
 //! wrong key is refused with AUTH_Failure1; no RPC answer and no saved configuration carries a
 //! secret; both daemons restart from their save_config and authenticate again.
 
+mod perf_util;
 mod tgt_util;
 
 use std::io::{Read, Write};
@@ -159,6 +160,23 @@ fn tgt_dhchap_between_two_daemons_with_keyring_keys() {
     assert!(String::from_utf8_lossy(&ok.stdout).contains("Nvme0n1"));
     let b = h.rpc_json(&["bdev_get_bdevs", "-b", "Nvme0n1"]);
     assert_eq!(b[0]["num_blocks"], 8 * 2048);
+
+    // pmio-perf authenticates with key files: what it writes reads back; a wrong key file is
+    // refused before any I/O.
+    let dev = format!(
+        "nvmf:traddr=127.0.0.1,trsvcid={p},subnqn={NQN},hostnqn={HOST},dhchap_key={hk},\
+         dhchap_ctrlr_key={ck}"
+    );
+    let out = perf_util::perf(&[
+        "-m", "[0]", "--dev", &dev, "-b", "4096", "-w", "randrw", "-M", "50", "-d", "32", "-s",
+        "8", "-c", "8", "-t", "1", "--verify", "--json",
+    ]);
+    perf_util::verify_clean(&out, "randrw over authenticated NVMe/TCP");
+    let bad =
+        format!("nvmf:traddr=127.0.0.1,trsvcid={p},subnqn={NQN},hostnqn={HOST},dhchap_key={wk}");
+    let out = perf_util::perf(&["-m", "[0]", "--dev", &bad, "-t", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("AUTH_Failure1"));
 
     // Saved configurations name the keys, never their texts.
     let tsaved = t.rpc_ok(&["save_config"]);
