@@ -9,6 +9,7 @@
 //!   the host key, the controller's the other way round with the controller key.
 
 use openssl::bn::BigNum;
+use openssl::derive::Deriver;
 use openssl::dh::Dh;
 use openssl::hash::MessageDigest;
 use openssl::pkey::{PKey, Private};
@@ -172,6 +173,8 @@ impl DhGroup {
 pub struct DhKey {
     group: DhGroup,
     dh: Dh<Private>,
+    /// The same key for EVP's key exchange.
+    pkey: PKey<Private>,
 }
 
 impl DhKey {
@@ -181,7 +184,12 @@ impl DhKey {
             return Ok(None);
         };
         let dh = Dh::params_from_pem(pem.as_bytes())?.generate_key()?;
-        Ok(Some(DhKey { group, dh }))
+        let pkey = PKey::from_dh(dh)?;
+        Ok(Some(DhKey {
+            group,
+            dh: pkey.dh()?,
+            pkey,
+        }))
     }
 
     /// The public value, big endian, padded to the prime's size.
@@ -192,6 +200,11 @@ impl DhKey {
 
     /// The shared secret with the peer's public value, padded to the prime's size (as Linux's
     /// kpp and SPDK's `EVP_PKEY_CTX_set_dh_pad` give it). A value outside 2..p-2 is refused.
+    ///
+    /// Derived with EVP (which reports the secret's true length) rather than `DH_compute_key`:
+    /// OpenSSL 3.0's legacy call returned a secret with a leading zero byte moved to its end
+    /// (its length unchanged), which Linux's nvmet then refused as a host response mismatch
+    /// in 1 exchange in 256.
     pub fn shared_secret(&self, peer: &[u8]) -> Result<Zeroizing<Vec<u8>>, CryptoError> {
         let len = self.group.public_len();
         let bad = || CryptoError::BadPublic(self.group.name());
@@ -205,7 +218,19 @@ impl DhKey {
         if y <= one || y >= p_minus_1 {
             return Err(bad());
         }
-        let raw = Zeroizing::new(self.dh.compute_key(&y).map_err(|_| bad())?);
+        let peer_dh = Dh::from_pqg(
+            self.dh.prime_p().to_owned()?,
+            self.dh.prime_q().map(|q| q.to_owned()).transpose()?,
+            self.dh.generator().to_owned()?,
+        )?
+        .set_public_key(y)?;
+        let peer_key = PKey::from_dh(peer_dh)?;
+        let mut deriver = Deriver::new(&self.pkey)?;
+        deriver.set_peer(&peer_key).map_err(|_| bad())?;
+        let raw = Zeroizing::new(deriver.derive_to_vec().map_err(|_| bad())?);
+        if raw.len() > len {
+            return Err(bad());
+        }
         let mut out = Zeroizing::new(vec![0u8; len - raw.len()]);
         out.extend_from_slice(&raw);
         Ok(out)
@@ -339,6 +364,48 @@ mod tests {
         assert!(a.shared_secret(&[0xff; 256]).is_err());
         assert!(a.shared_secret(&pb[1..]).is_err());
         assert!(DhKey::generate(DhGroup::Null).unwrap().is_none());
+    }
+
+    /// The shared secret equals y^x mod p computed from the definition, padded to the prime's
+    /// size, when it begins with a zero byte (1 exchange in 256): Linux's kpp and SPDK pad it
+    /// so, and a response over it otherwise does not verify (Linux's nvmet found this).
+    #[test]
+    fn a_shared_secret_with_a_leading_zero_is_padded() {
+        let mut ctx = BigNumContext::new().unwrap();
+        let peer = DhKey::generate(DhGroup::Ffdhe2048).unwrap().unwrap();
+        let y = peer.public().unwrap();
+        let params =
+            Dh::params_from_pem(DhGroup::Ffdhe2048.params_pem().unwrap().as_bytes()).unwrap();
+        let (p, g) = (params.prime_p(), params.generator());
+        let mut x = BigNum::from_slice(&random(32).unwrap()).unwrap();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            assert!(tries < 20_000, "no secret with a zero first byte");
+            x.add_word(1).unwrap();
+            let mut want = BigNum::new().unwrap();
+            want.mod_exp(peer.dh.public_key(), &x, p, &mut ctx).unwrap();
+            let want = want.to_vec_padded(256).unwrap();
+            if want[0] != 0 {
+                continue;
+            }
+            let mut public = BigNum::new().unwrap();
+            public.mod_exp(g, &x, p, &mut ctx).unwrap();
+            let dh = Dh::from_pqg(p.to_owned().unwrap(), None, g.to_owned().unwrap())
+                .unwrap()
+                .set_key(public, x.to_owned().unwrap())
+                .unwrap();
+            let pkey = PKey::from_dh(dh).unwrap();
+            let mine = DhKey {
+                group: DhGroup::Ffdhe2048,
+                dh: pkey.dh().unwrap(),
+                pkey,
+            };
+            assert_eq!(*mine.shared_secret(&y).unwrap(), want);
+            // And the peer, from this side's public value, derives the same bytes.
+            assert_eq!(*peer.shared_secret(&mine.public().unwrap()).unwrap(), want);
+            break;
+        }
     }
 
     /// The transformation against an HMAC computed here from its definition, and a response
