@@ -230,6 +230,10 @@ fn listener_name(v: &Value) -> String {
     )
 }
 
+fn key_name(v: &Value) -> String {
+    format!("key {}", p(v, "name"))
+}
+
 fn host_name(v: &Value) -> String {
     format!("host {} of {}", p(v, "host"), p(v, "nqn"))
 }
@@ -382,16 +386,16 @@ pub static TABLE: &[Entry] = &[
     e(
         "keyring_file_add_key",
         "keyring",
-        Handling::Refuse(
-            "name",
-            "pmio has no TLS or DH-HMAC-CHAP: the hosts and controllers that authenticate with \
-             this key could not connect",
+        create(
+            key_name,
+            Undo::Call("keyring_file_remove_key", &[("name", Arg::Param("name"))]),
+            params::keyring_file_key,
         ),
     ),
     e(
         "keyring_linux_set_options",
         "keyring",
-        Handling::Ignore("pmio has no keyring"),
+        Handling::Ignore("pmio has no Linux-keyring module: keys come from files"),
     ),
     // iobuf
     e(

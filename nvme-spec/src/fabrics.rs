@@ -53,9 +53,55 @@ pub const fn connect_invalid_param_dw0(iattr: u8, ipo: u16) -> u32 {
 }
 
 /// Connect response dword 0 on success: the controller ID in bits 15:0; bits 17:16 (AUTHREQ)
-/// stay 0: no in-band authentication (Linux's host would start it, and fail without it).
+/// stay 0: no in-band authentication.
 pub const fn connect_success_dw0(cntlid: u16) -> u32 {
     cntlid as u32
+}
+
+/// AUTHREQ.ATR (Connect response dword 0 bit 17): the host must authenticate the queue in
+/// band (DH-HMAC-CHAP) before it carries any other command.
+pub const CONNECT_AUTHREQ_ATR: u32 = 1 << 17;
+
+/// Connect response dword 0 on success for a queue that must be authenticated first.
+pub const fn connect_success_auth_dw0(cntlid: u16) -> u32 {
+    cntlid as u32 | CONNECT_AUTHREQ_ATR
+}
+
+/// Whether a successful Connect's dword 0 asks for in-band authentication.
+pub const fn connect_requires_auth(dw0: u32) -> bool {
+    dw0 & CONNECT_AUTHREQ_ATR != 0
+}
+
+/// SECP of NVMe in-band authentication (Authentication Send/Receive CDW10 bits 31:24), with
+/// SPSP0 = SPSP1 = 1 (DH-HMAC-CHAP's security protocol specific fields).
+pub const AUTH_SECP_NVME: u8 = 0xe9;
+
+/// The Authentication Send/Receive CDW10 of NVMe in-band authentication: SPSP0 (bits 15:8),
+/// SPSP1 (23:16), SECP (31:24).
+const AUTH_CDW10: u32 = (AUTH_SECP_NVME as u32) << 24 | 1 << 16 | 1 << 8;
+
+/// Authentication Send of `tl` bytes (the message travels as the command's data).
+pub fn auth_send_sqe(tl: u32) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+    sqe.set_fctype(fctype::AUTH_SEND);
+    sqe.cdw10 = AUTH_CDW10;
+    sqe.cdw11 = tl;
+    sqe
+}
+
+/// Authentication Receive of at most `al` bytes.
+pub fn auth_recv_sqe(al: u32) -> Sqe {
+    let mut sqe = Sqe::new(admin_opc::FABRICS, 0);
+    sqe.set_fctype(fctype::AUTH_RECV);
+    sqe.cdw10 = AUTH_CDW10;
+    sqe.cdw11 = al;
+    sqe
+}
+
+/// An Authentication Send/Receive's (SECP, SPSP0, SPSP1, TL or AL).
+pub fn auth_fields(sqe: &Sqe) -> (u8, u8, u8, u32) {
+    let b = sqe.cdw10.to_le_bytes();
+    (b[3], b[1], b[2], sqe.cdw11)
 }
 
 /// Property Get of the property at byte `offset`, 8 bytes wide when `size8` (CAP), else 4;

@@ -49,9 +49,10 @@ mod status;
 pub use cqe::{CQE_LEN, Cqe};
 pub use dsm::{DSM_ATTR_DEALLOCATE, DsmRange};
 pub use fabrics::{
-    CNTLID_DYNAMIC, CONNECT_DATA_LEN, ConnectCmd, ConnectData, ConnectDataError, NQN_MAX_LEN,
-    connect_field, connect_invalid_param_dw0, connect_success_dw0, disc, prop, property_get_sqe,
-    property_set_sqe,
+    AUTH_SECP_NVME, CNTLID_DYNAMIC, CONNECT_AUTHREQ_ATR, CONNECT_DATA_LEN, ConnectCmd, ConnectData,
+    ConnectDataError, NQN_MAX_LEN, auth_fields, auth_recv_sqe, auth_send_sqe, connect_field,
+    connect_invalid_param_dw0, connect_requires_auth, connect_success_auth_dw0,
+    connect_success_dw0, disc, prop, property_get_sqe, property_set_sqe,
 };
 pub use identify::{
     IDENTIFY_LEN, IdentifyController, IdentifyNamespace, LbaFormat, id_ctrl, id_ns, nidt,

@@ -62,6 +62,8 @@ pub mod sc {
     pub const CONNECT_INVALID_PARAMETERS: u8 = 0x82;
     pub const CONNECT_RESTART_DISCOVERY: u8 = 0x83;
     pub const CONNECT_INVALID_HOST: u8 = 0x84;
+    /// SCT 1, any command on a queue not yet authenticated in band (NVMe Base 2.0 §8.13).
+    pub const AUTH_REQUIRED: u8 = 0x91;
 }
 
 /// A completion status: the CQE status field without the phase tag, 15 bits: SC \[7:0\],
@@ -129,6 +131,8 @@ impl Status {
         Status::new(sct::COMMAND_SPECIFIC, sc::CONNECT_RESTART_DISCOVERY, true);
     pub const CONNECT_INVALID_HOST: Status =
         Status::new(sct::COMMAND_SPECIFIC, sc::CONNECT_INVALID_HOST, true);
+    /// A command before the queue's in-band authentication completed (SPDK answers it so).
+    pub const AUTH_REQUIRED: Status = Status::new(sct::COMMAND_SPECIFIC, sc::AUTH_REQUIRED, false);
 
     /// The status of type `sct` and code `sc`, with Do Not Retry as given; CRD and More 0.
     pub const fn new(sct: u8, sc: u8, dnr: bool) -> Status {

@@ -33,6 +33,7 @@ covered line '^make test( |$)' 'make test' 'all of CI, this run among it'
 covered line '^make examples( |$)' 'make examples' 'part of make test (the three cargo run lines before it run here)'
 covered line '^cargo run -p pmio-nvmf --example malloc_tgt ' 'make unit' 'a daemon that serves until a signal: test/tests/nvmf_malloc_tgt.rs starts it, configures it with pmio-rpc, checks pmio-perf --verify over NVMe/TCP against it and stops it'
 covered block '^qemu-system-x86_64 ' 'make vm-test-vhost' 'a QEMU guest whose disk pmio-tgt serves over vhost-user-blk'
+covered block '--dhchap-secret' 'make vm-test-auth' "Linux's NVMe/TCP host with in-band authentication (kernel 6.12): the guest connects with dhchap_secret= through /dev/nvme-fabrics as nvme connect --dhchap-secret does"
 covered block '^nvme connect ' 'make vm-test-nvmf' "the host kernel's NVMe/TCP initiator: root, nvme-tcp, nvme-cli; the guest connects through /dev/nvme-fabrics as nvme connect does"
 covered block '^test/ci/ceph.sh start' 'make rbd' 'a Ceph cluster: make rbd starts test/ci/ceph.sh and test/ci/rbd-tgt.sh runs these methods against it'
 covered block 'ublk_start_disk' 'make vm-test-ublk' "the kernel's ublk_drv, which Debian 12's kernel lacks: the guest with Debian 13's kernel runs these steps"

@@ -156,9 +156,10 @@ fn tgt_session_create_list_perf_iostat_sched_save_restart() {
         "none"
     );
     let cfg: Value = serde_json::from_str(&saved).unwrap();
-    // SPDK's order: the socket options, then the bdevs.
-    assert_eq!(cfg["subsystems"][0]["subsystem"], "sock");
-    assert_eq!(cfg["subsystems"][1]["subsystem"], "bdev");
+    // SPDK's order: the keys, the socket options, then the bdevs.
+    assert_eq!(cfg["subsystems"][0]["subsystem"], "keyring");
+    assert_eq!(cfg["subsystems"][1]["subsystem"], "sock");
+    assert_eq!(cfg["subsystems"][2]["subsystem"], "bdev");
     let cfg_path = dir.path().join("config.json");
     std::fs::write(&cfg_path, &saved).unwrap();
 

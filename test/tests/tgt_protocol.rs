@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 
 use serde_json::Value;
-use tgt_util::{Daemon, free_port, raw};
+use tgt_util::{Daemon, free_port, nvme_tcp_admin_connect, raw};
 
 fn lines(s: &str) -> Vec<Value> {
     s.lines()
@@ -555,57 +555,6 @@ fn tgt_nvmf_configuration_and_restart() {
     assert_eq!(d2.signal(libc::SIGTERM).code(), Some(0));
 }
 
-/// A minimal NVMe/TCP host written from the spec's byte layouts (not the target's codec):
-/// ICReq/ICResp, then a Fabrics Connect of the admin queue. Returns the socket and the
-/// CapsuleResp's CQE fields (DW0, status field without the phase bit).
-fn nvme_tcp_admin_connect(
-    port: u16,
-    subnqn: &str,
-    hostnqn: &str,
-    hostid: [u8; 16],
-) -> (std::net::TcpStream, u32, u16) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    // ICReq: type 0, HLEN 128, PLEN 128, PFV 0, HPDA 0, no digests, MAXR2T 0.
-    let mut icreq = [0u8; 128];
-    icreq[2] = 128;
-    icreq[4..8].copy_from_slice(&128u32.to_le_bytes());
-    s.write_all(&icreq).unwrap();
-    let mut icresp = [0u8; 128];
-    s.read_exact(&mut icresp).unwrap();
-    assert_eq!((icresp[0], icresp[2]), (1, 128), "ICResp");
-    // CapsuleCmd (type 4, HLEN 72, PDO 72) with the 1024-byte Connect data in the capsule.
-    let mut pdu = vec![0u8; 72 + 1024];
-    pdu[0] = 4;
-    pdu[2] = 72;
-    pdu[3] = 72;
-    pdu[4..8].copy_from_slice(&(72u32 + 1024).to_le_bytes());
-    let sqe = &mut pdu[8..72];
-    sqe[0] = 0x7f; // Fabrics
-    sqe[1] = 0x40; // SGL
-    sqe[2..4].copy_from_slice(&1u16.to_le_bytes()); // CID
-    sqe[4] = 0x01; // FCTYPE Connect
-    sqe[32..36].copy_from_slice(&1024u32.to_le_bytes()); // SGL length
-    sqe[39] = 0x01; // SGL data block, offset (in-capsule)
-    sqe[44..46].copy_from_slice(&31u16.to_le_bytes()); // QID 0 in CDW10; SQSIZE 31 in CDW11
-    let data = &mut pdu[72..];
-    data[..16].copy_from_slice(&hostid);
-    data[16..18].copy_from_slice(&0xffffu16.to_le_bytes()); // dynamic controller
-    data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
-    data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
-    s.write_all(&pdu).unwrap();
-    // CapsuleResp: type 5, HLEN 24; the CQE at 8.
-    let mut resp = [0u8; 24];
-    s.read_exact(&mut resp).unwrap();
-    assert_eq!((resp[0], resp[2]), (5, 24), "CapsuleResp");
-    let dw0 = u32::from_le_bytes(resp[8..12].try_into().unwrap());
-    assert_eq!(u16::from_le_bytes([resp[20], resp[21]]), 1, "CID echoed");
-    let status = u16::from_le_bytes([resp[22], resp[23]]) >> 1;
-    (s, dw0, status)
-}
-
 /// A host connected to the target shows up in nvmf_subsystem_get_controllers, _get_qpairs and
 /// nvmf_get_stats in SPDK's shapes; a host not on the list is refused and not listed; a
 /// disconnected host leaves no controller behind.
@@ -825,12 +774,13 @@ fn tgt_sock_impl_options_apply_to_new_connections_and_are_saved() {
     );
     drop((first, second));
 
-    // save_config writes the sock section first, in SPDK's shape; a daemon started from it has
-    // the same options.
+    // save_config writes the sock section after the (empty) keyring, in SPDK's shape; a daemon
+    // started from it has the same options.
     let saved = d.rpc_ok(&["save_config"]);
     let cfg: Value = serde_json::from_str(&saved).unwrap();
-    assert_eq!(cfg["subsystems"][0]["subsystem"], "sock", "{cfg}");
-    let calls = cfg["subsystems"][0]["config"].as_array().unwrap();
+    assert_eq!(cfg["subsystems"][0]["subsystem"], "keyring", "{cfg}");
+    assert_eq!(cfg["subsystems"][1]["subsystem"], "sock", "{cfg}");
+    let calls = cfg["subsystems"][1]["config"].as_array().unwrap();
     assert_eq!(calls[0]["method"], "sock_set_default_impl");
     assert_eq!(calls[1]["method"], "sock_impl_set_options");
     assert_eq!(calls[1]["params"]["impl_name"], "posix");

@@ -110,6 +110,7 @@ enum Method {
     Vhost(pmio_vhost::cli::VhostCommand),
     #[command(flatten)]
     Ublk(pmio_ublk::cli::UblkCommand),
+    Keyring(pmio_keyring::cli::KeyringCommand),
 }
 
 pub(crate) use pmio_jsonrpc::cli::Print;
@@ -166,6 +167,7 @@ fn request(m: &Method) -> Result<(&'static str, Option<Value>, Print), String> {
         Method::Sock(m) => m.request().into_parts(),
         Method::Vhost(m) => m.request().into_parts(),
         Method::Ublk(m) => m.request().into_parts(),
+        Method::Keyring(m) => m.request().into_parts(),
         Method::SaveConfig { .. } | Method::LoadConfig { .. } => {
             return Err("save_config/load_config are client-side sequences".into());
         }

@@ -55,9 +55,10 @@ fn nvmf(rpc: &Rpc) -> &pmio_nvmf::rpc::NvmfRpc {
 /// daemon).
 pub fn all_methods() -> Registry<Rpc> {
     let mut methods = Registry::new();
-    // The sections of save_config in replay order: the NVMe-oF target's namespaces need their
-    // bdevs, its listeners the socket options.
-    methods.order_sections(&["sock", "bdev", "vhost_blk", "ublk", "nvmf", "scheduler"]);
+    // The sections of save_config in replay order: the keys come first (NVMe-oF hosts and
+    // NVMe controllers name them), the NVMe-oF target's namespaces need their bdevs, its
+    // listeners the socket options.
+    methods.order_sections(&["keyring", "sock", "bdev", "vhost_blk", "ublk", "nvmf", "scheduler"]);
     methods.section("bdev", &[], bdev_config);
     methods.list_always("bdev");
     // A scheduler loaded from a configuration is saved in SPDK's section for it.
@@ -86,6 +87,7 @@ pub fn all_methods() -> Registry<Rpc> {
         pmio_nvme::rpc::methods().into_iter().collect(),
         |r: &Rpc| &*r.target.nvme,
     );
+    methods.merge(pmio_keyring::rpc::methods(), |r: &Rpc| &r.target.keyring);
     methods.merge(pmio_nvmf::rpc::methods(), nvmf);
     methods.merge(pmio_vhost::rpc::methods(), |rpc: &Rpc| &rpc.target.vhost);
     methods.merge(pmio_ublk::rpc::methods(), |rpc: &Rpc| &rpc.target.ublk);

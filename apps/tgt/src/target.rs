@@ -36,6 +36,8 @@ pub struct Target {
     pub lvol: Arc<LvolRpc>,
     /// The rbd bdev module: registered Ceph clusters (the `bdev_rbd_*` methods).
     pub rbd: pmio_rbd::rpc::RbdRpc,
+    /// The keyring: keys the NVMe-oF target and the NVMe host name (the `keyring_*` methods).
+    pub keyring: pmio_keyring::rpc::KeyringRpc,
     state: AtomicU8,
     /// The reactors as the reactor methods see them (thread ids, start time).
     pub reactors: ReactorsRpc,
@@ -47,16 +49,22 @@ impl Target {
         let bdevs = Arc::new(BdevHost::new(reactors.clone()));
         let vhost = VhostRpc::new(bdevs.clone());
         let ublk = UblkRpc::new(bdevs.clone());
-        let nvmf = NvmfRpc::new(bdevs.clone());
+        // One keyring for the daemon: the NVMe-oF target and the NVMe host look keys up in it.
+        let keyring = pmio_keyring::rpc::KeyringRpc::default();
+        let nvmf = NvmfRpc::with_keyring(bdevs.clone(), keyring.keyring.clone());
         Target {
             reactors: ReactorsRpc::new(reactors.clone()),
             nvmf,
             vhost,
             ublk,
-            nvme: Arc::new(NvmeRpc::new(bdevs.clone())),
+            nvme: Arc::new(NvmeRpc::with_keyring(
+                bdevs.clone(),
+                keyring.keyring.clone(),
+            )),
             raid: pmio_raid::rpc::RaidRpc::new(bdevs.clone()),
             lvol: LvolRpc::new(bdevs.clone()),
             rbd: pmio_rbd::rpc::RbdRpc::new(bdevs.clone()),
+            keyring,
             bdevs,
             state: AtomicU8::new(state as u8),
         }

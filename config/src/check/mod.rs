@@ -256,8 +256,8 @@ mod tests {
             (
                 "keyring",
                 "keyring_file_add_key",
-                json!({"name": "key0", "path": "/tmp/k"}),
-                "key0: pmio has no TLS",
+                json!({"name": "key0", "path": "keys/k0"}),
+                "key0: non-absolute paths are not allowed: keys/k0",
             ),
             ("bdev", "bdev_frobnicate", json!({}), "Unknown method"),
             // The checks decode with the modules' own declarations: the keys and the values

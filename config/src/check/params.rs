@@ -576,6 +576,19 @@ pub fn nvmf_listener(v: &Value, w: &mut World) -> Result<String, String> {
     ))
 }
 
+/// `keyring_file_add_key`: the declaration, and the file as SPDK checks it (absolute path,
+/// owner-only); the key's text is not read.
+pub fn keyring_file_key(v: &Value, w: &mut World) -> Result<String, String> {
+    let p: pmio_keyring::rpc::FileAddKey = declared(v, "keyring_file_add_key")?;
+    if w.keys.contains(&p.name) {
+        return Err(format!("key {} already exists", p.name));
+    }
+    pmio_keyring::keyring::check_key_file(std::path::Path::new(&p.path))
+        .map_err(|e| format!("{}: {e}", p.name))?;
+    w.keys.push(p.name.clone());
+    Ok(format!("key {} from {}", p.name, p.path))
+}
+
 /// `nvmf_subsystem_add_host`.
 pub fn nvmf_host(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_nvmf::rpc::host::AddHost = nvmf_declared(v, "nvmf_subsystem_add_host")?;
@@ -586,11 +599,16 @@ pub fn nvmf_host(v: &Value, w: &mut World) -> Result<String, String> {
         ("dhchap_key", &p.dhchap_key),
         ("dhchap_ctrlr_key", &p.dhchap_ctrlr_key),
     ] {
-        if given.is_some() {
+        if let Some(name) = given
+            && !w.keys.contains(name)
+        {
             return Err(format!(
-                "parameter \"{k}\": pmio has no DH-HMAC-CHAP: this host could not connect"
+                "parameter \"{k}\": no key {name} in the keyring (keyring_file_add_key first)"
             ));
         }
+    }
+    if p.dhchap_ctrlr_key.is_some() && p.dhchap_key.is_none() {
+        return Err("a dhchap_ctrlr_key needs a dhchap_key".into());
     }
     let (nqn, host) = (p.nqn, p.host);
     let s = w.subsystem(&nqn)?;

@@ -34,6 +34,8 @@ pub struct World {
     /// Whether the document has created the ublk target, and the ublk disks it started.
     pub(super) ublk_target: bool,
     pub(super) ublk: Vec<u32>,
+    /// Keyring keys added so far (`keyring_file_add_key`).
+    pub(super) keys: Vec<String>,
 }
 
 impl Default for World {
@@ -53,6 +55,7 @@ impl Default for World {
             vhost: Vec::new(),
             ublk_target: false,
             ublk: Vec::new(),
+            keys: Vec::new(),
         }
     }
 }
@@ -105,6 +108,18 @@ impl World {
                     .unwrap_or_default()
                     .iter()
                     .filter_map(|c| c["ctrlr"].as_str().map(str::to_string))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            keys: if rpc.states_of("keyring_get_keys").is_some() {
+                rpc.invoke("keyring_get_keys", None)
+                    .ok()
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|k| k["removed"] == false)
+                    .filter_map(|k| k["name"].as_str().map(str::to_string))
                     .collect()
             } else {
                 Vec::new()

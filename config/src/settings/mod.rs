@@ -78,6 +78,9 @@ pub enum Effect {
     /// New socket options for NVMe/TCP connections accepted from now on (`save_config`
     /// writes the options in effect, see `pmio_nvmf::rpc::sock::config`).
     Sock(SockChange),
+    /// The hashes and DH groups the NVMe-oF target's in-band authentication may choose from
+    /// (`nvmf_set_config`'s `dhchap_digests`, `dhchap_dhgroups`).
+    Dhchap(pmio_nvmf::DhchapPolicy),
     /// A scheduler choice (reactor modes); `saved` is what `save_config` writes back.
     Scheduler {
         /// Static or dynamic.
@@ -158,6 +161,7 @@ pub struct Snapshot {
     state: SettingsState,
     modes: Vec<(u32, Option<Duration>)>,
     sock: SockOptions,
+    dhchap: pmio_nvmf::DhchapPolicy,
 }
 
 /// The daemon's mapped settings (one per daemon, see [`crate::Daemon::settings`]).
@@ -223,6 +227,7 @@ impl Settings {
                 .map(|&c| (c, h.interrupt_idle(c)))
                 .collect(),
             sock: rpc.nvmf().sock_options(),
+            dhchap: rpc.nvmf().config().dhchap,
         }
     }
 
@@ -235,6 +240,9 @@ impl Settings {
             }
         }
         rpc.nvmf().set_sock_options(snap.sock);
+        if let Err(e) = rpc.nvmf().set_dhchap_policy(snap.dhchap) {
+            log::warn!("config: restoring the DH-HMAC-CHAP digests and groups: {e}");
+        }
         self.nvme.set(snap.state.nvme);
         *lock(&self.state) = Saved {
             nvme_saved: snap.state.nvme_saved,
@@ -257,6 +265,10 @@ impl Settings {
                 nvmf.set_sock_options(change.apply_to(nvmf.sock_options()));
                 Ok(())
             }
+            Effect::Dhchap(p) => rpc
+                .nvmf()
+                .set_dhchap_policy(p.clone())
+                .map_err(|e| RpcError::new(pmio_jsonrpc::code::INVALID_PARAMS, e.to_string())),
             Effect::Scheduler { choice, saved } => {
                 self.switch_reactors(rpc, *choice)?;
                 lock(&self.state).scheduler = Some((*choice, saved.clone()));

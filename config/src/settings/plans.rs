@@ -357,7 +357,8 @@ const DHCHAP_DHGROUPS: [&str; 6] = [
     "ffdhe8192",
 ];
 
-/// `dhchap_digests` / `dhchap_dhgroups`: ignored unless at SPDK's default (all of them).
+/// `dhchap_digests` / `dhchap_dhgroups` of `bdev_nvme_set_options`: pmio's host offers every
+/// hash and group; other lists are ignored.
 fn dhchap_lists(k: &mut Keys) -> Result<(), RpcError> {
     for (key, all) in [
         ("dhchap_digests", &DHCHAP_DIGESTS[..]),
@@ -368,11 +369,56 @@ fn dhchap_lists(k: &mut Keys) -> Result<(), RpcError> {
         {
             k.ignored(
                 key,
-                format!("{v:?}: pmio has no DH-HMAC-CHAP authentication"),
+                format!("{v:?}: pmio's host offers every DH-HMAC-CHAP hash and group"),
             );
         }
     }
     Ok(())
+}
+
+/// `nvmf_set_config`'s `dhchap_digests` / `dhchap_dhgroups`: what the target's in-band
+/// authentication may choose from (SPDK's names; an unknown one is refused, as SPDK does).
+fn dhchap_policy(k: &mut Keys) -> Result<Option<pmio_nvmf::DhchapPolicy>, RpcError> {
+    use pmio_auth::crypto::{DhGroup, Hash};
+    let bad = |what: &str, n: &str| {
+        RpcError::new(
+            code::INVALID_PARAMS,
+            format!("{what} {n:?} is not one of SPDK's names"),
+        )
+    };
+    let digests = k.take::<Vec<String>>("dhchap_digests")?;
+    let groups = k.take::<Vec<String>>("dhchap_dhgroups")?;
+    if digests.is_none() && groups.is_none() {
+        return Ok(None);
+    }
+    let mut p = pmio_nvmf::DhchapPolicy::default();
+    if let Some(d) = digests {
+        p.digests = d
+            .iter()
+            .map(|n| Hash::from_name(n).ok_or_else(|| bad("digest", n)))
+            .collect::<Result<_, _>>()?;
+        k.mapped(
+            "dhchap_digests",
+            format!("{d:?}: the hashes hosts may authenticate with"),
+        );
+    }
+    if let Some(g) = groups {
+        p.dhgroups = g
+            .iter()
+            .map(|n| DhGroup::from_name(n).ok_or_else(|| bad("dhgroup", n)))
+            .collect::<Result<_, _>>()?;
+        k.mapped(
+            "dhchap_dhgroups",
+            format!("{g:?}: the DH groups hosts may use"),
+        );
+    }
+    if p.digests.is_empty() || p.dhgroups.is_empty() {
+        return Err(RpcError::new(
+            code::INVALID_PARAMS,
+            "DH-HMAC-CHAP needs at least one digest and one DH group",
+        ));
+    }
+    Ok(Some(p))
 }
 
 /// `bdev_nvme_set_hotplug`: pmio has no hot-plug poller.
@@ -649,8 +695,11 @@ pub fn nvmf_set_config(params: Option<&Value>) -> Result<Plan, RpcError> {
         &["poll_groups_mask"],
         "pmio runs a poll group on every reactor of -m",
     )?;
-    dhchap_lists(&mut k)?;
-    Ok(k.finish(Effect::None))
+    let effect = match dhchap_policy(&mut k)? {
+        Some(p) => Effect::Dhchap(p),
+        None => Effect::None,
+    };
+    Ok(k.finish(effect))
 }
 
 /// `nvmf_set_max_subsystems`: pmio has no fixed-size subsystem table.
@@ -881,6 +930,37 @@ mod tests {
         let cfg = nvmf_set_config(Some(&sample("nvmf_set_config"))).unwrap();
         assert!(cfg.maps());
         assert_eq!(cfg.summary(NoteKind::Ignored), "");
+        // SPDK's sample lists every digest and group: the target's default policy.
+        assert_eq!(
+            cfg.effect,
+            Effect::Dhchap(pmio_nvmf::DhchapPolicy::default())
+        );
+        let narrow = nvmf_set_config(Some(&json!({"dhchap_digests": ["sha384"],
+            "dhchap_dhgroups": ["ffdhe2048", "null"]})))
+        .unwrap();
+        assert_eq!(
+            narrow.effect,
+            Effect::Dhchap(pmio_nvmf::DhchapPolicy {
+                digests: vec![pmio_auth::crypto::Hash::Sha384],
+                dhgroups: vec![
+                    pmio_auth::crypto::DhGroup::Ffdhe2048,
+                    pmio_auth::crypto::DhGroup::Null
+                ],
+            })
+        );
+        for bad in [
+            json!({"dhchap_digests": ["md5"]}),
+            json!({"dhchap_dhgroups": ["ffdhe1024"]}),
+            json!({"dhchap_digests": []}),
+        ] {
+            assert!(nvmf_set_config(Some(&bad)).is_err(), "{bad}");
+        }
+        assert_eq!(
+            nvmf_set_config(Some(&json!({"discovery_filter": "match_any"})))
+                .unwrap()
+                .effect,
+            Effect::None
+        );
         let crdt = nvmf_set_crdt(Some(&json!({"crdt1": 0, "crdt2": 5}))).unwrap();
         assert!(crdt.summary(NoteKind::Ignored).contains("crdt2"));
         assert!(

@@ -61,7 +61,7 @@ pub use pmio_nvme_spec::{self as spec, pdu};
 pub use sock::SockOptions;
 pub use stats::GroupStats;
 pub use subsystem::{
-    AdrFam, DISCOVERY_NQN, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,
+    AdrFam, DISCOVERY_NQN, HostKeys, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,
     TransportOpts,
 };
-pub use tgt::{Config, CtrlrRecord, NvmfTarget, QpairRecord};
+pub use tgt::{Config, CtrlrRecord, DhchapPolicy, NvmfTarget, QpairRecord};

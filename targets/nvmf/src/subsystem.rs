@@ -194,6 +194,18 @@ impl std::fmt::Debug for Namespace {
     }
 }
 
+/// The DH-HMAC-CHAP keys of one host of a subsystem: keyring keys, held while the host is
+/// listed (a key removed from the keyring stays usable by the host, as SPDK's references).
+#[derive(Clone, Debug)]
+pub struct HostKeys {
+    /// Host NQN.
+    pub host: String,
+    /// The key the host proves it holds.
+    pub dhchap_key: Arc<pmio_keyring::Key>,
+    /// The key the controller proves it holds, to a host that asks (bidirectional).
+    pub dhchap_ctrlr_key: Option<Arc<pmio_keyring::Key>>,
+}
+
 /// The kind of a subsystem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SubType {
@@ -215,6 +227,9 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     /// Host NQNs admitted when `allow_any_host` is off.
     pub hosts: Vec<String>,
+    /// The DH-HMAC-CHAP keys of hosts that must authenticate (`nvmf_subsystem_add_host
+    /// --dhchap-key`), by host NQN.
+    pub host_keys: Vec<HostKeys>,
     /// Most namespaces (NN); NSIDs run 1..=max_namespaces.
     pub max_namespaces: u32,
     pub min_cntlid: u16,
@@ -259,6 +274,7 @@ impl Subsystem {
             model_number: DEFAULT_MODEL.to_string(),
             allow_any_host: true,
             hosts: Vec::new(),
+            host_keys: Vec::new(),
             max_namespaces: 0,
             min_cntlid: 1,
             max_cntlid: MAX_CNTLID,
@@ -298,6 +314,7 @@ impl Subsystem {
             model_number: model,
             allow_any_host: p.allow_any_host,
             hosts: Vec::new(),
+            host_keys: Vec::new(),
             max_namespaces: if p.max_namespaces == 0 {
                 DEFAULT_MAX_NAMESPACES
             } else {
@@ -309,6 +326,11 @@ impl Subsystem {
             listeners: Vec::new(),
             ns_generation: 0,
         })
+    }
+
+    /// The keys `hostnqn` authenticates with, if it must.
+    pub fn host_keys(&self, hostnqn: &str) -> Option<&HostKeys> {
+        self.host_keys.iter().find(|k| k.host == hostnqn)
     }
 
     /// Whether `hostnqn` may connect (SPDK's rule: the list, unless any host is allowed).

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pmio::Uuid;
@@ -16,8 +16,10 @@ use crate::error::NvmfError;
 use crate::sock::SockOptions;
 use crate::stats::GroupStatsCell;
 use crate::subsystem::{
-    DISCOVERY_NQN, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams, TransportOpts,
+    DISCOVERY_NQN, HostKeys, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,
+    TransportOpts,
 };
+use pmio_auth::crypto::{DhGroup, Hash};
 
 /// The configuration RPC changes.
 #[derive(Clone, Debug, Default)]
@@ -26,6 +28,32 @@ pub struct Config {
     pub transport: Option<TransportOpts>,
     /// The discovery subsystem first, then NVM subsystems in creation order.
     pub subsystems: Vec<Subsystem>,
+    /// What DH-HMAC-CHAP may use (`nvmf_set_config`'s `dhchap_digests`, `dhchap_dhgroups`).
+    pub dhchap: DhchapPolicy,
+}
+
+/// The hashes and DH groups in-band authentication may choose from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhchapPolicy {
+    pub digests: Vec<Hash>,
+    pub dhgroups: Vec<DhGroup>,
+}
+
+impl Default for DhchapPolicy {
+    /// Every hash and group, as SPDK allows by default.
+    fn default() -> DhchapPolicy {
+        DhchapPolicy {
+            digests: vec![Hash::Sha256, Hash::Sha384, Hash::Sha512],
+            dhgroups: vec![
+                DhGroup::Null,
+                DhGroup::Ffdhe2048,
+                DhGroup::Ffdhe3072,
+                DhGroup::Ffdhe4096,
+                DhGroup::Ffdhe6144,
+                DhGroup::Ffdhe8192,
+            ],
+        }
+    }
 }
 
 impl Config {
@@ -96,6 +124,17 @@ pub struct NvmfTarget {
     next_core: AtomicUsize,
     /// Per reactor, in core order: what its poll group counts.
     pub(crate) group_stats: Vec<Arc<GroupStatsCell>>,
+    /// The last DH-HMAC-CHAP sequence number handed out (random at start, as SPDK's).
+    auth_seqnum: AtomicU32,
+    /// Failed in-band authentications, since start.
+    auth_failures: AtomicU64,
+}
+
+/// 32 random bits (the first sequence number, as SPDK draws it with RAND_bytes).
+fn random_u32() -> u32 {
+    pmio_auth::crypto::random(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .unwrap_or(1)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +163,7 @@ impl NvmfTarget {
                 config: Config {
                     transport: None,
                     subsystems: vec![Subsystem::discovery()],
+                    dhchap: DhchapPolicy::default(),
                 },
                 bound: Vec::new(),
                 ctrlrs: Vec::new(),
@@ -133,7 +173,45 @@ impl NvmfTarget {
             generation: AtomicU64::new(1),
             next_core: AtomicUsize::new(0),
             group_stats,
+            auth_seqnum: AtomicU32::new(random_u32()),
+            auth_failures: AtomicU64::new(0),
         })
+    }
+
+    /// The next DH-HMAC-CHAP challenge's sequence number (never 0).
+    pub(crate) fn next_auth_seqnum(&self) -> u32 {
+        loop {
+            let s = self
+                .auth_seqnum
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_add(1);
+            if s != 0 {
+                return s;
+            }
+        }
+    }
+
+    /// Counts a failed in-band authentication.
+    pub(crate) fn auth_failed(&self) {
+        self.auth_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed in-band authentications since start.
+    pub fn auth_failures(&self) -> u64 {
+        self.auth_failures.load(Ordering::Relaxed)
+    }
+
+    /// `nvmf_set_config`'s `dhchap_digests` and `dhchap_dhgroups`: for authentications that
+    /// start from now on.
+    pub fn set_dhchap_policy(&self, p: DhchapPolicy) -> Result<(), NvmfError> {
+        if p.digests.is_empty() || p.dhgroups.is_empty() {
+            return Err(NvmfError::InvalidParam(
+                "DH-HMAC-CHAP needs at least one digest and one DH group".into(),
+            ));
+        }
+        self.lock().config.dhchap = p;
+        self.changed();
+        Ok(())
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -274,6 +352,17 @@ impl NvmfTarget {
 
     /// `nvmf_subsystem_add_host`.
     pub fn add_host(&self, nqn: &str, host: &str) -> Result<(), NvmfError> {
+        self.add_host_with_keys(nqn, host, None)
+    }
+
+    /// `nvmf_subsystem_add_host` with DH-HMAC-CHAP keys: the host must authenticate every
+    /// queue (`keys.host` must be `host`).
+    pub fn add_host_with_keys(
+        &self,
+        nqn: &str,
+        host: &str,
+        keys: Option<HostKeys>,
+    ) -> Result<(), NvmfError> {
         crate::subsystem::check_nqn(host)?;
         let mut g = self.lock();
         let s = g.config.subsystem_mut(nqn)?;
@@ -281,6 +370,7 @@ impl NvmfTarget {
             return Err(NvmfError::Exists(format!("host {host} of {nqn}")));
         }
         s.hosts.push(host.to_string());
+        s.host_keys.extend(keys);
         drop(g);
         self.changed();
         Ok(())
@@ -296,6 +386,7 @@ impl NvmfTarget {
             .position(|h| h == host)
             .ok_or_else(|| NvmfError::NotFound(format!("host {host} of {nqn}")))?;
         s.hosts.remove(at);
+        s.host_keys.retain(|k| k.host != host);
         let still = s.allow_any_host;
         drop(g);
         self.changed();

@@ -221,3 +221,54 @@ pub fn free_port() -> u16 {
         .expect("bind 127.0.0.1:0")
         .port()
 }
+
+/// A minimal NVMe/TCP host written from the spec's byte layouts (not the target's codec):
+/// ICReq/ICResp, then a Fabrics Connect of the admin queue. Returns the socket and the
+/// CapsuleResp's CQE fields (DW0, status field without the phase bit).
+pub fn nvme_tcp_admin_connect(
+    port: u16,
+    subnqn: &str,
+    hostnqn: &str,
+    hostid: [u8; 16],
+) -> (std::net::TcpStream, u32, u16) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    // ICReq: type 0, HLEN 128, PLEN 128, PFV 0, HPDA 0, no digests, MAXR2T 0.
+    let mut icreq = [0u8; 128];
+    icreq[2] = 128;
+    icreq[4..8].copy_from_slice(&128u32.to_le_bytes());
+    s.write_all(&icreq).unwrap();
+    let mut icresp = [0u8; 128];
+    s.read_exact(&mut icresp).unwrap();
+    assert_eq!((icresp[0], icresp[2]), (1, 128), "ICResp");
+    // CapsuleCmd (type 4, HLEN 72, PDO 72) with the 1024-byte Connect data in the capsule.
+    let mut pdu = vec![0u8; 72 + 1024];
+    pdu[0] = 4;
+    pdu[2] = 72;
+    pdu[3] = 72;
+    pdu[4..8].copy_from_slice(&(72u32 + 1024).to_le_bytes());
+    let sqe = &mut pdu[8..72];
+    sqe[0] = 0x7f; // Fabrics
+    sqe[1] = 0x40; // SGL
+    sqe[2..4].copy_from_slice(&1u16.to_le_bytes()); // CID
+    sqe[4] = 0x01; // FCTYPE Connect
+    sqe[32..36].copy_from_slice(&1024u32.to_le_bytes()); // SGL length
+    sqe[39] = 0x01; // SGL data block, offset (in-capsule)
+    sqe[44..46].copy_from_slice(&31u16.to_le_bytes()); // QID 0 in CDW10; SQSIZE 31 in CDW11
+    let data = &mut pdu[72..];
+    data[..16].copy_from_slice(&hostid);
+    data[16..18].copy_from_slice(&0xffffu16.to_le_bytes()); // dynamic controller
+    data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
+    data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
+    s.write_all(&pdu).unwrap();
+    // CapsuleResp: type 5, HLEN 24; the CQE at 8.
+    let mut resp = [0u8; 24];
+    s.read_exact(&mut resp).unwrap();
+    assert_eq!((resp[0], resp[2]), (5, 24), "CapsuleResp");
+    let dw0 = u32::from_le_bytes(resp[8..12].try_into().unwrap());
+    assert_eq!(u16::from_le_bytes([resp[20], resp[21]]), 1, "CID echoed");
+    let status = u16::from_le_bytes([resp[22], resp[23]]) >> 1;
+    (s, dw0, status)
+}

@@ -36,13 +36,18 @@ pub struct NvmfSpec {
     pub reconnect_delay_sec: Option<u32>,
     /// Seconds after which I/O held during a reconnect fails (0: never).
     pub fast_io_fail_timeout_sec: Option<u32>,
+    /// File of the host's DH-HMAC-CHAP secret (`DHHC-1:…`, owner-only, absolute path).
+    pub dhchap_key: Option<String>,
+    /// File of the controller's secret (bidirectional authentication).
+    pub dhchap_ctrlr_key: Option<String>,
 }
 
 /// The help line of `--dev nvmf`.
 pub const HELP: &str = "nvmf:traddr=ADDR,trsvcid=PORT,subnqn=NQN[,ns=1,hostnqn=NQN,hdgst=0|1,\
 ddgst=0|1,queues=N,queue_size=N,ctrlr_loss_timeout_sec=S,reconnect_delay_sec=S,\
-fast_io_fail_timeout_sec=S,name=Nvme0] (NVMe/TCP; keys as spdk_nvme_perf -r, any case; \
-hostnqn= sends an empty host NQN, as spdk_nvme_perf does without one)";
+fast_io_fail_timeout_sec=S,dhchap_key=FILE,dhchap_ctrlr_key=FILE,name=Nvme0] (NVMe/TCP; keys as \
+spdk_nvme_perf -r, any case; hostnqn= sends an empty host NQN, as spdk_nvme_perf does without \
+one; dhchap_key: a DHHC-1 secret in an owner-only file, for DH-HMAC-CHAP)";
 
 /// Takes the `nvmf` keys out of `a`; `name` is the default controller name.
 pub fn parse(a: &mut SpecArgs, name: String) -> Result<NvmfSpec, String> {
@@ -95,7 +100,28 @@ pub fn parse(a: &mut SpecArgs, name: String) -> Result<NvmfSpec, String> {
         ctrlr_loss_timeout_sec,
         reconnect_delay_sec: secs(a, "reconnect_delay_sec")?,
         fast_io_fail_timeout_sec: secs(a, "fast_io_fail_timeout_sec")?,
+        dhchap_key: a.str("dhchap_key"),
+        dhchap_ctrlr_key: a.str("dhchap_ctrlr_key"),
     })
+}
+
+/// The DH-HMAC-CHAP keys of `s`, from their files (checked as the keyring checks them: an
+/// absolute path to a file only its owner may read).
+fn dhchap_keys(s: &NvmfSpec) -> Result<Option<pmio_nvme::tcp::DhchapKeys>, String> {
+    let ring = pmio_keyring::Keyring::new();
+    let add = |name: &str, path: &Option<String>| -> Result<_, String> {
+        let Some(p) = path else { return Ok(None) };
+        ring.file_add_key(name, std::path::Path::new(p))
+            .map_err(|e| format!("{name}={p}: {e}"))?;
+        ring.get(name).map(Some).map_err(|e| e.to_string())
+    };
+    let key = add("dhchap_key", &s.dhchap_key)?;
+    let ctrlr_key = add("dhchap_ctrlr_key", &s.dhchap_ctrlr_key)?;
+    match key {
+        Some(key) => Ok(Some(pmio_nvme::tcp::DhchapKeys { key, ctrlr_key })),
+        None if ctrlr_key.is_some() => Err("dhchap_ctrlr_key needs a dhchap_key".into()),
+        None => Ok(None),
+    }
 }
 
 impl NvmfSpec {
@@ -124,7 +150,10 @@ impl NvmfSpec {
 /// takes namespace `ns`.
 pub fn create(a: &mut SpecArgs, name: String) -> Result<Created, String> {
     let s = parse(a, name)?;
-    let opts = s.options();
+    let opts = TcpOptions {
+        dhchap: dhchap_keys(&s)?,
+        ..s.options()
+    };
     opts.validate().map_err(|e| e.to_string())?;
     let target = TcpTarget {
         traddr: s.traddr.clone(),
@@ -170,6 +199,8 @@ mod tests {
                 ctrlr_loss_timeout_sec: None,
                 reconnect_delay_sec: None,
                 fast_io_fail_timeout_sec: None,
+                dhchap_key: None,
+                dhchap_ctrlr_key: None,
             }
         );
         let s = spec(

@@ -22,6 +22,10 @@ pub struct TcpArgs {
     pub ddgst: bool,
     /// The knobs given with the attach.
     pub reconnect: Reconnect,
+    /// `dhchap_key`: the keyring key the host authenticates with.
+    pub dhchap_key: Option<String>,
+    /// `dhchap_ctrlr_key`: the keyring key the controller must prove it holds.
+    pub dhchap_ctrlr_key: Option<String>,
 }
 
 /// One `bdev_nvme_attach_controller` call, decoded.
@@ -84,6 +88,8 @@ pub fn check(p: NvmeAttach) -> Result<AttachArgs, RpcError> {
                 reconnect_delay_sec: p.reconnect_delay_sec,
                 fast_io_fail_timeout_sec: p.fast_io_fail_timeout_sec,
             },
+            dhchap_key: p.dhchap_key.clone(),
+            dhchap_ctrlr_key: p.dhchap_ctrlr_key.clone(),
         };
         (trid, Some(args))
     } else {
@@ -199,16 +205,6 @@ fn tcp_trid(p: &NvmeAttach) -> Result<Trid, RpcError> {
             "pmio's host lets the kernel pick the source port",
         ),
         ("psk", &p.psk, "pmio's host has no TLS"),
-        (
-            "dhchap_key",
-            &p.dhchap_key,
-            "pmio's host has no DH-HMAC-CHAP authentication",
-        ),
-        (
-            "dhchap_ctrlr_key",
-            &p.dhchap_ctrlr_key,
-            "pmio's host has no DH-HMAC-CHAP authentication",
-        ),
     ] {
         if given.is_some() {
             return Err(RpcError::errno_detail(

@@ -28,7 +28,7 @@ pub fn bdev_nvme_attach_controller(
     };
     let attached = match &a.tcp {
         None => attach_pcie(m, &a)?,
-        Some(tcp) => tcp::attach(&a, tcp, &m.defaults().get())?,
+        Some(tcp) => tcp::attach(&a, tcp, &m.defaults().get(), &m.keyring)?,
     };
     register(m, a.name, a.trid, attached)
 }

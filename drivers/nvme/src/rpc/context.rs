@@ -47,6 +47,8 @@ pub struct NvmeRpc {
     /// `ctrlrs`.
     attaching: Mutex<Vec<(String, Trid)>>,
     defaults: Arc<SharedDefaults>,
+    /// The keys controllers authenticate with (`--dhchap-key` names them).
+    pub keyring: Arc<pmio_keyring::Keyring>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,11 +58,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl NvmeRpc {
     /// The module on the daemon's `bdevs`, with no controller and the driver's defaults.
     pub fn new(bdevs: Arc<BdevHost>) -> NvmeRpc {
+        NvmeRpc::with_keyring(bdevs, Arc::default())
+    }
+
+    /// The same, looking keys up in the daemon's `keyring`.
+    pub fn with_keyring(bdevs: Arc<BdevHost>, keyring: Arc<pmio_keyring::Keyring>) -> NvmeRpc {
         NvmeRpc {
             bdevs,
             ctrlrs: Mutex::new(Vec::new()),
             attaching: Mutex::new(Vec::new()),
             defaults: Arc::default(),
+            keyring,
         }
     }
 

@@ -42,6 +42,7 @@ pub fn attach(
     a: &AttachArgs,
     tcp: &TcpArgs,
     defaults: &NvmeDefaults,
+    keyring: &pmio_keyring::Keyring,
 ) -> Result<Attached, RpcError> {
     let Trid::Tcp {
         traddr,
@@ -57,19 +58,47 @@ pub fn attach(
         trsvcid: trsvcid.clone(),
         subnqn: subnqn.clone(),
     };
-    let opts = options(a, tcp, defaults);
+    let opts = TcpOptions {
+        dhchap: dhchap_keys(tcp, keyring)?,
+        ..options(a, tcp, defaults)
+    };
     opts.validate().map_err(|e| nvme_error(&e))?;
     let ctrlr = crate::tcp::connect(&a.name, &target, opts.clone()).map_err(|e| nvme_error(&e))?;
     let hostnqn = ctrlr.hostnqn().unwrap_or_default().to_string();
     Ok(Attached {
-        saved: saved(a, &opts, &hostnqn),
+        saved: saved(a, tcp, &opts, &hostnqn),
         hostnqn,
         ctrlr,
     })
 }
 
+/// The keyring keys `--dhchap-key` and `--dhchap-ctrlr-key` name: an unknown name is SPDK's
+/// `-ENOKEY`, a controller key without a host key `-EINVAL`.
+fn dhchap_keys(
+    tcp: &TcpArgs,
+    keyring: &pmio_keyring::Keyring,
+) -> Result<Option<crate::tcp::DhchapKeys>, RpcError> {
+    let get = |name: &str| {
+        keyring.get(name).map_err(|_| {
+            RpcError::errno_detail(-libc::ENOKEY, format_args!("no key {name} in the keyring"))
+        })
+    };
+    let ctrlr_key = tcp.dhchap_ctrlr_key.as_deref().map(get).transpose()?;
+    match &tcp.dhchap_key {
+        Some(name) => Ok(Some(crate::tcp::DhchapKeys {
+            key: get(name)?,
+            ctrlr_key,
+        })),
+        None if ctrlr_key.is_some() => Err(RpcError::errno_detail(
+            -libc::EINVAL,
+            "dhchap_ctrlr_key needs a dhchap_key",
+        )),
+        None => Ok(None),
+    }
+}
+
 /// The attach call that reconnects as this one did, keys in SPDK's order.
-fn saved(a: &AttachArgs, o: &TcpOptions, hostnqn: &str) -> Value {
+fn saved(a: &AttachArgs, tcp: &TcpArgs, o: &TcpOptions, hostnqn: &str) -> Value {
     let mut p = serde_json::Map::new();
     p.insert("name".into(), json!(a.name));
     p.extend(a.trid.json());
@@ -88,6 +117,15 @@ fn saved(a: &AttachArgs, o: &TcpOptions, hostnqn: &str) -> Value {
     }
     if let Some(n) = a.num_io_queues {
         p.insert("num_io_queues".into(), json!(n));
+    }
+    // The keys' names (their texts stay in their files).
+    for (k, v) in [
+        ("dhchap_key", &tcp.dhchap_key),
+        ("dhchap_ctrlr_key", &tcp.dhchap_ctrlr_key),
+    ] {
+        if let Some(name) = v {
+            p.insert(k.into(), json!(name));
+        }
     }
     Value::Object(p)
 }
@@ -136,7 +174,7 @@ mod tests {
         );
         assert!(o.hdgst && !o.ddgst);
         o.validate().unwrap();
-        let s = saved(&a, &o, "nqn.h");
+        let s = saved(&a, &t, &o, "nqn.h");
         assert_eq!(
             s.to_string(),
             r#"{"name":"N","trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420","subnqn":"nqn.s","prchk_reftag":false,"prchk_guard":false,"ctrlr_loss_timeout_sec":30,"reconnect_delay_sec":2,"fast_io_fail_timeout_sec":10,"hostnqn":"nqn.h","hdgst":true,"ddgst":false}"#

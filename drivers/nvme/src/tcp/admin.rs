@@ -42,6 +42,9 @@ pub(crate) struct ConnectParams<'a> {
     pub cids: usize,
     pub timeout: Duration,
     pub what: &'a str,
+    /// The host side of an in-band authentication, asked for only when the Connect's
+    /// response requires one.
+    pub auth: &'a dyn Fn() -> Result<pmio_auth::host::HostConfig, ConnError>,
 }
 
 /// Opens a connection and runs ICReq/ICResp and Fabrics Connect, waiting (at most
@@ -80,6 +83,12 @@ pub(crate) fn connect_blocking(p: &ConnectParams<'_>) -> Result<(Conn, u32), Con
         |_| resp.get().is_some(),
     )?;
     match resp.get() {
+        Some(cqe) if cqe.status().is_success() && crate::spec::connect_requires_auth(cqe.dw0) => {
+            let cfg = (p.auth)()?;
+            super::auth::authenticate_blocking(&mut conn, cid, cfg, deadline)?;
+            log::info!("nvme-tcp: {}: authenticated (DH-HMAC-CHAP)", p.what);
+            Ok((conn, cqe.dw0))
+        }
         Some(cqe) if cqe.status().is_success() => Ok((conn, cqe.dw0)),
         Some(cqe) => {
             log::error!(
@@ -145,6 +154,7 @@ impl TcpAdmin {
         host: ConnectData,
         kato_ms: u32,
         timeout: Duration,
+        auth: &dyn Fn() -> Result<pmio_auth::host::HostConfig, ConnError>,
     ) -> Result<u16, ConnError> {
         self.disconnect();
         let p = ConnectParams {
@@ -161,6 +171,7 @@ impl TcpAdmin {
             cids: usize::from(CONNECT_CID) + 1,
             timeout,
             what: "admin queue Connect",
+            auth,
         };
         let (conn, dw0) = connect_blocking(&p)?;
         let mut st = self.lock();

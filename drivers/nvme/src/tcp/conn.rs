@@ -55,6 +55,12 @@ pub enum ConnError {
     DataDigest { cid: u16 },
     #[error("ICResp refused: {0}")]
     IcResp(pdu::PduError),
+    /// In-band authentication failed (the controller's refusal names its reason).
+    #[error("in-band authentication failed: {0}")]
+    Auth(String),
+    /// The subsystem asks for in-band authentication and no DH-HMAC-CHAP key was given.
+    #[error("the subsystem requires DH-HMAC-CHAP authentication: attach with a --dhchap-key")]
+    AuthRequired,
 }
 
 impl ConnError {
@@ -156,7 +162,14 @@ pub(crate) struct Conn {
     rx: Rx,
     /// The data of a Fabrics Connect in flight (in-capsule, sent from here).
     connect_data: Box<[u8; crate::spec::CONNECT_DATA_LEN]>,
+    /// The message of an Authentication Send or Receive in flight (sent from, or received
+    /// into, here).
+    auth_data: Box<[u8; AUTH_DATA_LEN]>,
 }
+
+/// Room for one in-band authentication message (the longest, a challenge or reply with an
+/// ffdhe8192 value, is under 1.2 KiB); an Authentication Receive asks for this much.
+pub(crate) const AUTH_DATA_LEN: usize = 4096;
 
 // SAFETY: the raw pointers are request buffers handed over by the submitter for the life of
 // their command (`pmio::IoBuf`'s contract) or into this connection's own boxes; the
@@ -185,6 +198,7 @@ impl Conn {
             drained: false,
             rx: Rx::Head,
             connect_data: Box::new([0; crate::spec::CONNECT_DATA_LEN]),
+            auth_data: Box::new([0; AUTH_DATA_LEN]),
         };
         conn.queue_head(&Header::IcReq(ic), None, std::ptr::null(), 0);
         conn
@@ -252,6 +266,33 @@ impl Conn {
         // SAFETY: the data lives in this connection's own box, untouched until the next
         // Connect; 1024 bytes always travel in-capsule (fabrics commands do).
         unsafe { self.submit(cid, sqe, ptr, data.len() as u32, false, false, u32::MAX) };
+    }
+
+    /// Queues an Authentication Send of `msg` as `cid` (in-capsule, as fabrics commands go).
+    pub(crate) fn submit_auth_send(&mut self, cid: u16, msg: &[u8]) {
+        let len = msg.len().min(AUTH_DATA_LEN);
+        self.auth_data[..len].copy_from_slice(&msg[..len]);
+        let ptr = self.auth_data.as_mut_ptr();
+        let sqe = crate::spec::auth_send_sqe(len as u32);
+        // SAFETY: the message lives in this connection's own box, untouched until the next
+        // authentication command, which is sent only after this one completed.
+        unsafe { self.submit(cid, sqe, ptr, len as u32, false, false, u32::MAX) };
+    }
+
+    /// Queues an Authentication Receive as `cid`, into this connection's message room
+    /// (cleared first: [`Conn::auth_data`] then holds the message and zeros).
+    pub(crate) fn submit_auth_recv(&mut self, cid: u16) {
+        self.auth_data.fill(0);
+        let ptr = self.auth_data.as_mut_ptr();
+        let sqe = crate::spec::auth_recv_sqe(AUTH_DATA_LEN as u32);
+        // SAFETY: as for `submit_auth_send`: the box outlives the command, nobody else
+        // touches it meanwhile.
+        unsafe { self.submit(cid, sqe, ptr, AUTH_DATA_LEN as u32, true, false, 0) };
+    }
+
+    /// What the last Authentication Receive brought.
+    pub(crate) fn auth_data(&self) -> &[u8] {
+        &self.auth_data[..]
     }
 
     /// Encodes `h` into the send queue, followed by `data_len` bytes at `data` and its

@@ -38,6 +38,7 @@ use crate::recovery::CtrlrLiveness;
 use crate::regs::{Cc, RegisterIo, off};
 use crate::spec::pdu::Digests;
 use crate::spec::{ConnectData, Sqe, admin_opc};
+use crate::tcp::ConnError;
 
 use super::abort::{AbortAsks, SentAborts};
 use super::admin::TcpAdmin;
@@ -88,6 +89,13 @@ impl TcpCtrlr {
             subnqn: self.target.subnqn.clone(),
             hostnqn: self.hostnqn.clone(),
         }
+    }
+
+    /// The host side of an in-band authentication, when the subsystem asks for one.
+    pub(crate) fn auth_config(&self) -> Result<pmio_auth::host::HostConfig, ConnError> {
+        let keys = self.opts.dhchap.as_ref().ok_or(ConnError::AuthRequired)?;
+        keys.config(&self.hostnqn, &self.target.subnqn)
+            .map_err(|e| ConnError::Auth(format!("the DH-HMAC-CHAP key: {e}")))
     }
 
     /// Asks the controller's thread to reset (reconnect) the controller.
@@ -209,6 +217,7 @@ fn connect_admin(name: &str, t: &TcpCtrlr) -> Result<u16, NvmeError> {
             t.connect_data(),
             t.opts.keep_alive_timeout_ms,
             CONNECT_TIMEOUT,
+            &|| t.auth_config(),
         )
         .map_err(|e| NvmeError::Disconnected {
             ctrlr: name.to_string(),

@@ -17,6 +17,8 @@
 //!   every KATO/2 and the reconnect policy (`reconnect_delay_sec`,
 //!   `fast_io_fail_timeout_sec`, `ctrlr_loss_timeout_sec`).
 //! - `abort.rs`: Aborts asked for by the queue pairs, sent by the controller's thread.
+//! - `auth.rs`: in-band authentication (DH-HMAC-CHAP) of each queue a subsystem asks it of,
+//!   with the keys of [`TcpOptions::dhchap`].
 //! - `aer.rs`: the Asynchronous Event Request the controller's thread keeps posted;
 //!   namespace changes are read and logged.
 //!
@@ -41,12 +43,14 @@
 mod abort;
 pub(crate) mod admin;
 mod aer;
+mod auth;
 mod conn;
 mod ctrlr;
 mod options;
 mod qpair;
 mod sock;
 
+pub use auth::DhchapKeys;
 pub use conn::ConnError;
 pub(crate) use ctrlr::TcpCtrlr;
 pub(crate) use ctrlr::shutdown;

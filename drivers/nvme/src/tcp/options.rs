@@ -69,6 +69,10 @@ pub struct TcpOptions {
     /// controller is back; 0 = off: I/O is held until the controller is back or lost.
     /// Default 0.
     pub fast_io_fail_timeout_sec: u32,
+    /// DH-HMAC-CHAP keys: a subsystem that asks for in-band authentication is answered with
+    /// them on every queue (and again on every reconnect). `None`: such a subsystem is not
+    /// connected to.
+    pub dhchap: Option<super::auth::DhchapKeys>,
 }
 
 impl Default for TcpOptions {
@@ -83,6 +87,7 @@ impl Default for TcpOptions {
             ctrlr_loss_timeout_sec: 0,
             reconnect_delay_sec: 0,
             fast_io_fail_timeout_sec: 0,
+            dhchap: None,
         }
     }
 }

@@ -17,7 +17,7 @@ use pmio::bdev::{DriverQueue, Registry};
 use pmio::request::{IoBuf, IoStatus, Op, Request};
 use pmio_malloc::{MallocDevice, MallocOptions};
 use pmio_nvme::tcp::{TcpOptions, TcpTarget};
-use pmio_nvmf::{ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
+use pmio_nvmf::{DhchapPolicy, HostKeys, ListenAddr, NvmfTarget, SubsystemParams, TransportOpts};
 use pmio_reactors::{CoreMask, Reactors, ReactorsOptions};
 
 pub const NQN: &str = "nqn.2016-06.io.pmio:tcp-host";
@@ -35,6 +35,9 @@ pub struct Target {
     registry: Arc<Registry>,
     pub port: u16,
     opts: TransportOpts,
+    /// Hosts that must authenticate, and the policy: applied again at every `up`.
+    auth: Vec<(String, HostKeys)>,
+    policy: Option<DhchapPolicy>,
 }
 
 impl Target {
@@ -63,6 +66,8 @@ impl Target {
             registry,
             port,
             opts,
+            auth: Vec::new(),
+            policy: None,
         };
         t.up();
         t
@@ -91,8 +96,39 @@ impl Target {
         tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap();
         let la = ListenAddr::new("127.0.0.1", &self.port.to_string(), None).unwrap();
         tgt.add_listener(NQN, la).unwrap();
+        if !self.auth.is_empty() {
+            tgt.allow_any_host(NQN, false).unwrap();
+        }
+        for (host, keys) in &self.auth {
+            tgt.add_host_with_keys(NQN, host, Some(keys.clone()))
+                .unwrap();
+        }
+        if let Some(p) = &self.policy {
+            tgt.set_dhchap_policy(p.clone()).unwrap();
+        }
         self.tgt = Some(tgt);
         self.reactors = Some(reactors);
+    }
+
+    /// Admits only `host`, which must authenticate with `keys` (now and after every `up`).
+    pub fn require_auth(&mut self, host: &str, keys: HostKeys) {
+        let tgt = self.tgt.as_ref().expect("the target is up");
+        tgt.allow_any_host(NQN, false).unwrap();
+        tgt.add_host_with_keys(NQN, host, Some(keys.clone()))
+            .unwrap();
+        self.auth.push((host.to_string(), keys));
+    }
+
+    /// The hashes and DH groups authentication may choose from (now and after every `up`).
+    pub fn dhchap_policy(&mut self, p: DhchapPolicy) {
+        let tgt = self.tgt.as_ref().expect("the target is up");
+        tgt.set_dhchap_policy(p.clone()).unwrap();
+        self.policy = Some(p);
+    }
+
+    /// Failed in-band authentications since the target (re)started.
+    pub fn auth_failures(&self) -> u64 {
+        self.tgt.as_ref().map_or(0, |t| t.auth_failures())
     }
 
     /// Stops serving: every connection closed, the port no longer listened on.

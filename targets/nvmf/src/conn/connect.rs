@@ -24,7 +24,10 @@ impl Conn {
             .and_then(|d| self.admit(sh, &cmd, &d));
         match answer {
             Ok(Admitted::Now(cntlid)) => {
-                let dw0 = spec::connect_success_dw0(cntlid);
+                let dw0 = match self.auth {
+                    Some(_) => spec::connect_success_auth_dw0(cntlid),
+                    None => spec::connect_success_dw0(cntlid),
+                };
                 self.send_cqe(sqe.cid(), cmd.qid, Status::SUCCESS, dw0, 0);
             }
             Ok(Admitted::AskController(d, owner)) => {
@@ -85,8 +88,14 @@ impl Conn {
         let Some((nqn, _)) = self.connecting.take() else {
             return;
         };
+        let auth = self.pending_auth.take();
         match verdict {
             Ok(()) => {
+                let dw0 = match auth {
+                    Some(_) => spec::connect_success_auth_dw0(p.cntlid),
+                    None => spec::connect_success_dw0(p.cntlid),
+                };
+                self.auth = auth;
                 self.qp = Some(Qpair {
                     qid: p.qid,
                     cntlid: p.cntlid,
@@ -104,7 +113,6 @@ impl Conn {
                     p.cntlid,
                     u32::from(p.sqsize) + 1
                 );
-                let dw0 = spec::connect_success_dw0(p.cntlid);
                 self.send_cqe(p.cid, p.qid, Status::SUCCESS, dw0, 0);
             }
             Err(r) => {
@@ -148,6 +156,7 @@ impl Conn {
         if cmd.qid == 0 {
             admit_admin_connect(subsys.as_ref(), d)?;
             let s = subsys.expect("admitted");
+            let auth = self.auth_for(tgt, &g.config.dhchap, &s, &d.hostnqn)?;
             let Some(cntlid) = NvmfTarget::alloc_cntlid(&mut g, &s) else {
                 return Err(ConnectReject::new(Status::CONNECT_CONTROLLER_BUSY));
             };
@@ -169,6 +178,8 @@ impl Conn {
                 }],
             });
             drop(g);
+            self.auth = auth;
+            self.hostnqn = Some(d.hostnqn.clone());
             self.qp = Some(Qpair {
                 qid: 0,
                 cntlid,
@@ -198,6 +209,18 @@ impl Conn {
         if rec.qpairs.iter().any(|q| q.qid == cmd.qid) {
             return Err(ConnectReject::new(Status::INVALID_QUEUE_IDENTIFIER));
         }
+        // Every queue of a host with keys authenticates, not only the admin queue.
+        let hostnqn = rec.hostnqn.clone();
+        let auth = self.auth_for(tgt, &g.config.dhchap, &s, &hostnqn)?;
+        let Some(rec) = g
+            .ctrlrs
+            .iter_mut()
+            .find(|c| c.subnqn == s.nqn && c.cntlid == d.cntlid)
+        else {
+            return Err(ConnectReject::invalid_data_field(connect_field::CNTLID));
+        };
+        self.pending_auth = auth;
+        self.hostnqn = Some(hostnqn);
         // Reserved here (a second Connect of the same queue is refused); given back if the
         // controller refuses.
         rec.qpairs.push(QpairRecord {

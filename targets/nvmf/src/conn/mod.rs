@@ -122,6 +122,7 @@ impl CmdSlot {
 }
 
 mod admin;
+mod auth;
 mod connect;
 mod io_cmd;
 mod receive;
@@ -140,6 +141,13 @@ pub(crate) struct Conn {
     /// The I/O-queue Connect waiting for its controller's verdict, with its subsystem: the
     /// queue is reserved in the controller's record until then.
     connecting: Option<(String, PendingConnect)>,
+    /// The queue's in-band authentication (its host has DH-HMAC-CHAP keys): until it is done
+    /// the queue carries nothing but Authentication Send/Receive.
+    auth: Option<Box<pmio_auth::controller::ControllerAuth>>,
+    /// The exchange an I/O-queue Connect waiting for its controller's verdict will start.
+    pending_auth: Option<Box<pmio_auth::controller::ControllerAuth>>,
+    /// The host NQN of the Connect (for re-authentication).
+    hostnqn: Option<String>,
     /// This queue's namespaces sorted by NSID, as of the group's snapshot `ns_generation`.
     ns_table: Vec<(u32, NsRef)>,
     /// The H2CData being read straight into its command's buffer.
@@ -192,6 +200,9 @@ impl Conn {
         Ok(Conn {
             serial,
             connecting: None,
+            auth: None,
+            pending_auth: None,
+            hostnqn: None,
             ns_table: Vec::new(),
             direct: None,
             ns_generation: 0,

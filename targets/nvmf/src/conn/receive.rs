@@ -252,6 +252,19 @@ impl Conn {
         if self.qp.is_none() {
             return self.connect(sh, sqe, data);
         }
+        if sqe.opcode() == spec::admin_opc::FABRICS
+            && matches!(
+                sqe.fctype(),
+                spec::fctype::AUTH_SEND | spec::fctype::AUTH_RECV
+            )
+        {
+            self.auth_command(sh, sqe, data);
+            return Ok(());
+        }
+        if self.auth_pending() {
+            self.refuse_unauthenticated(&sqe);
+            return Ok(());
+        }
         let Some(slot) = self.free.pop() else {
             return Err(Fatal(format!(
                 "the host sent more than the {} commands its queue holds",

@@ -20,6 +20,14 @@ use crate::subsystem::SubType;
 pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
     let c = rpc.tgt.config();
     let mut out = Vec::new();
+    if c.dhchap != crate::DhchapPolicy::default() {
+        // Only a policy narrowed from SPDK's default is written (as nvmf_set_config, which a
+        // configuration replays as a setting).
+        out.push(json!({"method": "nvmf_set_config", "params": {
+            "dhchap_digests": c.dhchap.digests.iter().map(|h| h.name()).collect::<Vec<_>>(),
+            "dhchap_dhgroups": c.dhchap.dhgroups.iter().map(|g| g.name()).collect::<Vec<_>>(),
+        }}));
+    }
     if let Some(t) = &c.transport {
         out.push(json!({"method": "nvmf_create_transport", "params": transport_json(t)}));
     }
@@ -27,9 +35,15 @@ pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
         if s.subtype == SubType::Nvme {
             out.push(call("nvmf_create_subsystem", &CreateSubsystem::of(s)));
             for h in &s.hosts {
+                let keys = s.host_keys(h);
                 let host = AddHost {
                     nqn: s.nqn.clone(),
                     host: h.clone(),
+                    // The keys' names: their texts stay in their files.
+                    dhchap_key: keys.map(|k| k.dhchap_key.name().to_string()),
+                    dhchap_ctrlr_key: keys
+                        .and_then(|k| k.dhchap_ctrlr_key.as_ref())
+                        .map(|k| k.name().to_string()),
                     ..AddHost::default()
                 };
                 out.push(call("nvmf_subsystem_add_host", &host));

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use pmio_runtime::rpc::{BdevHost, BdevUser};
 
 use crate::NvmfTarget;
+use pmio_keyring::Keyring;
 
 /// The context of the `nvmf_*` and `sock_*` methods: the target they configure and the bdevs
 /// its namespaces are made of. A daemon holds one and hangs [`super::methods`] on its registry
@@ -15,15 +16,26 @@ pub struct NvmfRpc {
     pub tgt: Arc<NvmfTarget>,
     /// Every bdev of the daemon.
     pub bdevs: Arc<BdevHost>,
+    /// The keys hosts authenticate with (`nvmf_subsystem_add_host --dhchap-key` names them).
+    pub keyring: Arc<Keyring>,
 }
 
 impl NvmfRpc {
     /// A target on `bdevs`' reactors serving `bdevs`' devices, registered with the host as a
     /// user of the bdevs its namespaces are made of (they are never deleted under it).
     pub fn new(bdevs: Arc<BdevHost>) -> NvmfRpc {
+        NvmfRpc::with_keyring(bdevs, Arc::default())
+    }
+
+    /// The same, looking keys up in the daemon's `keyring`.
+    pub fn with_keyring(bdevs: Arc<BdevHost>, keyring: Arc<Keyring>) -> NvmfRpc {
         let tgt = NvmfTarget::new(bdevs.reactors().clone(), bdevs.registry.clone());
         bdevs.add_user(Arc::new(NvmfUser(tgt.clone())));
-        NvmfRpc { tgt, bdevs }
+        NvmfRpc {
+            tgt,
+            bdevs,
+            keyring,
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use super::errors::{internal, nvmf_error};
 use super::rules::{self, Ignored, TgtName, refuse_given, targeted};
 use super::subsystem::subsystem;
 use crate::error::NvmfError;
+use crate::subsystem::HostKeys;
 
 /// `nvmf_subsystem_add_host` parameters, in the order rpc.py sends them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -27,11 +28,12 @@ pub struct AddHost {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub psk: Option<String>,
-    /// DH-HMAC-CHAP key: refused (pmio has no in-band authentication).
+    /// DH-HMAC-CHAP key (a keyring name): the host must authenticate every queue with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub dhchap_key: Option<String>,
-    /// DH-HMAC-CHAP controller key: refused (pmio has no in-band authentication).
+    /// DH-HMAC-CHAP controller key (a keyring name): the controller proves it holds it to a
+    /// host that asks (bidirectional authentication).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub dhchap_ctrlr_key: Option<String>,
@@ -78,16 +80,50 @@ pub(super) fn nvmf_subsystem_add_host(
 ) -> Result<Value, RpcError> {
     let p: AddHost = rules::decode(params)?;
     refuse_given("psk", &p.psk, "pmio has no TLS")?;
-    let no_auth = "pmio has no in-band authentication";
-    refuse_given("dhchap_key", &p.dhchap_key, no_auth)?;
-    refuse_given("dhchap_ctrlr_key", &p.dhchap_ctrlr_key, no_auth)?;
     subsystem(rpc, &p.nqn)?;
-    rpc.tgt.add_host(&p.nqn, &p.host).map_err(|e| match e {
-        NvmfError::NotFound(_) => nvmf_error(&e),
-        _ => internal("Internal error", &e),
-    })?;
-    log::info!("nvmf: {} admits host {}", p.nqn, p.host);
+    let keys = host_keys(rpc, &p)?;
+    let authenticated = keys.is_some();
+    rpc.tgt
+        .add_host_with_keys(&p.nqn, &p.host, keys)
+        .map_err(|e| match e {
+            NvmfError::NotFound(_) => nvmf_error(&e),
+            _ => internal("Internal error", &e),
+        })?;
+    log::info!(
+        "nvmf: {} admits host {}{}",
+        p.nqn,
+        p.host,
+        if authenticated { " (DH-HMAC-CHAP)" } else { "" }
+    );
     Ok(Value::Bool(true))
+}
+
+/// The keyring keys `dhchap_key` and `dhchap_ctrlr_key` name; an unknown name is SPDK's
+/// "Invalid parameters", as is a controller key without a host key.
+fn host_keys(rpc: &NvmfRpc, p: &AddHost) -> Result<Option<HostKeys>, RpcError> {
+    let invalid = || RpcError::new(pmio_jsonrpc::code::INVALID_PARAMS, "Invalid parameters");
+    let get = |name: &str, what: &str| {
+        rpc.keyring.get(name).map_err(|_| {
+            log::error!("nvmf: unable to find DH-HMAC-CHAP {what}: {name}");
+            invalid()
+        })
+    };
+    let ckey = match &p.dhchap_ctrlr_key {
+        Some(name) => Some(get(name, "ctrlr key")?),
+        None => None,
+    };
+    let Some(name) = &p.dhchap_key else {
+        if ckey.is_some() {
+            log::error!("nvmf: a DH-HMAC-CHAP ctrlr key needs a host key");
+            return Err(invalid());
+        }
+        return Ok(None);
+    };
+    Ok(Some(HostKeys {
+        host: p.host.clone(),
+        dhchap_key: get(name, "key")?,
+        dhchap_ctrlr_key: ckey,
+    }))
 }
 
 pub(super) fn nvmf_subsystem_remove_host(

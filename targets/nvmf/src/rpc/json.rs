@@ -71,6 +71,18 @@ pub fn ns_json(n: &Namespace) -> Value {
     v
 }
 
+/// A host of `s` as `nvmf_get_subsystems` lists it: its NQN and its keys' names.
+fn host_json(s: &Subsystem, host: &str) -> Value {
+    let mut v = json!({"nqn": host});
+    if let Some(k) = s.host_keys(host) {
+        v["dhchap_key"] = json!(k.dhchap_key.name());
+        if let Some(c) = &k.dhchap_ctrlr_key {
+            v["dhchap_ctrlr_key"] = json!(c.name());
+        }
+    }
+    v
+}
+
 /// A subsystem as `nvmf_get_subsystems` lists it (SPDK's member order; the discovery
 /// subsystem has no namespaces nor identity).
 pub fn subsystem_json(s: &Subsystem) -> Value {
@@ -82,7 +94,7 @@ pub fn subsystem_json(s: &Subsystem) -> Value {
         },
         "listen_addresses": s.listeners.iter().map(addr_json).collect::<Vec<_>>(),
         "allow_any_host": s.allow_any_host,
-        "hosts": s.hosts.iter().map(|h| json!({"nqn": h})).collect::<Vec<_>>(),
+        "hosts": s.hosts.iter().map(|h| host_json(s, h)).collect::<Vec<_>>(),
     });
     if s.subtype == SubType::Nvme {
         v["serial_number"] = json!(s.serial_number);

@@ -14,6 +14,7 @@ use crate::error::IoError;
 use crate::qpair::tracker::CmdSlot;
 use crate::recovery::CtrlrLiveness;
 use crate::spec::{Answering, ConnectCmd};
+use crate::tcp::auth::AuthFlow;
 use crate::tcp::conn::{Conn, ConnError};
 use crate::tcp::ctrlr::CONNECT_TIMEOUT;
 use crate::tcp::sock::Connecting;
@@ -26,6 +27,9 @@ pub(super) enum Setup {
     Ic(Conn),
     /// Fabrics Connect sent (CID = depth), waiting for its response.
     Connect(Conn),
+    /// The subsystem asked for in-band authentication: its commands (CID = depth) one after
+    /// the other.
+    Auth(Conn, Box<AuthFlow>),
 }
 
 /// The queue pair's connection.
@@ -168,6 +172,15 @@ impl TcpQpair {
                     }
                 })?;
                 match resp {
+                    Some(cqe)
+                        if cqe.status().is_success()
+                            && crate::spec::connect_requires_auth(cqe.dw0) =>
+                    {
+                        let cfg = self.tcp().auth_config()?;
+                        let flow = AuthFlow::start(&mut conn, cid, cfg);
+                        conn.flush()?;
+                        Setup::Auth(conn, Box::new(flow))
+                    }
                     Some(cqe) if cqe.status().is_success() => return Ok(Ok(conn)),
                     Some(cqe) => {
                         log::error!(
@@ -182,6 +195,30 @@ impl TcpQpair {
                         });
                     }
                     None => Setup::Connect(conn),
+                }
+            }
+            Setup::Auth(mut conn, mut flow) => {
+                let cid = flow.cid();
+                let mut resp = None;
+                conn.flush()?;
+                conn.poll(|c, cqe| {
+                    if c == cid {
+                        resp = Some(cqe);
+                    }
+                })?;
+                match resp {
+                    Some(cqe) if flow.advance(&mut conn, cqe)? => {
+                        log::info!(
+                            "{}: I/O queue {} authenticated (DH-HMAC-CHAP)",
+                            self.ctrlr.name,
+                            self.qid
+                        );
+                        return Ok(Ok(conn));
+                    }
+                    _ => {
+                        conn.flush()?;
+                        Setup::Auth(conn, flow)
+                    }
                 }
             }
         }))
