@@ -54,16 +54,13 @@ struct Members(Arc<Mutex<Vec<Arc<RaidDevice>>>>);
 
 impl BdevUser for Members {
     fn user_of(&self, name: &str) -> Option<String> {
-        lock(&self.0)
-            .iter()
-            .find(|a| a.members().iter().any(|m| m.info().name == name))
-            .map(|a| {
-                let raid = &a.info().name;
-                format!(
-                    "bdev {name} is a base bdev of raid bdev {raid}; delete it first \
+        lock(&self.0).iter().find(|a| a.has_member(name)).map(|a| {
+            let raid = &a.info().name;
+            format!(
+                "bdev {name} is a base bdev of raid bdev {raid}; delete it first \
                      (bdev_raid_delete {raid})"
-                )
-            })
+            )
+        })
     }
 }
 
@@ -120,7 +117,7 @@ pub struct RaidCreate {
     pub strip_size_kb: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
-    /// An on-disk superblock on every member: not built in pmio yet, so only `false`.
+    /// SPDK's superblock on every member (their data then starts 1 MiB in).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub superblock: Option<bool>,
 }
@@ -163,14 +160,8 @@ fn bdev_raid_create(m: &RaidRpc, _: &str, params: Option<&Value>) -> Result<Valu
     let Some(level) = RaidLevel::parse(&p.raid_level) else {
         return Err(parse_error());
     };
-    if p.superblock == Some(true) {
-        return Err(create_failed(
-            &p.name,
-            libc::EOPNOTSUPP,
-            "pmio has no RAID superblock yet; create the array with superblock false",
-        ));
-    }
     let uuid = params::parse_uuid(p.uuid.as_deref())?;
+    let sb = p.superblock.unwrap_or(false);
     m.host.check_name_free(&p.name)?;
     // Holding the owners' lock, no member can be deleted or taken between the look-up and
     // the claim the array's registration makes.
@@ -200,6 +191,7 @@ fn bdev_raid_create(m: &RaidRpc, _: &str, params: Option<&Value>) -> Result<Valu
         level,
         strip_size_kb: p.strip_size_kb.unwrap_or(0),
         members,
+        superblock: p.superblock.unwrap_or(false),
     })
     .map_err(|e| create_failed(&p.name, -e.errno(), e))?;
     let create = RaidCreate {
@@ -210,11 +202,10 @@ fn bdev_raid_create(m: &RaidRpc, _: &str, params: Option<&Value>) -> Result<Valu
         base_bdevs: BaseBdevs::List(names),
         superblock: None,
     };
-    let mut record = BdevRecord::new(
-        &p.name,
-        MODULE,
-        Some(params::call("bdev_raid_create", &create)),
-    );
+    // As SPDK: an array with a superblock is not in save_config; its members' superblocks
+    // bring it back when they are examined.
+    let call = (!sb).then(|| params::call("bdev_raid_create", &create));
+    let mut record = BdevRecord::new(&p.name, MODULE, call);
     record.driver_specific = json!({ "raid": info_json(&dev) });
     m.host
         .add_bdev(Arc::clone(&dev) as Arc<dyn BlockDevice>, record)?;
@@ -222,7 +213,7 @@ fn bdev_raid_create(m: &RaidRpc, _: &str, params: Option<&Value>) -> Result<Valu
     log::info!(
         "bdev_raid_create: {} ({level}, {} base bdevs, {} blocks)",
         p.name,
-        dev.members().len(),
+        dev.health().slots(),
         dev.info().num_blocks
     );
     Ok(Value::Bool(true))
@@ -278,33 +269,41 @@ fn bdev_raid_get_bdevs(m: &RaidRpc, _: &str, params: Option<&Value>) -> Result<V
 
 /// SPDK's `raid_bdev_write_info_json`: the array and its members.
 pub fn info_json(a: &RaidDevice) -> Value {
-    let n = a.members().len();
-    let up = a.health().operational_count();
-    let members: Vec<Value> = a
-        .members()
+    let h = a.health();
+    let n = h.slots();
+    let slots = a.members();
+    let sb = a.superblock();
+    let members: Vec<Value> = slots
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            let mi = m.info();
-            let ok = a.health().operational(i);
+            let configured = m.is_some() && h.writable(i);
+            let data_size = if m.is_some() {
+                a.layout().member_blocks[i]
+            } else {
+                0
+            };
             json!({
-                "name": if ok { Value::String(mi.name.clone()) } else { Value::Null },
-                "uuid": if ok { mi.uuid.to_string() } else { Uuid::default().to_string() },
-                "is_configured": ok,
-                "data_offset": 0,
-                "data_size": a.layout().member_blocks[i],
+                "name": m.as_ref().map(|m| m.info().name.clone()),
+                "uuid": m.as_ref().map_or(Uuid::default(), |m| m.info().uuid).to_string(),
+                "is_configured": configured,
+                "data_offset": if m.is_some() { a.layout().data_offset } else { 0 },
+                "data_size": data_size,
             })
         })
         .collect();
+    let discovered = (0..n)
+        .filter(|&i| slots[i].is_some() && h.writable(i))
+        .count();
     json!({
         "uuid": a.info().uuid.to_string(),
         "strip_size_kb": a.strip_size_kb(),
         "state": a.state(),
         "raid_level": a.level().name(),
-        "superblock": false,
+        "superblock": sb.is_some(),
         "num_base_bdevs": n,
-        "num_base_bdevs_discovered": up,
-        "num_base_bdevs_operational": up,
+        "num_base_bdevs_discovered": discovered,
+        "num_base_bdevs_operational": h.operational_count(),
         "base_bdevs_list": members,
     })
 }

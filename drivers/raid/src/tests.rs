@@ -14,6 +14,9 @@ use pmio::{
 };
 use pmio_malloc::{MallocDevice, MallocOptions};
 
+use crate::assembly::{Decision, Found, Gathering};
+use crate::keeper;
+use crate::superblock::{MemberState, Superblock};
 use crate::{RaidDevice, RaidLevel, RaidOptions};
 
 fn malloc(name: &str, kib: u64) -> Arc<dyn BlockDevice> {
@@ -32,6 +35,7 @@ fn raid(level: RaidLevel, strip_kb: u32, members: Vec<Arc<dyn BlockDevice>>) -> 
         level,
         strip_size_kb: strip_kb,
         members,
+        superblock: false,
     })
     .unwrap()
 }
@@ -147,6 +151,7 @@ fn refused_arrays_say_why() {
             level,
             strip_size_kb: kb,
             members,
+            superblock: false,
         })
         .err()
         .unwrap()
@@ -281,4 +286,133 @@ fn a_raid1_read_that_fails_is_retried_on_the_other_copy() {
     assert_ne!(q2.io(Op::Read, 0, 8), IoStatus::Success);
     assert_ne!(q2.io(Op::Write, 0, 8), IoStatus::Success);
     assert_eq!(r2.state(), "offline");
+}
+
+/// Runs `rqs[tags]` on an array's own driver queue to completion.
+fn run_driver(q: &mut dyn DriverQueue, rqs: &mut [Request], tags: &[u16]) {
+    q.submit(rqs, tags);
+    let mut done = Vec::with_capacity(rqs.len());
+    let t0 = Instant::now();
+    while done.len() < tags.len() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "I/O hangs");
+        q.poll(rqs, &mut done, rqs.len());
+    }
+}
+
+#[test]
+fn forwarded_requests_complete_with_the_arrays_extent() {
+    // raid0 forwards in place (the member's block is written into the caller's request while
+    // it is out), raid1 through copies: either way the caller gets its own request back.
+    for (level, kb) in [
+        (RaidLevel::Raid0, 4),
+        (RaidLevel::Concat, 4),
+        (RaidLevel::Raid1, 0),
+    ] {
+        let r = raid(level, kb, vec![malloc("A", 64), malloc("B", 64)]);
+        let mut q = r.open_queue(HctxType::Default, 0, 4).unwrap();
+        let buf = DmaRegion::new(4 << 10).unwrap();
+        let mut rqs = vec![Request::default(); 4];
+        for (t, lba) in [(0u16, 8u64), (1, 24), (2, 100)] {
+            let rq = &mut rqs[t as usize];
+            rq.op = if t == 2 { Op::Read } else { Op::Write };
+            rq.tag = t;
+            rq.lba = lba;
+            rq.nblocks = 8;
+            // SAFETY: the buffer outlives the requests, which complete before it is dropped.
+            rq.buf = unsafe { IoBuf::from_raw_parts(buf.as_ptr(), 4096) };
+        }
+        run_driver(q.as_mut(), &mut rqs, &[0, 1, 2]);
+        for (t, lba) in [(0usize, 8u64), (1, 24), (2, 100)] {
+            assert_eq!(rqs[t].status, IoStatus::Success, "{level} tag {t}");
+            assert_eq!((rqs[t].lba, rqs[t].nblocks), (lba, 8), "{level} tag {t}");
+        }
+    }
+}
+
+fn raid_sb(level: RaidLevel, strip_kb: u32, members: Vec<Arc<dyn BlockDevice>>) -> Arc<RaidDevice> {
+    RaidDevice::new(RaidOptions {
+        name: "RaidSb".into(),
+        uuid: None,
+        level,
+        strip_size_kb: strip_kb,
+        members,
+        superblock: true,
+    })
+    .unwrap()
+}
+
+fn member_sb(dev: &Arc<dyn BlockDevice>) -> Superblock {
+    keeper::read_superblock(dev).unwrap().expect("a superblock")
+}
+
+#[test]
+fn a_superblock_array_keeps_its_data_past_the_first_mib_and_its_superblock_on_every_member() {
+    let m: Vec<_> = (0..2).map(|i| malloc(&format!("S{i}"), 4096)).collect();
+    let r = raid_sb(RaidLevel::Raid0, 64, m.clone());
+    // 4 MiB members, 1 MiB each for the superblock: 3 MiB of data each.
+    assert_eq!(r.info().num_blocks, 2 * 3 * 2048);
+    let sb = r.superblock().unwrap();
+    assert_eq!(sb.seq_number, 1);
+    for d in &m {
+        assert_eq!(member_sb(d), sb);
+        assert_eq!(sb.member(&d.info().uuid).unwrap().data_offset, 2048);
+    }
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    let data = pattern(5, 256 << 10);
+    q.write(0, &data);
+    // Array strip 1 is member 1's first strip, at its block 2048.
+    assert_eq!(
+        Q::open(Arc::clone(&m[1])).read(2048, 64 << 10),
+        data[64 << 10..128 << 10]
+    );
+    assert_eq!(q.read(0, data.len()), data);
+}
+
+#[test]
+fn a_raid1_failure_is_in_the_superblock_before_the_write_it_failed_is_acknowledged() {
+    let a = malloc("A", 4096);
+    let b = malloc("B", 4096);
+    let broken = Arc::new(AtomicBool::new(false));
+    let flaky: Arc<dyn BlockDevice> = Arc::new(Breakable {
+        inner: Arc::clone(&b),
+        broken: Arc::clone(&broken),
+    });
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), flaky]);
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    let first = pattern(1, 64 << 10);
+    q.write(0, &first);
+    broken.store(true, Ordering::Relaxed);
+    let second = pattern(2, 64 << 10);
+    q.write(128, &second);
+    // The write is acknowledged: A's superblock already says B failed, one number later.
+    let on_a = member_sb(&a);
+    assert_eq!(on_a.seq_number, 2);
+    assert_eq!(on_a.members[1].state, MemberState::Failed);
+    let on_b = member_sb(&b);
+    assert_eq!(on_b.seq_number, 1, "B took no update");
+    drop(q);
+    drop(r);
+
+    // Restart: both members come back; B's older superblock is refused, the array runs on
+    // A and every acknowledged write reads back.
+    let mut g = Gathering::default();
+    let offer = |g: &mut Gathering<Arc<dyn BlockDevice>>, d: &Arc<dyn BlockDevice>| {
+        g.offer(Found {
+            sb: member_sb(d),
+            uuid: d.info().uuid,
+            dev: Arc::clone(d),
+        })
+    };
+    let (sb, slots) = match offer(&mut g, &a) {
+        Decision::Assemble { sb, slots } => (sb, slots),
+        d => panic!("{:?}", std::mem::discriminant(&d)),
+    };
+    assert!(slots[1].is_none());
+    let r = RaidDevice::assemble(sb, slots).unwrap();
+    assert_eq!(r.health().operational_count(), 1);
+    assert_eq!(r.health().state(1), crate::SlotState::Missing);
+    assert!(matches!(offer(&mut g, &b), Decision::Wait));
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    assert_eq!(q.read(0, first.len()), first);
+    assert_eq!(q.read(128, second.len()), second);
 }
