@@ -31,6 +31,7 @@ pub mod keeper;
 pub mod layout;
 pub mod member_io;
 mod queue;
+pub mod rebuild;
 #[cfg(feature = "rpc")]
 pub mod rpc;
 pub mod superblock;
@@ -80,6 +81,8 @@ pub struct RaidDevice {
     strip_size_kb: u32,
     /// The superblock as last written (arrays made with one).
     sb: Option<Mutex<Superblock>>,
+    /// The rebuild running or last run.
+    process: Mutex<Option<Arc<rebuild::Process>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -232,6 +235,7 @@ impl RaidDevice {
             }),
             strip_size_kb,
             sb: sb.map(Mutex::new),
+            process: Mutex::new(None),
             info,
         });
         if persistent {
@@ -356,6 +360,110 @@ impl RaidDevice {
     /// The superblock as last written, if the array has one.
     pub fn superblock(&self) -> Option<Superblock> {
         self.sb.as_ref().map(|s| lock(s).clone())
+    }
+
+    /// The rebuild running now, if any.
+    pub fn process(&self) -> Option<Arc<rebuild::Process>> {
+        lock(&self.process).clone().filter(|p| !p.finished())
+    }
+
+    /// Adds `member` to an empty (or failed) slot of a raid1 array and starts rebuilding it
+    /// (SPDK's `bdev_raid_add_base_bdev`); returns the slot. The member takes writes at
+    /// once and reads once the rebuild has copied everything to it.
+    pub fn add_member(
+        self: &Arc<Self>,
+        member: Arc<dyn BlockDevice>,
+        opts: rebuild::ProcessOptions,
+    ) -> Result<usize, BdevError> {
+        let bad = |reason: String| BdevError::InvalidConfig {
+            name: self.info.name.clone(),
+            reason,
+        };
+        if self.level() != RaidLevel::Raid1 {
+            return Err(bad(format!(
+                "a {} array takes no new base bdev once it runs",
+                self.level()
+            )));
+        }
+        let mi = member.info();
+        let need = self.layout().data_offset + self.layout().member_blocks[0];
+        if mi.block_size != self.info.block_size || mi.num_blocks < need {
+            return Err(bad(format!(
+                "base bdev {} ({} blocks of {} bytes) cannot hold {need} blocks of {}",
+                mi.name, mi.num_blocks, mi.block_size, self.info.block_size
+            )));
+        }
+        if self.process().is_some() {
+            return Err(bad("a rebuild is already running".into()));
+        }
+        let h = self.health();
+        let slot = {
+            let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
+            if slots.iter().flatten().any(|m| m.info().name == mi.name) {
+                return Err(bad(format!("base bdev {} is already a member", mi.name)));
+            }
+            let free = |i: &usize| matches!(h.state(*i), SlotState::Missing | SlotState::Failed);
+            // The slot the member had, if it comes back; else the first free one.
+            let own = self.superblock().and_then(|sb| {
+                sb.member(&mi.uuid)
+                    .map(|m| m.slot as usize)
+                    .filter(|i| free(i))
+            });
+            let slot = own
+                .or_else(|| (0..slots.len()).find(free))
+                .ok_or_else(|| bad("every slot has a member".into()))?;
+            slots[slot] = Some(Arc::clone(&member));
+            slot
+        };
+        h.set(slot, SlotState::Rebuilding);
+        let fail = |e: String| {
+            h.set(slot, SlotState::Missing);
+            BdevError::Io {
+                name: self.info.name.clone(),
+                source: std::io::Error::other(e),
+            }
+        };
+        keeper::write_superblock(self, |_| {}).map_err(|e| fail(e.to_string()))?;
+        let ranges = vec![(0, self.info.num_blocks)];
+        let p =
+            rebuild::start(self, slot, ranges, opts, |_| {}).map_err(|e| fail(e.to_string()))?;
+        *lock(&self.process) = Some(p);
+        Ok(slot)
+    }
+
+    /// Takes member `name` out of a raid1 array (SPDK's `bdev_raid_remove_base_bdev`): it
+    /// takes no more I/O and its slot is empty. Refused where it would leave no copy.
+    pub fn remove_member(&self, name: &str) -> Result<usize, BdevError> {
+        let bad = |reason: String| BdevError::InvalidConfig {
+            name: self.info.name.clone(),
+            reason,
+        };
+        let h = self.health();
+        let slot = self
+            .members()
+            .iter()
+            .position(|m| m.as_ref().is_some_and(|m| m.info().name == name))
+            .ok_or_else(|| bad(format!("{name} is not a base bdev of it")))?;
+        let others = (0..h.slots())
+            .filter(|&i| i != slot && h.operational(i))
+            .count();
+        if self.level() != RaidLevel::Raid1 || others == 0 {
+            return Err(bad(format!(
+                "removing {name} would leave the array without its data; delete the array instead"
+            )));
+        }
+        if let Some(p) = self.process().filter(|p| p.target == slot) {
+            p.stop();
+        }
+        h.set(slot, SlotState::Missing);
+        self.shared.slots.write().unwrap_or_else(|p| p.into_inner())[slot] = None;
+        if let Err(e) = keeper::write_superblock(self, |_| {}) {
+            log::error!(
+                "raid bdev {}: superblock after removing {name}: {e}",
+                self.info.name
+            );
+        }
+        Ok(slot)
     }
 
     /// SPDK's array state: `online` while it can serve every block, else `offline`.

@@ -10,7 +10,7 @@ use pmio::{BlockDevice, DmaRegion, DriverQueue, HctxType, IoBuf, IoStatus, Op, R
 
 use crate::superblock::MAX_LEN;
 
-/// Bytes the bounce buffer holds: the longest superblock, whole blocks of any size.
+/// Bytes the bounce buffer holds at least: the longest superblock, whole blocks of any size.
 const BOUNCE: usize = MAX_LEN.next_multiple_of(4096);
 
 /// What a synchronous member I/O failed with.
@@ -26,8 +26,12 @@ pub enum MemberIoError {
         nblocks: u32,
         errno: i32,
     },
-    #[error("bdev {name}: {len} bytes at once is more than the {BOUNCE} this path moves")]
-    TooLong { name: String, len: usize },
+    #[error("bdev {name}: {len} bytes at once is more than the {cap} this queue moves")]
+    TooLong {
+        name: String,
+        len: usize,
+        cap: usize,
+    },
 }
 
 /// One member's queue for metadata I/O.
@@ -37,11 +41,23 @@ pub struct MemberIo {
     rqs: [Request; 1],
     done: Vec<u16>,
     bounce: DmaRegion,
+    /// Blocks one request carries at most: the device's transfer limit.
+    max_blocks: u64,
+    /// The device's boundary in blocks (0: none).
+    boundary: u64,
 }
 
 impl MemberIo {
-    /// Opens a queue of `dev` for the calling thread.
+    /// Opens a queue of `dev` for the calling thread, for metadata.
     pub fn open(dev: Arc<dyn BlockDevice>) -> Result<MemberIo, MemberIoError> {
+        MemberIo::with_capacity(dev, BOUNCE)
+    }
+
+    /// Opens a queue of `dev` that moves up to `bytes` per call (a rebuild window).
+    pub fn with_capacity(
+        dev: Arc<dyn BlockDevice>,
+        bytes: usize,
+    ) -> Result<MemberIo, MemberIoError> {
         let open = |e: &dyn std::fmt::Display| MemberIoError::Open {
             name: dev.info().name.clone(),
             reason: e.to_string(),
@@ -49,8 +65,14 @@ impl MemberIo {
         let queue = dev
             .open_queue(HctxType::Default, 0, 1)
             .map_err(|e| open(&e))?;
-        let bounce = DmaRegion::with_options(BOUNCE, dev.dma_options()).map_err(|e| open(&e))?;
+        let bounce =
+            DmaRegion::with_options(bytes.max(BOUNCE), dev.dma_options()).map_err(|e| open(&e))?;
+        let info = dev.info();
+        let max_blocks = u64::from(info.max_transfer_blocks.max(1));
+        let boundary = u64::from(info.boundary_blocks);
         Ok(MemberIo {
+            max_blocks,
+            boundary,
             dev,
             queue,
             rqs: [Request::default()],
@@ -63,8 +85,33 @@ impl MemberIo {
         self.dev.info().block_size as usize
     }
 
-    /// Runs one request of `nblocks` at `lba` through the bounce buffer to completion.
+    /// Runs `nblocks` at `lba` through the bounce buffer (from its start) to completion, in
+    /// as many requests as the device's transfer limit and boundary ask.
     fn run(&mut self, op: Op, lba: u64, nblocks: u32) -> Result<(), MemberIoError> {
+        let mut at = 0u64;
+        let total = u64::from(nblocks);
+        loop {
+            let here = lba + at;
+            let mut n = (total - at).min(self.max_blocks);
+            if self.boundary != 0 {
+                n = n.min(self.boundary - here % self.boundary);
+            }
+            self.run_one(op, here, n as u32, at as usize * self.block_size())?;
+            at += n;
+            if at >= total {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs one request of `nblocks` at `lba`, its data at byte `buf_at` of the bounce buffer.
+    fn run_one(
+        &mut self,
+        op: Op,
+        lba: u64,
+        nblocks: u32,
+        buf_at: usize,
+    ) -> Result<(), MemberIoError> {
         let len = nblocks as usize * self.block_size();
         let rq = &mut self.rqs[0];
         *rq = Request::default();
@@ -72,9 +119,10 @@ impl MemberIo {
         rq.lba = lba;
         rq.nblocks = nblocks;
         rq.buf = if op.has_data() {
-            // SAFETY: the bounce buffer is ours, `len` <= BOUNCE (checked by the callers), and
-            // nothing else touches it until the request completes below.
-            unsafe { IoBuf::from_raw_parts(self.bounce.as_ptr(), len as u32) }
+            // SAFETY: the bounce buffer is ours, `buf_at + len` is within it (the callers check
+            // the whole transfer against its length), and nothing else touches it until the
+            // request completes below.
+            unsafe { IoBuf::from_raw_parts(self.bounce.as_ptr().add(buf_at), len as u32) }
         } else {
             IoBuf::EMPTY
         };
@@ -102,10 +150,12 @@ impl MemberIo {
     }
 
     fn blocks_of(&self, len: usize) -> Result<u32, MemberIoError> {
-        if len > BOUNCE {
+        let cap = self.bounce.len();
+        if len.next_multiple_of(self.block_size()) > cap {
             return Err(MemberIoError::TooLong {
                 name: self.dev.info().name.clone(),
                 len,
+                cap,
             });
         }
         Ok(len.div_ceil(self.block_size()) as u32)
@@ -120,14 +170,24 @@ impl MemberIo {
 
     /// Writes `data` (zero-padded to whole blocks) at block `lba`, then flushes it durable.
     pub fn write_durable(&mut self, lba: u64, data: &[u8]) -> Result<(), MemberIoError> {
+        self.write(lba, data)?;
+        self.flush()
+    }
+
+    /// Writes `data` (zero-padded to whole blocks) at block `lba`.
+    pub fn write(&mut self, lba: u64, data: &[u8]) -> Result<(), MemberIoError> {
         let n = self.blocks_of(data.len())?;
         let whole = n as usize * self.block_size();
         let b = &mut self.bounce.as_mut_slice()[..whole];
         b[..data.len()].copy_from_slice(data);
         b[data.len()..].fill(0);
-        self.run(Op::Write, lba, n)?;
+        self.run(Op::Write, lba, n)
+    }
+
+    /// Makes every completed write durable (where the device has a volatile cache).
+    pub fn flush(&mut self) -> Result<(), MemberIoError> {
         if self.dev.info().supported_ops.contains(Op::Flush) {
-            self.run(Op::Flush, 0, 0)?;
+            self.run_one(Op::Flush, 0, 0, 0)?;
         }
         Ok(())
     }

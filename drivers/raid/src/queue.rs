@@ -31,7 +31,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use pmio::{BdevError, DriverQueue, HctxType, IoStatus, Op, OpSet, Request};
+use pmio::{BdevError, BlockDevice, DriverQueue, HctxType, IoStatus, Op, OpSet, Request};
 
 use crate::Shared;
 use crate::health::Health;
@@ -42,6 +42,11 @@ use crate::window::{QueueAck, Range};
 struct Member {
     /// `None` while the slot has no member (or this queue could not open one).
     q: Option<Box<dyn DriverQueue>>,
+    /// The device `q` is a queue of.
+    dev: Option<Arc<dyn BlockDevice>>,
+    /// Whether `q` is the queue of the slot's member now, taking new I/O (a queue of a
+    /// member that left stays, not live, until its last I/O is reaped).
+    live: bool,
     /// The member's copies of the requests sent to it (raid1); empty when requests are
     /// forwarded in place.
     rqs: Vec<Request>,
@@ -113,6 +118,8 @@ impl RaidQueue {
         let members = (0..n)
             .map(|_| Member {
                 q: None,
+                dev: None,
+                live: false,
                 rqs: vec![Request::default(); copies],
                 done: Vec::with_capacity(d),
                 fwd: Vec::with_capacity(d),
@@ -142,11 +149,14 @@ impl RaidQueue {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        for (i, dev) in slots.iter().enumerate() {
+        for (i, dev) in slots.into_iter().enumerate() {
             if let Some(dev) = dev
                 && q.shared.health.writable(i)
             {
-                q.members[i].q = Some(dev.open_queue(HctxType::Default, 0, depth)?);
+                let m = &mut q.members[i];
+                m.q = Some(dev.open_queue(HctxType::Default, 0, depth)?);
+                m.dev = Some(dev);
+                m.live = true;
             }
         }
         Ok(q)
@@ -167,27 +177,42 @@ impl RaidQueue {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let mut all_done = true;
-        for (i, dev) in slots.iter().enumerate() {
-            let writable = self.shared.health.writable(i);
+        for (i, dev) in slots.into_iter().enumerate() {
+            let want = dev.filter(|_| self.shared.health.writable(i));
             let m = &mut self.members[i];
-            match (&m.q, dev, writable) {
-                (None, Some(dev), true) => match dev.open_queue(HctxType::Default, 0, self.depth) {
-                    Ok(q) => m.q = Some(q),
-                    Err(e) => {
-                        log::error!(
-                            "raid bdev {}: cannot open member {} on this reactor: {e}",
-                            self.shared.name,
-                            dev.info().name
-                        );
-                        self.shared.health.fail(i);
-                    }
-                },
-                (Some(q), _, false) if q.outstanding() == 0 => m.q = None,
-                (Some(_), _, false) => all_done = false,
-                _ => {}
+            let same = match (&m.dev, &want) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if same {
+                continue;
+            }
+            m.live = false;
+            if m.q.as_ref().is_some_and(|q| q.outstanding() > 0) {
+                // Closed (and the new member opened) once its last I/O is reaped.
+                all_done = false;
+                continue;
+            }
+            m.q = None;
+            m.dev = None;
+            let Some(dev) = want else { continue };
+            match dev.open_queue(HctxType::Default, 0, self.depth) {
+                Ok(q) => {
+                    m.q = Some(q);
+                    m.dev = Some(dev);
+                    m.live = true;
+                }
+                Err(e) => {
+                    log::error!(
+                        "raid bdev {}: cannot open member {} on this reactor: {e}",
+                        self.shared.name,
+                        dev.info().name
+                    );
+                    self.shared.health.fail(i);
+                }
             }
         }
-        // A member queue left open for its outstanding I/O is closed at a later call.
         if all_done {
             self.seen = generation;
         }
@@ -228,7 +253,7 @@ impl RaidQueue {
     /// Whether member `m` can take I/O of this kind from this queue now.
     #[inline]
     fn usable(&self, m: usize, read: bool) -> bool {
-        self.members[m].q.is_some()
+        self.members[m].live
             && if read {
                 self.health().operational(m)
             } else {
@@ -317,12 +342,12 @@ impl RaidQueue {
         st.pending -= 1;
         if status == IoStatus::Success {
             // A write to a member being rebuilt is not a current copy on its own.
-            if rq.op == Op::Read || self.shared.health.operational(m) {
+            if rq.op == Op::Read || (self.members[m].live && self.shared.health.operational(m)) {
                 st.ok += 1;
             }
         } else {
             st.error.get_or_insert(status);
-            if level == RaidLevel::Raid1 {
+            if level == RaidLevel::Raid1 && self.members[m].live {
                 st.failed_on |= 1 << m;
                 if self.shared.health.fail(m) {
                     log::error!(
@@ -397,13 +422,16 @@ impl RaidQueue {
     /// Follows the rebuild window: parked writes it no longer covers go out, and the rebuild
     /// is told once no write in flight here overlaps the window.
     fn follow_window(&mut self, rqs: &mut [Request]) {
-        let w = self.shared.window.read();
-        if w.seq != self.win.seq {
-            self.win = w;
-            if !self.parked.is_empty() {
-                self.unpark(rqs);
-            }
+        let mut w = self.shared.window.read();
+        if w.seq != self.win.seq && !self.parked.is_empty() {
+            // The writes about to go out count before the window is read again (the
+            // handshake of `Window::enter`), so a window published meanwhile waits for them.
+            w = self
+                .shared
+                .window
+                .enter(&self.ack, self.writes + self.parked.len() as u64);
         }
+        self.take_window(rqs, w);
         let seen = self.ack.seen.load(std::sync::atomic::Ordering::Relaxed);
         if seen < w.seq && !self.writes_overlap(w) {
             self.ack
@@ -413,6 +441,18 @@ impl RaidQueue {
         self.ack
             .writes
             .store(self.writes, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Makes `w` the window this queue honours; writes parked for an older one are routed
+    /// (or parked again where `w` covers them).
+    #[inline]
+    fn take_window(&mut self, rqs: &mut [Request], w: Range) {
+        if w.seq != self.win.seq {
+            self.win = w;
+            if !self.parked.is_empty() {
+                self.unpark(rqs);
+            }
+        }
     }
 
     /// Whether a write in flight here touches window `w` (cold: once per window).
@@ -460,8 +500,9 @@ impl DriverQueue for RaidQueue {
         }
         self.fits(rqs.len());
         if !self.in_place {
-            let bound = self.writes + tags.len() as u64;
-            self.win = self.shared.window.enter(&self.ack, bound);
+            let bound = self.writes + (tags.len() + self.parked.len()) as u64;
+            let w = self.shared.window.enter(&self.ack, bound);
+            self.take_window(rqs, w);
         }
         for &t in tags {
             self.admit(rqs, t);
