@@ -102,6 +102,24 @@ impl<D: Clone> Gathering<D> {
         self.found.retain(|o| &o.uuid != uuid);
     }
 
+    /// Arrays still gathering: the newest superblock seen of each and how many of its
+    /// members are here.
+    pub fn pending(&self) -> Vec<(Superblock, usize)> {
+        let mut out: Vec<(Superblock, usize)> = Vec::new();
+        for f in &self.found {
+            match out.iter_mut().find(|(sb, _)| sb.uuid == f.sb.uuid) {
+                Some((sb, n)) => {
+                    *n += 1;
+                    if f.sb.seq_number > sb.seq_number {
+                        *sb = f.sb.clone();
+                    }
+                }
+                None => out.push((f.sb.clone(), 1)),
+            }
+        }
+        out
+    }
+
     /// Members waiting for their array, with the array's name.
     pub fn waiting(&self) -> impl Iterator<Item = (&str, Uuid)> {
         self.found.iter().map(|f| (f.sb.name.as_str(), f.uuid))

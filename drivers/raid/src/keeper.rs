@@ -118,6 +118,24 @@ pub(crate) fn write_superblock(
     }
 }
 
+/// Wipes the superblock from every member of `dev` (`bdev_raid_delete` with `clear_sb`), so
+/// no examine assembles the array again. Errors are logged: a member that kept it is refused
+/// later as a member of no running array, or assembles alone.
+pub(crate) fn clear_superblock(dev: &RaidDevice) {
+    let Some(sb) = dev.superblock() else { return };
+    let zeros = vec![0u8; sb.length()];
+    for m in dev.members().iter().flatten() {
+        if let Err(e) = MemberIo::open(Arc::clone(m)).and_then(|mut io| io.write_durable(0, &zeros))
+        {
+            log::error!(
+                "raid bdev {}: superblock not cleared on {}: {e}",
+                sb.name,
+                m.info().name
+            );
+        }
+    }
+}
+
 /// Starts the superblock writer of `dev`; it ends when the array is dropped.
 pub(crate) fn spawn(dev: &Arc<RaidDevice>) {
     let weak: Weak<RaidDevice> = Arc::downgrade(dev);
