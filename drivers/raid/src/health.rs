@@ -55,8 +55,8 @@ pub struct Health {
     generation: AtomicU64,
     /// Whether failures wait for the superblock writer (the array has a superblock).
     persistent: bool,
-    /// Wakes the superblock writer.
-    changed: Mutex<bool>,
+    /// Wakes the superblock writer: (a slot changed, something else to write).
+    changed: Mutex<(bool, bool)>,
     wake: Condvar,
 }
 
@@ -67,7 +67,7 @@ impl Health {
             recorded: AtomicU32::new(0),
             generation: AtomicU64::new(0),
             persistent,
-            changed: Mutex::new(false),
+            changed: Mutex::new((false, false)),
             wake: Condvar::new(),
         }
     }
@@ -153,7 +153,15 @@ impl Health {
 
     fn bump(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        *self.changed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.changed.lock().unwrap_or_else(|p| p.into_inner()).0 = true;
+        self.wake.notify_all();
+    }
+
+    /// Wakes the superblock writer for something other than a slot change (the
+    /// write-intent bitmap has a bit to make durable). Cold: takes its lock.
+    #[cold]
+    pub(crate) fn poke(&self) {
+        self.changed.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
         self.wake.notify_all();
     }
 
@@ -176,14 +184,14 @@ impl Health {
             .fold(0, |m, i| m | 1 << i)
     }
 
-    /// Waits up to `timeout` for a change; true if there was one since the last call.
+    /// Waits up to `timeout` to be woken; true if a slot changed since the last call.
     pub(crate) fn wait_change(&self, timeout: Duration) -> bool {
         let g = self.changed.lock().unwrap_or_else(|p| p.into_inner());
         let (mut g, _) = self
             .wake
-            .wait_timeout_while(g, timeout, |c| !*c)
+            .wait_timeout_while(g, timeout, |c| !c.0 && !c.1)
             .unwrap_or_else(|p| p.into_inner());
-        std::mem::replace(&mut *g, false)
+        std::mem::take(&mut *g).0
     }
 }
 

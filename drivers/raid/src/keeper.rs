@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use pmio::BlockDevice;
 
+use crate::bitmap::BITMAP_OFFSET_BYTES;
 use crate::member_io::{MemberIo, MemberIoError};
 use crate::superblock::{MemberState, SbError, Superblock};
 use crate::{RaidDevice, SlotState, lock};
@@ -86,6 +87,9 @@ pub(crate) fn write_superblock(
         }
     }
     let bytes = sb.encode();
+    dev.shared
+        .sb_seq
+        .store(sb.seq_number, std::sync::atomic::Ordering::Release);
     let mut last_err = None;
     let mut written = 0;
     for (slot, m) in members.iter().enumerate() {
@@ -102,7 +106,7 @@ pub(crate) fn write_superblock(
                     sb.seq_number,
                     m.info().name
                 );
-                health.fail(slot);
+                dev.shared.fail_member(slot);
                 last_err = Some(e);
             }
         }
@@ -118,10 +122,88 @@ pub(crate) fn write_superblock(
     }
 }
 
+/// Block of the write-intent bitmap on a member.
+fn bitmap_lba(dev: &RaidDevice) -> u64 {
+    BITMAP_OFFSET_BYTES / u64::from(dev.info().block_size)
+}
+
+/// Writes the write-intent bitmap durably to every member taking writes, then records its
+/// generation durable (what the queues' held writes wait for).
+pub(crate) fn write_bitmap(dev: &RaidDevice) {
+    let map = &dev.shared.map;
+    let generation = map.generation();
+    let bytes = map.encode(&dev.info().uuid);
+    let health = dev.health();
+    let mut written = 0;
+    for (slot, m) in dev.members().iter().enumerate() {
+        let Some(m) = m else { continue };
+        if !health.writable(slot) {
+            continue;
+        }
+        let r = MemberIo::with_capacity(Arc::clone(m), bytes.len())
+            .and_then(|mut io| io.write_durable(bitmap_lba(dev), &bytes));
+        match r {
+            Ok(()) => written += 1,
+            Err(e) => {
+                log::error!(
+                    "raid bdev {}: write-intent bitmap not written to {}: {e}",
+                    dev.info().name,
+                    m.info().name
+                );
+                dev.shared.fail_member(slot);
+            }
+        }
+    }
+    if written == 0 {
+        log::error!(
+            "raid bdev {}: write-intent bitmap reached no member",
+            dev.info().name
+        );
+    }
+    // With no member left to hold data there is nothing to protect by waiting.
+    map.set_durable(generation);
+}
+
+/// Loads the write-intent bitmap an assembled array's members carry (the first operational
+/// member's), so a restart keeps what it tracked.
+pub(crate) fn load_bitmap(dev: &RaidDevice) {
+    let map = &dev.shared.map;
+    let h = dev.health();
+    let Some(m) = dev
+        .members()
+        .into_iter()
+        .enumerate()
+        .find(|(i, m)| m.is_some() && h.operational(*i))
+        .and_then(|(_, m)| m)
+    else {
+        return;
+    };
+    let len = map.encoded_len();
+    let r = MemberIo::with_capacity(Arc::clone(&m), len)
+        .and_then(|mut io| io.read(bitmap_lba(dev), len));
+    match r.map(|b| map.load(&dev.info().uuid, &b)) {
+        Ok(Ok(())) => {
+            map.set_durable(map.generation());
+            log::info!(
+                "raid bdev {}: write-intent bitmap loaded from {} (tracking {}, since superblock {})",
+                dev.info().name,
+                m.info().name,
+                map.active(),
+                map.since()
+            );
+        }
+        Ok(Err(e)) => log::info!("raid bdev {}: {e} on {}", dev.info().name, m.info().name),
+        Err(e) => log::warn!(
+            "raid bdev {}: write-intent bitmap unreadable: {e}",
+            dev.info().name
+        ),
+    }
+}
+
 /// Wipes the superblock from every member of `dev` (`bdev_raid_delete` with `clear_sb`), so
 /// no examine assembles the array again. Errors are logged: a member that kept it is refused
 /// later as a member of no running array, or assembles alone.
-pub(crate) fn clear_superblock(dev: &RaidDevice) {
+pub fn clear_superblock(dev: &RaidDevice) {
     let Some(sb) = dev.superblock() else { return };
     let zeros = vec![0u8; sb.length()];
     for m in dev.members().iter().flatten() {
@@ -151,10 +233,18 @@ pub(crate) fn spawn(dev: &Arc<RaidDevice>) {
                     & !(0..shared.health.slots())
                         .filter(|&i| shared.health.recorded(i))
                         .fold(0u32, |m, i| m | 1 << i);
-                if !changed && pending == 0 {
+                let map_behind = !shared.map.durable(shared.map.generation());
+                if !changed && pending == 0 && !map_behind {
                     continue;
                 }
-                record_failures(&dev, pending);
+                // The bitmap first: tracking began before the member left, so the map the
+                // superblock's change implies is on disk when that change is.
+                if map_behind {
+                    write_bitmap(&dev);
+                }
+                if changed || pending != 0 {
+                    record_failures(&dev, pending);
+                }
             }
         });
     if let Err(e) = started {

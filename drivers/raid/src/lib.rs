@@ -10,6 +10,10 @@
 //! | `superblock.rs` | SPDK's on-disk superblock, one codec ([`superblock::Superblock`]) |
 //! | `member_io.rs` | synchronous metadata I/O on one member, off the reactors |
 //! | `keeper.rs` | the array's superblock: written at create, on every change, read at assembly |
+//! | `window.rs` | the rebuild window: front-end writes to it wait, nothing else does |
+//! | `rebuild.rs` | the rebuild process: a window at a time, paced, progress |
+//! | `bitmap.rs` | the write-intent bitmap: regions written while a member is away |
+//! | `assembly.rs` | gathering members found at examine into arrays, refusing stale ones |
 //! | `queue.rs` | one reactor's queue: forwarding to the members' queues, raid1's rules |
 //! | `rpc.rs`, `cli.rs` | SPDK's `bdev_raid_*` methods and pmio-rpc's subcommands |
 //!
@@ -24,6 +28,7 @@
 //! the others' is never read from.
 
 pub mod assembly;
+pub mod bitmap;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod health;
@@ -72,6 +77,28 @@ pub(crate) struct Shared {
     pub(crate) slots: Slots,
     /// The range a rebuild is copying now.
     pub(crate) window: window::Window,
+    /// Regions written while a member is away (raid1).
+    pub(crate) map: bitmap::DirtyMap,
+    /// The sequence number of the superblock last written.
+    pub(crate) sb_seq: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// Fails member `m` out on an I/O error; the write-intent bitmap starts tracking first,
+    /// so no write can miss both the member and the map. True if this call did it.
+    #[cold]
+    pub(crate) fn fail_member(&self, m: usize) -> bool {
+        self.start_tracking();
+        self.health.fail(m)
+    }
+
+    /// Starts the write-intent bitmap for a member leaving now (raid1).
+    pub(crate) fn start_tracking(&self) {
+        if self.layout.level == RaidLevel::Raid1 {
+            self.map
+                .start(self.sb_seq.load(std::sync::atomic::Ordering::Acquire));
+        }
+    }
 }
 
 /// A RAID bdev.
@@ -225,6 +252,8 @@ impl RaidDevice {
         };
         info.validate()?;
         let persistent = sb.is_some();
+        let layout_blocks = layout.num_blocks;
+        let sb_seq = sb.as_ref().map_or(0, |s| s.seq_number);
         let dev = Arc::new(RaidDevice {
             shared: Arc::new(Shared {
                 name: Arc::from(name.as_str()),
@@ -232,6 +261,8 @@ impl RaidDevice {
                 layout,
                 slots: RwLock::new(slots),
                 window: window::Window::default(),
+                map: bitmap::DirtyMap::new(layout_blocks, block_size, persistent),
+                sb_seq: std::sync::atomic::AtomicU64::new(sb_seq),
             }),
             strip_size_kb,
             sb: sb.map(Mutex::new),
@@ -312,9 +343,11 @@ impl RaidDevice {
             &states,
             Some(sb),
         )?;
+        keeper::load_bitmap(&dev);
         if up < n {
-            // Record who is missing, so a member that turns up later with the old
-            // superblock is known to be behind.
+            // Writes from now on miss the absent members: track them, and record who is
+            // missing so a member that turns up later with the old superblock is behind.
+            dev.shared.start_tracking();
             keeper::write_superblock(&dev, |_| {}).map_err(|e| BdevError::Io {
                 name: dev.info.name.clone(),
                 source: std::io::Error::other(e.to_string()),
@@ -362,6 +395,11 @@ impl RaidDevice {
         self.sb.as_ref().map(|s| lock(s).clone())
     }
 
+    /// The rebuild last started (running or not).
+    pub fn last_process(&self) -> Option<Arc<rebuild::Process>> {
+        lock(&self.process).clone()
+    }
+
     /// The rebuild running now, if any.
     pub fn process(&self) -> Option<Arc<rebuild::Process>> {
         lock(&self.process).clone().filter(|p| !p.finished())
@@ -396,6 +434,8 @@ impl RaidDevice {
         if self.process().is_some() {
             return Err(bad("a rebuild is already running".into()));
         }
+        // Read before the member gets the array's current superblock below.
+        let ranges = self.ranges_to_rebuild(&member);
         let h = self.health();
         let slot = {
             let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
@@ -424,11 +464,38 @@ impl RaidDevice {
             }
         };
         keeper::write_superblock(self, |_| {}).map_err(|e| fail(e.to_string()))?;
-        let ranges = vec![(0, self.info.num_blocks)];
         let p =
             rebuild::start(self, slot, ranges, opts, |_| {}).map_err(|e| fail(e.to_string()))?;
         *lock(&self.process) = Some(p);
         Ok(slot)
+    }
+
+    /// What a member joining must be copied: only the regions the write-intent bitmap marked
+    /// if the member was current when tracking began (its superblock, of this array, is at
+    /// the bitmap's `since` or later), else everything.
+    fn ranges_to_rebuild(&self, member: &Arc<dyn BlockDevice>) -> Vec<(u64, u64)> {
+        let all = vec![(0, self.info.num_blocks)];
+        let map = &self.shared.map;
+        if !map.active() {
+            return all;
+        }
+        match keeper::read_superblock(member) {
+            Ok(Some(sb)) if sb.uuid == self.info.uuid && sb.seq_number >= map.since() => {
+                let ranges = map.dirty_ranges(self.info.num_blocks);
+                log::info!(
+                    "raid bdev {}: {} comes back at superblock {} (tracking since {}): \
+                     partial rebuild of {} blocks in {} ranges",
+                    self.info.name,
+                    member.info().name,
+                    sb.seq_number,
+                    map.since(),
+                    ranges.iter().map(|&(s, e)| e - s).sum::<u64>(),
+                    ranges.len()
+                );
+                ranges
+            }
+            _ => all,
+        }
     }
 
     /// Takes member `name` out of a raid1 array (SPDK's `bdev_raid_remove_base_bdev`): it
@@ -455,6 +522,7 @@ impl RaidDevice {
         if let Some(p) = self.process().filter(|p| p.target == slot) {
             p.stop();
         }
+        self.shared.start_tracking();
         h.set(slot, SlotState::Missing);
         self.shared.slots.write().unwrap_or_else(|p| p.into_inner())[slot] = None;
         if let Err(e) = keeper::write_superblock(self, |_| {}) {

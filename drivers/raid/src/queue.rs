@@ -74,6 +74,9 @@ struct TagState {
     lba: u64,
     /// Its blocks.
     nblocks: u32,
+    /// The write-intent bitmap generation that must be durable before it is acknowledged
+    /// (0: none).
+    map_gen: u64,
     /// Whether it changes data (write, write-zeroes, unmap): what a rebuild window holds.
     write: bool,
 }
@@ -209,7 +212,7 @@ impl RaidQueue {
                         self.shared.name,
                         dev.info().name
                     );
-                    self.shared.health.fail(i);
+                    self.shared.fail_member(i);
                 }
             }
         }
@@ -286,6 +289,10 @@ impl RaidQueue {
         }
         let level = layout.level;
         let all = rq.op == Op::Flush || (level == RaidLevel::Raid1 && rq.op != Op::Read);
+        if level == RaidLevel::Raid1 && changes_data(rq.op) && self.shared.map.active() {
+            self.mark_dirty(t, rq.lba, rq.nblocks);
+        }
+        let layout = &self.shared.layout;
         if all {
             let lba = layout.mirror_lba(rq.lba);
             for m in 0..self.members.len() {
@@ -349,7 +356,12 @@ impl RaidQueue {
             st.error.get_or_insert(status);
             if level == RaidLevel::Raid1 && self.members[m].live {
                 st.failed_on |= 1 << m;
-                if self.shared.health.fail(m) {
+                let failed_now = self.shared.fail_member(m);
+                if changes_data(rq.op) {
+                    // Routed before tracking began: this write is one the member missed.
+                    self.mark_dirty(t, rq.lba, rq.nblocks);
+                }
+                if failed_now {
                     log::error!(
                         "raid bdev {}: member {m} failed an I/O ({status:?}) and leaves the array; {} of {} members remain",
                         self.shared.name,
@@ -386,11 +398,30 @@ impl RaidQueue {
         true
     }
 
+    /// Marks write `t`'s blocks in the write-intent bitmap; a new region makes the write
+    /// wait for the bitmap to be durable, and wakes its writer.
+    #[cold]
+    fn mark_dirty(&mut self, t: u16, lba: u64, nblocks: u32) {
+        if let Some(g) = self.shared.map.mark(lba, u64::from(nblocks)) {
+            let st = &mut self.tags[t as usize];
+            st.map_gen = st.map_gen.max(g);
+            self.shared.health.poke();
+        }
+    }
+
     /// Whether finished tag `t` may be reported: a success that a member failed must wait
-    /// for that failure to be recorded.
+    /// for that failure to be recorded, and one that marked a new region of the
+    /// write-intent bitmap for the bitmap to be durable.
     #[inline]
     fn releasable(&self, rqs: &[Request], t: u16) -> bool {
-        let failed_on = self.tags[t as usize].failed_on;
+        let st = &self.tags[t as usize];
+        if st.map_gen != 0
+            && rqs[t as usize].status == IoStatus::Success
+            && !self.shared.map.durable(st.map_gen)
+        {
+            return false;
+        }
+        let failed_on = st.failed_on;
         failed_on == 0
             || rqs[t as usize].status != IoStatus::Success
             || (0..self.members.len())

@@ -159,6 +159,12 @@ fn finish(dev: &RaidDevice, p: &Process, r: &Result<u64, RebuildError>) {
             if let Err(e) = keeper::write_superblock(dev, |_| {}) {
                 log::error!("raid bdev {name}: superblock after rebuild: {e}");
             }
+            // Every copy current again: the write-intent bitmap has nothing left to say.
+            let h = dev.health();
+            if (0..h.slots()).all(|i| h.operational(i)) {
+                dev.shared.map.clear();
+                keeper::write_bitmap(dev);
+            }
         }
         Err(e) => {
             log::error!("raid bdev {name}: rebuild of {} ended: {e}", p.target_name);
