@@ -481,7 +481,8 @@ pub static TABLE: &[Entry] = &[
         "bdev_raid_set_options",
         "bdev",
         Handling::Ignore(
-            "pmio's RAID has no background process (rebuild) yet for a window or bandwidth to pace",
+            "pmio-tgt takes bdev_raid_set_options by RPC; a configuration's call is not replayed yet \
+             (rebuilds run with the window and bandwidth set since start, SPDK's defaults at first)",
         ),
     ),
     e(

@@ -197,3 +197,106 @@ fn raid0_and_raid1_over_malloc_serve_nvme_tcp_and_come_back_from_save_config() {
     );
     d2.rpc_ok(&["bdev_malloc_delete", "Malloc0"]);
 }
+
+/// The raid1 named `name` in `bdev_raid_get_bdevs all`.
+fn raid_info(d: &Daemon, name: &str) -> Value {
+    let all = d.rpc_json(&["bdev_raid_get_bdevs", "all"]);
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no raid bdev {name} in {all}"))
+}
+
+fn image(dir: &std::path::Path, name: &str) -> String {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(8 << 20).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+const UUID_A: &str = "8d2f4a51-0a4e-4c11-9a3e-0000000000a1";
+const UUID_B: &str = "8d2f4a51-0a4e-4c11-9a3e-0000000000b2";
+
+#[test]
+fn a_raid1_with_a_superblock_assembles_after_kill_9_refuses_its_stale_member_and_rebuilds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (image(dir.path(), "a.img"), image(dir.path(), "b.img"));
+    let sock = dir.path().join("tgt.sock");
+    let members = |d: &Daemon| {
+        d.rpc_ok(&["bdev_uring_create", &a, "UA", "512", "-u", UUID_A]);
+        d.rpc_ok(&["bdev_uring_create", &b, "UB", "512", "-u", UUID_B]);
+    };
+    let d = Daemon::start(&sock, &["-m", "0x1"]);
+    members(&d);
+    d.rpc_ok(&[
+        "bdev_raid_create",
+        "-n",
+        "Mirror",
+        "-r",
+        "1",
+        "-b",
+        "UA UB",
+        "-s",
+    ]);
+    let r = raid_info(&d, "Mirror");
+    assert_eq!(r["superblock"], true);
+    assert_eq!(r["base_bdevs_list"][0]["data_offset"], 2048);
+    // 8 MiB files, 1 MiB kept for the superblock.
+    assert_eq!(r["base_bdevs_list"][1]["data_size"], 7 * 2048);
+    let port = free_port().to_string();
+    serve(&d, "Mirror", &port);
+    verify_over_tcp(&port, "randrw to a raid1 with a superblock");
+    // An array with a superblock is not in save_config: its members bring it back.
+    assert!(!d.rpc_ok(&["save_config"]).contains("bdev_raid_create"));
+
+    // UB leaves; the array goes on degraded, and UA's superblock records it.
+    d.rpc_ok(&["bdev_raid_remove_base_bdev", "UB"]);
+    let r = raid_info(&d, "Mirror");
+    assert_eq!(r["num_base_bdevs_operational"], 1);
+    assert_eq!(r["base_bdevs_list"][1]["name"], Value::Null);
+    verify_over_tcp(&port, "randrw to a degraded raid1");
+    assert!(!d.signal(libc::SIGKILL).success());
+
+    // Restart: both members come back; UB's superblock is behind UA's, so the array
+    // assembles from UA alone and UB is refused.
+    let d = Daemon::start(&sock, &["-m", "0x1"]);
+    members(&d);
+    let r = raid_info(&d, "Mirror");
+    assert_eq!(r["state"], "online", "{r}");
+    assert_eq!(r["num_base_bdevs_operational"], 1, "{r}");
+    assert_eq!(r["base_bdevs_list"][0]["name"], "UA");
+    assert!(d.log().contains("refused as stale"), "{}", d.log());
+
+    // Added back, UB is rebuilt (paced at 2 MiB/s so I/O meets it) while verified I/O runs.
+    d.rpc_ok(&["bdev_raid_set_options", "-w", "256", "-b", "2"]);
+    d.rpc_ok(&["bdev_raid_add_base_bdev", "Mirror", "UB"]);
+    let r = raid_info(&d, "Mirror");
+    assert_eq!(r["process"]["type"], "rebuild", "{r}");
+    assert_eq!(r["process"]["target"], "UB");
+    let port = free_port().to_string();
+    serve(&d, "Mirror", &port);
+    verify_over_tcp(&port, "randrw to a raid1 during its rebuild");
+    let t0 = std::time::Instant::now();
+    let mut seen_progress = false;
+    loop {
+        let r = raid_info(&d, "Mirror");
+        if r.get("process").is_none() {
+            assert_eq!(r["num_base_bdevs_operational"], 2, "{r}");
+            break;
+        }
+        seen_progress |= r["process"]["progress"]["blocks"].as_u64().unwrap() > 0;
+        assert!(t0.elapsed().as_secs() < 30, "rebuild hangs: {r}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(seen_progress);
+    d.rpc_ok(&["nvmf_delete_subsystem", NQN]);
+    d.rpc_ok(&["bdev_raid_delete", "Mirror"]);
+    // The copies are the same, block for block, behind the superblock.
+    let (fa, fb) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert!(
+        fa[1 << 20..] == fb[1 << 20..],
+        "the rebuilt member differs from its source"
+    );
+    assert_eq!(fa[..512], fb[..512], "both carry the same superblock");
+}

@@ -190,9 +190,6 @@ pub fn bdev_raid(v: &Value, w: &mut World) -> Result<String, String> {
             p.raid_level
         ));
     };
-    if p.superblock == Some(true) {
-        return Err("superblock true: pmio has no RAID superblock yet".into());
-    }
     let names = match &p.base_bdevs {
         pmio_raid::rpc::BaseBdevs::List(v) => v.clone(),
         pmio_raid::rpc::BaseBdevs::Spaced(s) => s.split_whitespace().map(str::to_string).collect(),

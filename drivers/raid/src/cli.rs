@@ -4,7 +4,10 @@
 use clap::Subcommand;
 use pmio_jsonrpc::cli::{Print, Request};
 
-use crate::rpc::{BaseBdevs, RaidCreate, RaidDelete, RaidGetBdevs};
+use crate::rpc::{
+    BaseBdevs, RaidAddBaseBdev, RaidCreate, RaidDelete, RaidGetBdevs, RaidRemoveBaseBdev,
+    RaidSetOptions,
+};
 
 /// The raid module's subcommands.
 #[derive(Subcommand, Debug)]
@@ -36,6 +39,33 @@ pub enum RaidCommand {
     BdevRaidDelete {
         /// Raid bdev name.
         name: String,
+        /// Clear the superblock from all base bdevs.
+        #[arg(short = 'c', long = "clear-sb")]
+        clear_sb: bool,
+    },
+    /// Add base bdev to existing raid bdev.
+    #[command(name = "bdev_raid_add_base_bdev")]
+    BdevRaidAddBaseBdev {
+        /// Raid bdev name.
+        raid_bdev: String,
+        /// Base bdev name.
+        base_bdev: String,
+    },
+    /// Remove base bdev from existing raid bdev.
+    #[command(name = "bdev_raid_remove_base_bdev")]
+    BdevRaidRemoveBaseBdev {
+        /// Base bdev name.
+        name: String,
+    },
+    /// Set options for bdev raid.
+    #[command(name = "bdev_raid_set_options", rename_all = "kebab-case")]
+    BdevRaidSetOptions {
+        /// Background process (e.g. rebuild) window size in KiB.
+        #[arg(short = 'w', long)]
+        process_window_size_kb: Option<u32>,
+        /// Background process (e.g. rebuild) maximum bandwidth in MiB/Sec.
+        #[arg(short = 'b', long)]
+        process_max_bandwidth_mb_sec: Option<u32>,
     },
     /// List raid bdevs of a category.
     #[command(name = "bdev_raid_get_bdevs")]
@@ -71,9 +101,39 @@ impl RaidCommand {
                 },
                 Print::Nothing,
             ),
-            RaidCommand::BdevRaidDelete { name } => Request::new(
+            RaidCommand::BdevRaidDelete { name, clear_sb } => Request::new(
                 "bdev_raid_delete",
-                &RaidDelete { name: name.clone() },
+                &RaidDelete {
+                    name: name.clone(),
+                    clear_sb: clear_sb.then_some(true),
+                },
+                Print::Nothing,
+            ),
+            RaidCommand::BdevRaidAddBaseBdev {
+                raid_bdev,
+                base_bdev,
+            } => Request::new(
+                "bdev_raid_add_base_bdev",
+                &RaidAddBaseBdev {
+                    raid_bdev: raid_bdev.clone(),
+                    base_bdev: base_bdev.clone(),
+                },
+                Print::Nothing,
+            ),
+            RaidCommand::BdevRaidRemoveBaseBdev { name } => Request::new(
+                "bdev_raid_remove_base_bdev",
+                &RaidRemoveBaseBdev { name: name.clone() },
+                Print::Nothing,
+            ),
+            RaidCommand::BdevRaidSetOptions {
+                process_window_size_kb,
+                process_max_bandwidth_mb_sec,
+            } => Request::new(
+                "bdev_raid_set_options",
+                &RaidSetOptions {
+                    process_window_size_kb: *process_window_size_kb,
+                    process_max_bandwidth_mb_sec: *process_max_bandwidth_mb_sec,
+                },
                 Print::Nothing,
             ),
             RaidCommand::BdevRaidGetBdevs { category } => Request::new(
@@ -131,6 +191,22 @@ mod tests {
         assert_eq!(
             sent(&["bdev_raid_delete", "Raid0"]),
             r#"bdev_raid_delete {"name":"Raid0"}"#
+        );
+        assert_eq!(
+            sent(&["bdev_raid_delete", "-c", "Raid0"]),
+            r#"bdev_raid_delete {"name":"Raid0","clear_sb":true}"#
+        );
+        assert_eq!(
+            sent(&["bdev_raid_add_base_bdev", "Raid1", "Nvme1n1"]),
+            r#"bdev_raid_add_base_bdev {"raid_bdev":"Raid1","base_bdev":"Nvme1n1"}"#
+        );
+        assert_eq!(
+            sent(&["bdev_raid_remove_base_bdev", "Nvme1n1"]),
+            r#"bdev_raid_remove_base_bdev {"name":"Nvme1n1"}"#
+        );
+        assert_eq!(
+            sent(&["bdev_raid_set_options", "-w", "256", "-b", "100"]),
+            r#"bdev_raid_set_options {"process_window_size_kb":256,"process_max_bandwidth_mb_sec":100}"#
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Where a block of a RAID bdev lives on its members, as SPDK's `module/bdev/raid/` lays it
-//! out (no superblock, so every member's data starts at its block 0):
+//! out. Every member's data starts at the same block, `data_offset`: 0 without a superblock,
+//! 1 MiB in with one (the superblock and the write-intent bitmap live before it):
 //!
 //! - **raid0**: strip `s` of the array is strip `s / n` of member `s % n`; every member
 //!   contributes the same number of whole strips (the smallest member's, rounded down).
@@ -72,6 +73,8 @@ pub struct Layout {
     pub member_start: Vec<u64>,
     /// Blocks of the array.
     pub num_blocks: u64,
+    /// First block of the array's data on every member.
+    pub data_offset: u64,
 }
 
 impl Layout {
@@ -113,7 +116,14 @@ impl Layout {
             member_blocks,
             member_start,
             num_blocks,
+            data_offset: 0,
         })
+    }
+
+    /// The same geometry with every member's data starting at block `data_offset`.
+    pub fn with_data_offset(mut self, data_offset: u64) -> Layout {
+        self.data_offset = data_offset;
+        self
     }
 
     /// Members of the array.
@@ -122,10 +132,22 @@ impl Layout {
     }
 
     /// The member and its block holding array block `lba` (raid0 and concat; raid1's every
-    /// member holds it at `lba`). A request never crosses a strip, so its first block names
-    /// its member and the rest follow contiguously there.
+    /// member holds it at [`Layout::mirror_lba`]). A request never crosses a strip, so its
+    /// first block names its member and the rest follow contiguously there.
     #[inline]
     pub fn locate(&self, lba: u64) -> (usize, u64) {
+        let (m, b) = self.locate_data(lba);
+        (m, b + self.data_offset)
+    }
+
+    /// Where every raid1 member holds array block `lba`.
+    #[inline]
+    pub fn mirror_lba(&self, lba: u64) -> u64 {
+        lba + self.data_offset
+    }
+
+    #[inline]
+    fn locate_data(&self, lba: u64) -> (usize, u64) {
         match self.level {
             RaidLevel::Raid0 => {
                 let n = self.members() as u64;
@@ -219,6 +241,12 @@ mod tests {
                 }
             }
             prop_assert_eq!(seen.len() as u64, l.member_blocks.iter().sum::<u64>());
+            // A data offset moves every block by it, on every member.
+            let off = l.clone().with_data_offset(2048);
+            for lba in 0..l.num_blocks {
+                let (m, b) = l.locate(lba);
+                prop_assert_eq!(off.locate(lba), (m, b + 2048));
+            }
         }
     }
 }

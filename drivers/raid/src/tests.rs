@@ -14,6 +14,9 @@ use pmio::{
 };
 use pmio_malloc::{MallocDevice, MallocOptions};
 
+use crate::assembly::{Decision, Found, Gathering};
+use crate::keeper;
+use crate::superblock::{MemberState, Superblock};
 use crate::{RaidDevice, RaidLevel, RaidOptions};
 
 fn malloc(name: &str, kib: u64) -> Arc<dyn BlockDevice> {
@@ -32,6 +35,7 @@ fn raid(level: RaidLevel, strip_kb: u32, members: Vec<Arc<dyn BlockDevice>>) -> 
         level,
         strip_size_kb: strip_kb,
         members,
+        superblock: false,
     })
     .unwrap()
 }
@@ -147,6 +151,7 @@ fn refused_arrays_say_why() {
             level,
             strip_size_kb: kb,
             members,
+            superblock: false,
         })
         .err()
         .unwrap()
@@ -281,4 +286,371 @@ fn a_raid1_read_that_fails_is_retried_on_the_other_copy() {
     assert_ne!(q2.io(Op::Read, 0, 8), IoStatus::Success);
     assert_ne!(q2.io(Op::Write, 0, 8), IoStatus::Success);
     assert_eq!(r2.state(), "offline");
+}
+
+/// Runs `rqs[tags]` on an array's own driver queue to completion.
+fn run_driver(q: &mut dyn DriverQueue, rqs: &mut [Request], tags: &[u16]) {
+    q.submit(rqs, tags);
+    let mut done = Vec::with_capacity(rqs.len());
+    let t0 = Instant::now();
+    while done.len() < tags.len() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "I/O hangs");
+        q.poll(rqs, &mut done, rqs.len());
+    }
+}
+
+#[test]
+fn forwarded_requests_complete_with_the_arrays_extent() {
+    // raid0 forwards in place (the member's block is written into the caller's request while
+    // it is out), raid1 through copies: either way the caller gets its own request back.
+    for (level, kb) in [
+        (RaidLevel::Raid0, 4),
+        (RaidLevel::Concat, 4),
+        (RaidLevel::Raid1, 0),
+    ] {
+        let r = raid(level, kb, vec![malloc("A", 64), malloc("B", 64)]);
+        let mut q = r.open_queue(HctxType::Default, 0, 4).unwrap();
+        let buf = DmaRegion::new(4 << 10).unwrap();
+        let mut rqs = vec![Request::default(); 4];
+        for (t, lba) in [(0u16, 8u64), (1, 24), (2, 100)] {
+            let rq = &mut rqs[t as usize];
+            rq.op = if t == 2 { Op::Read } else { Op::Write };
+            rq.tag = t;
+            rq.lba = lba;
+            rq.nblocks = 8;
+            // SAFETY: the buffer outlives the requests, which complete before it is dropped.
+            rq.buf = unsafe { IoBuf::from_raw_parts(buf.as_ptr(), 4096) };
+        }
+        run_driver(q.as_mut(), &mut rqs, &[0, 1, 2]);
+        for (t, lba) in [(0usize, 8u64), (1, 24), (2, 100)] {
+            assert_eq!(rqs[t].status, IoStatus::Success, "{level} tag {t}");
+            assert_eq!((rqs[t].lba, rqs[t].nblocks), (lba, 8), "{level} tag {t}");
+        }
+    }
+}
+
+fn raid_sb(level: RaidLevel, strip_kb: u32, members: Vec<Arc<dyn BlockDevice>>) -> Arc<RaidDevice> {
+    RaidDevice::new(RaidOptions {
+        name: "RaidSb".into(),
+        uuid: None,
+        level,
+        strip_size_kb: strip_kb,
+        members,
+        superblock: true,
+    })
+    .unwrap()
+}
+
+fn member_sb(dev: &Arc<dyn BlockDevice>) -> Superblock {
+    keeper::read_superblock(dev).unwrap().expect("a superblock")
+}
+
+#[test]
+fn a_superblock_array_keeps_its_data_past_the_first_mib_and_its_superblock_on_every_member() {
+    let m: Vec<_> = (0..2).map(|i| malloc(&format!("S{i}"), 4096)).collect();
+    let r = raid_sb(RaidLevel::Raid0, 64, m.clone());
+    // 4 MiB members, 1 MiB each for the superblock: 3 MiB of data each.
+    assert_eq!(r.info().num_blocks, 2 * 3 * 2048);
+    let sb = r.superblock().unwrap();
+    assert_eq!(sb.seq_number, 1);
+    for d in &m {
+        assert_eq!(member_sb(d), sb);
+        assert_eq!(sb.member(&d.info().uuid).unwrap().data_offset, 2048);
+    }
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    let data = pattern(5, 256 << 10);
+    q.write(0, &data);
+    // Array strip 1 is member 1's first strip, at its block 2048.
+    assert_eq!(
+        Q::open(Arc::clone(&m[1])).read(2048, 64 << 10),
+        data[64 << 10..128 << 10]
+    );
+    assert_eq!(q.read(0, data.len()), data);
+}
+
+#[test]
+fn a_raid1_failure_is_in_the_superblock_before_the_write_it_failed_is_acknowledged() {
+    let a = malloc("A", 4096);
+    let b = malloc("B", 4096);
+    let broken = Arc::new(AtomicBool::new(false));
+    let flaky: Arc<dyn BlockDevice> = Arc::new(Breakable {
+        inner: Arc::clone(&b),
+        broken: Arc::clone(&broken),
+    });
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), flaky]);
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    let first = pattern(1, 64 << 10);
+    q.write(0, &first);
+    broken.store(true, Ordering::Relaxed);
+    let second = pattern(2, 64 << 10);
+    q.write(128, &second);
+    // The write is acknowledged: A's superblock already says B failed, one number later.
+    let on_a = member_sb(&a);
+    assert_eq!(on_a.seq_number, 2);
+    assert_eq!(on_a.members[1].state, MemberState::Failed);
+    let on_b = member_sb(&b);
+    assert_eq!(on_b.seq_number, 1, "B took no update");
+    drop(q);
+    drop(r);
+
+    // Restart: both members come back; B's older superblock is refused, the array runs on
+    // A and every acknowledged write reads back.
+    let mut g = Gathering::default();
+    let offer = |g: &mut Gathering<Arc<dyn BlockDevice>>, d: &Arc<dyn BlockDevice>| {
+        g.offer(Found {
+            sb: member_sb(d),
+            uuid: d.info().uuid,
+            dev: Arc::clone(d),
+        })
+    };
+    let (sb, slots) = match offer(&mut g, &a) {
+        Decision::Assemble { sb, slots } => (sb, slots),
+        d => panic!("{:?}", std::mem::discriminant(&d)),
+    };
+    assert!(slots[1].is_none());
+    let r = RaidDevice::assemble(sb, slots).unwrap();
+    assert_eq!(r.health().operational_count(), 1);
+    assert_eq!(r.health().state(1), crate::SlotState::Missing);
+    assert!(matches!(offer(&mut g, &b), Decision::Wait));
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    assert_eq!(q.read(0, first.len()), first);
+    assert_eq!(q.read(128, second.len()), second);
+}
+
+#[test]
+fn a_write_into_the_rebuild_window_waits_for_it_to_move_and_nothing_else_does() {
+    let r = raid(
+        RaidLevel::Raid1,
+        0,
+        vec![malloc("A", 256), malloc("B", 256)],
+    );
+    let mut q = r.open_queue(HctxType::Default, 0, 4).unwrap();
+    let buf = DmaRegion::new(4 << 10).unwrap();
+    let mut rqs = vec![Request::default(); 4];
+    for (t, (op, lba)) in [(Op::Write, 64u64), (Op::Write, 256), (Op::Read, 64)]
+        .into_iter()
+        .enumerate()
+    {
+        let rq = &mut rqs[t];
+        rq.op = op;
+        rq.tag = t as u16;
+        rq.lba = lba;
+        rq.nblocks = 8;
+        // SAFETY: the buffer outlives the requests, which complete before it is dropped.
+        rq.buf = unsafe { IoBuf::from_raw_parts(buf.as_ptr(), 4096) };
+    }
+    r.shared.window.publish(0, 128);
+    q.submit(&mut rqs, &[0, 1, 2]);
+    let mut done = Vec::with_capacity(4);
+    for _ in 0..50 {
+        q.poll(&mut rqs, &mut done, 4);
+    }
+    // The write outside the window and the read went; the write inside waits.
+    done.sort_unstable();
+    assert_eq!(done, [1, 2]);
+    assert_eq!(q.outstanding(), 1);
+    r.shared.window.publish(0, 0);
+    run_driver(q.as_mut(), &mut rqs, &[]);
+    while q.outstanding() > 0 {
+        q.poll(&mut rqs, &mut done, 4);
+    }
+    assert!(done.contains(&0));
+    assert_eq!(rqs[0].status, IoStatus::Success);
+}
+
+/// A member whose reads complete `delay` after the device has done them, as a far replica's
+/// do: a rebuild's read of a window then spans the front-end writes made meanwhile.
+struct SlowReads {
+    inner: Arc<dyn BlockDevice>,
+    delay: Duration,
+}
+
+struct SlowReadsQueue {
+    inner: Box<dyn DriverQueue>,
+    delay: Duration,
+    reaped: Vec<u16>,
+    waiting: Vec<(u16, Instant)>,
+}
+
+impl BlockDevice for SlowReads {
+    fn info(&self) -> &BdevInfo {
+        self.inner.info()
+    }
+    fn open_queue(
+        &self,
+        ty: HctxType,
+        index: u16,
+        depth: u32,
+    ) -> Result<Box<dyn DriverQueue>, BdevError> {
+        Ok(Box::new(SlowReadsQueue {
+            inner: self.inner.open_queue(ty, index, depth)?,
+            delay: self.delay,
+            reaped: Vec::new(),
+            waiting: Vec::new(),
+        }))
+    }
+}
+
+impl DriverQueue for SlowReadsQueue {
+    fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
+        self.inner.submit(rqs, tags);
+    }
+    fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
+        self.reaped.clear();
+        self.inner.poll(rqs, &mut self.reaped, usize::MAX);
+        let now = Instant::now();
+        for &t in &self.reaped {
+            let at = if rqs[t as usize].op == Op::Read {
+                now + self.delay
+            } else {
+                now
+            };
+            self.waiting.push((t, at));
+        }
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.waiting.len() && n < max {
+            if self.waiting[i].1 <= now {
+                done.push(self.waiting.swap_remove(i).0);
+                n += 1;
+            } else {
+                i += 1;
+            }
+        }
+        n
+    }
+    fn outstanding(&self) -> usize {
+        self.inner.outstanding() + self.waiting.len()
+    }
+}
+
+#[test]
+fn a_rebuild_copies_every_block_and_loses_no_write_made_while_it_runs() {
+    // The source's reads take 2 ms: without the window, writes made while a window's copy
+    // is read would be overwritten on the new member by the older data.
+    let a: Arc<dyn BlockDevice> = Arc::new(SlowReads {
+        inner: malloc("A", 4096),
+        delay: Duration::from_millis(2),
+    });
+    let b = malloc("B", 4096);
+    let c = malloc("C", 4096);
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), Arc::clone(&b)]);
+    let size = r.info().num_blocks as usize * 512;
+    let mut model = pattern(1, size);
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    for at in (0..size).step_by(1 << 20) {
+        let n = (1 << 20).min(size - at);
+        q.write((at / 512) as u64, &model[at..at + n]);
+    }
+    r.remove_member("B").unwrap();
+    assert_eq!(r.health().operational_count(), 1);
+    // Slow enough (8 MiB/s over 3 MiB, 256 KiB windows) that the writes below meet it,
+    // many inside the window being copied.
+    let opts = crate::rebuild::ProcessOptions {
+        window_size_kb: 256,
+        max_bandwidth_mb_sec: 8,
+    };
+    let slot = r.add_member(Arc::clone(&c), opts).unwrap();
+    assert_eq!(slot, 1);
+    assert_eq!(r.health().state(1), crate::SlotState::Rebuilding);
+    let mut seed = 7u8;
+    let mut writes = 0;
+    let mut x = 12345u64;
+    while r.process().is_some() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let lba = (x >> 33) % (r.info().num_blocks - 16);
+        seed = seed.wrapping_add(1);
+        let data = pattern(seed, 8 << 10);
+        q.write(lba, &data);
+        model[lba as usize * 512..][..data.len()].copy_from_slice(&data);
+        writes += 1;
+    }
+    assert!(writes > 20, "only {writes} writes met the rebuild");
+    assert_eq!(r.health().state(1), crate::SlotState::Operational);
+    assert_eq!(member_sb(&c).members[1].state, MemberState::Configured);
+    // The new member holds every block as the array does, from its data offset.
+    let mut cq = Q::open(Arc::clone(&c));
+    for at in (0..size).step_by(1 << 20) {
+        let n = (1 << 20).min(size - at);
+        let got = cq.read((2048 + at / 512) as u64, n);
+        let first = got.iter().zip(&model[at..at + n]).position(|(a, b)| a != b);
+        if let Some(f) = first {
+            let on_a = Q::open(Arc::clone(&a)).read((2048 + at / 512) as u64, n);
+            panic!(
+                "member C differs at byte {} (writes {writes}): C {:?} model {:?} A {:?}",
+                at + f,
+                &got[f..f + 8],
+                &model[at + f..at + f + 8],
+                &on_a[f..f + 8]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_member_back_after_a_restart_gets_only_the_regions_written_while_it_was_away() {
+    let a = malloc("A", 4096);
+    let b = malloc("B", 4096);
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), Arc::clone(&b)]);
+    let size = r.info().num_blocks as usize * 512;
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    let base = pattern(1, 1 << 20);
+    for at in (0..size).step_by(1 << 20) {
+        q.write((at / 512) as u64, &base[..(1 << 20).min(size - at)]);
+    }
+    r.remove_member("B").unwrap();
+    // Three writes while B is away: two in one 64 KiB region, one crossing into a third.
+    let new = pattern(9, 8 << 10);
+    for lba in [300u64, 320, 1020] {
+        q.write(lba, &new);
+    }
+    drop(q);
+    drop(r);
+
+    // Restart: the array assembles from A and its bitmap; B comes back.
+    let sb = member_sb(&a);
+    let mut slots: Vec<Option<Arc<dyn BlockDevice>>> = vec![None, None];
+    slots[0] = Some(Arc::clone(&a));
+    let r = RaidDevice::assemble(sb, slots).unwrap();
+    assert!(r.shared.map.active());
+    r.add_member(Arc::clone(&b), Default::default()).unwrap();
+    let p = r.process().or_else(|| r.last_process()).expect("a rebuild");
+    // Regions 2 (256..384), 7 and 8 (896..1152): 384 blocks, not the array's 6144.
+    assert_eq!(p.total_blocks, 384);
+    let t0 = Instant::now();
+    while !p.finished() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "rebuild hangs");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(p.copied_blocks(), 384);
+    assert_eq!(r.health().operational_count(), 2);
+    assert!(
+        !r.shared.map.active(),
+        "cleared once both copies are current"
+    );
+    let mut qa = Q::open(Arc::clone(&a));
+    let mut qb = Q::open(Arc::clone(&b));
+    for at in (0..size).step_by(1 << 20) {
+        let n = (1 << 20).min(size - at);
+        let lba = (2048 + at / 512) as u64;
+        assert!(
+            qa.read(lba, n) == qb.read(lba, n),
+            "copies differ in the MiB at {at}"
+        );
+    }
+}
+
+#[test]
+fn a_member_that_missed_more_than_the_bitmap_knows_gets_a_full_rebuild() {
+    let a = malloc("A", 4096);
+    let b = malloc("B", 4096);
+    let c = malloc("C", 4096);
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), Arc::clone(&b)]);
+    r.remove_member("B").unwrap();
+    // C has no superblock of this array: everything is copied.
+    r.add_member(Arc::clone(&c), Default::default()).unwrap();
+    let p = r.process().or_else(|| r.last_process()).unwrap();
+    assert_eq!(p.total_blocks, r.info().num_blocks);
 }
