@@ -110,6 +110,7 @@ enum Method {
     Vhost(pmio_vhost::cli::VhostCommand),
     #[command(flatten)]
     Ublk(pmio_ublk::cli::UblkCommand),
+    #[command(flatten)]
     Keyring(pmio_keyring::cli::KeyringCommand),
 }
 

@@ -58,7 +58,15 @@ pub fn all_methods() -> Registry<Rpc> {
     // The sections of save_config in replay order: the keys come first (NVMe-oF hosts and
     // NVMe controllers name them), the NVMe-oF target's namespaces need their bdevs, its
     // listeners the socket options.
-    methods.order_sections(&["keyring", "sock", "bdev", "vhost_blk", "ublk", "nvmf", "scheduler"]);
+    methods.order_sections(&[
+        "keyring",
+        "sock",
+        "bdev",
+        "vhost_blk",
+        "ublk",
+        "nvmf",
+        "scheduler",
+    ]);
     methods.section("bdev", &[], bdev_config);
     methods.list_always("bdev");
     // A scheduler loaded from a configuration is saved in SPDK's section for it.
