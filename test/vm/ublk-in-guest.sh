@@ -2,8 +2,9 @@
 # pmio-tgt serving bdevs as local block devices through the guest kernel's ublk_drv
 # (`make vm-test-ublk`, Debian 13's kernel): errors before the target exists, a malloc bdev as
 # /dev/ublkb0 on 2 queues, its bdev refused for deletion, pmio-perf --verify at 4 KiB and
-# 128 KiB, discard reading back zeros, a thin lvol as /dev/ublkb2, mkfs.ext4 + mount + checksums across a stop and start
-# of the disk, save_config, pmio-tgt's exit removing the disk; last, pmio-tgt killed -9 under a
+# 128 KiB, discard reading back zeros, a thin lvol as /dev/ublkb2, mkfs.ext4 + mount +
+# checksums across a stop and start of the disk, save_config, pmio-tgt's exit removing the
+# disk; last, pmio-tgt killed -9 under a
 # mounted ext4 on a uring bdev while a copy to it is being written, and restarted with
 # ublk_recover_disk: the copy completes intact and the filesystem goes on.
 # Any failed check exits non-zero.
