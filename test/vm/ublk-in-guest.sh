@@ -4,9 +4,9 @@
 # /dev/ublkb0 on 2 queues, its bdev refused for deletion, pmio-perf --verify at 4 KiB and
 # 128 KiB, discard reading back zeros, a thin lvol as /dev/ublkb2, mkfs.ext4 + mount +
 # checksums across a stop and start of the disk, save_config, pmio-tgt's exit removing the
-# disk; last, pmio-tgt killed -9 under a
-# mounted ext4 on a uring bdev while a copy to it is being written, and restarted with
-# ublk_recover_disk: the copy completes intact and the filesystem goes on.
+# disk; last, pmio-tgt killed -9 under a mounted ext4 on a uring bdev while a copy to it is
+# being written, and restarted with ublk_recover_disk: the copy completes intact and the
+# filesystem goes on.
 # Any failed check exits non-zero.
 set -eu
 cd /job
