@@ -211,10 +211,11 @@ vm-test-vhost: host-qemu
 # kernel): RPC errors, a malloc bdev on 2 queues, pmio-perf --verify at 4 KiB and 128 KiB,
 # discard reading zeros, a thin lvol, mkfs.ext4 + mount + checksums across a disk stop and
 # start, pmio-tgt's exit removing the disk, and pmio-tgt killed -9 under a mounted ext4 and
-# restarted with ublk_recover_disk. About 80 s (140 s on a loaded host).
+# restarted with ublk_recover_disk while a copy to it is being written. About 80 s alone
+# (7 min on a host with a load average of 12).
 vm-test-ublk: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
-	$(RUN_IN_VM) --quiet --timeout 420 --cpus 2 --kernel 6.12 --module ublk_drv \
+	$(RUN_IN_VM) --quiet --timeout 600 --cpus 2 --kernel 6.12 --module ublk_drv \
 		--module crc32c_generic --module ext4 \
 		--file target/release/pmio-tgt --file target/release/pmio-rpc \
 		--file target/release/pmio-perf --file /usr/sbin/mke2fs -- test/vm/ublk-in-guest.sh

@@ -2,9 +2,11 @@
 # pmio-tgt serving bdevs as local block devices through the guest kernel's ublk_drv
 # (`make vm-test-ublk`, Debian 13's kernel): errors before the target exists, a malloc bdev as
 # /dev/ublkb0 on 2 queues, its bdev refused for deletion, pmio-perf --verify at 4 KiB and
-# 128 KiB, discard reading back zeros, a thin lvol as /dev/ublkb2, mkfs.ext4 + mount + checksums across a stop and start
-# of the disk, save_config, pmio-tgt's exit removing the disk; last, pmio-tgt killed -9 under a
-# mounted ext4 on a uring bdev and restarted with ublk_recover_disk: the filesystem goes on.
+# 128 KiB, discard reading back zeros, a thin lvol as /dev/ublkb2, mkfs.ext4 + mount +
+# checksums across a stop and start of the disk, save_config, pmio-tgt's exit removing the
+# disk; last, pmio-tgt killed -9 under a mounted ext4 on a uring bdev while a copy to it is
+# being written, and restarted with ublk_recover_disk: the copy completes intact and the
+# filesystem goes on.
 # Any failed check exits non-zero.
 set -eu
 cd /job
@@ -135,6 +137,12 @@ for i in 1 2 3; do
 done
 (cd /mnt/u && sha256sum g1 g2 g3) > /tmp/sums1
 sync
+# A copy is being written when the server dies: its requests wait in the kernel (or are
+# reissued, UBLK_F_USER_RECOVERY_REISSUE) for the next server.
+dd if=/dev/urandom of=/tmp/big bs=64k count=64 2>/dev/null
+(cp /tmp/big /mnt/u/g5 && sync) &
+CP=$!
+sleep 0.2
 kill -9 $TGT
 wait $TGT 2>/dev/null || true
 rm -f $S
@@ -148,9 +156,11 @@ out=$($R ublk_recover_disk Uring0 1)
 [ "$out" = 1 ] || fail "ublk_recover_disk printed '$out'"
 expect '"bdev_name": "Uring0"' "$($R ublk_get_disks -n 1)"
 dd if=/dev/urandom of=/mnt/u/g4 bs=64k count=16 2>/dev/null || fail "write after recovery"
+wait $CP || fail "the copy under the kill failed"
 sync
 echo 3 > /proc/sys/vm/drop_caches
 (cd /mnt/u && sha256sum -c /tmp/sums1) || fail "checksums differ after recovery"
+cmp /tmp/big /mnt/u/g5 || fail "the file copied across the kill differs"
 umount /mnt/u
 $R ublk_stop_disk 1
 wait_gone $D

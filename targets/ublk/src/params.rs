@@ -273,6 +273,64 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever the kernel writes in a descriptor, a request becomes either a failure
+        /// with a negative errno or one bdev I/O inside the device and inside the tag's
+        /// buffer, of exactly the request's bytes. Half the cases are built to sit at the
+        /// device's end (ending up to a block before or after it), block-aligned, with an op
+        /// there is.
+        #[test]
+        fn prop_any_descriptor_is_refused_or_fits(
+            op_flags in proptest::prelude::any::<u32>(),
+            nr_sectors in proptest::prelude::any::<u32>(),
+            start_sector in proptest::prelude::any::<u64>(),
+            near_end in proptest::prelude::any::<bool>(),
+            op in 0u32..6,
+            nblocks in 1u32..40,
+            past in 0u64..3,
+            bs_shift in 9u32..=12,
+            blocks in 1u64..4096,
+        ) {
+            let mut mem = vec![0u8; 128 << 10];
+            // SAFETY: `mem` outlives every use of `buf` in this case.
+            let buf = unsafe { IoBuf::from_raw_parts(mem.as_mut_ptr(), mem.len() as u32) };
+            let spb = bs_shift - SECTOR_SHIFT;
+            let d = if near_end {
+                let n = nblocks << spb;
+                IoDesc {
+                    op_flags: (op_flags & !0xff) | op,
+                    nr_sectors: n,
+                    start_sector: ((blocks + past).saturating_sub(1 + u64::from(nblocks))) << spb,
+                    addr: 0,
+                }
+            } else {
+                IoDesc { op_flags, nr_sectors, start_sector, addr: 0 }
+            };
+            let g = geo(bs_shift, blocks, OpSet::ALL);
+            match plan(&d, &g, buf) {
+                Plan::Fail(e) => proptest::prop_assert!(e < 0),
+                Plan::Bdev(io) if io.op == Op::Flush => proptest::prop_assert_eq!(io.nblocks, 0),
+                Plan::Bdev(io) => {
+                    proptest::prop_assert!(io.nblocks > 0);
+                    proptest::prop_assert!(io.lba + u64::from(io.nblocks) <= blocks);
+                    proptest::prop_assert_eq!(
+                        u64::from(io.nblocks) << bs_shift,
+                        u64::from(d.nr_sectors) << SECTOR_SHIFT
+                    );
+                    if io.op.has_data() {
+                        proptest::prop_assert_eq!(
+                            u64::from(io.buf.len()),
+                            u64::from(d.nr_sectors) << SECTOR_SHIFT
+                        );
+                        proptest::prop_assert!(io.buf.len() <= g.buf_bytes);
+                    } else {
+                        proptest::prop_assert_eq!(io.buf.len(), 0);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn fua_is_passed_on() {
         let mut d = iod(IO_OP_WRITE, 0, 8);
