@@ -75,6 +75,7 @@ doc:
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio --release --lib loom_
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio-reactors --release --lib loom_
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(LOOM_TARGET) $(CARGO) test -p pmio-lvol --release --lib loom_
 
 # Miri (undefined behaviour, data races) on the code it can run: sbitmap, the scheduler path
 # (merged buffers addressed through one member's pointer), async I/O (a device writing into the

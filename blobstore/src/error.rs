@@ -131,9 +131,16 @@ pub enum Error {
     /// The blob's metadata is read-only (unknown flags, or a snapshot).
     #[error("blob {0:#x} has read-only metadata")]
     MetadataReadOnly(BlobId),
-    /// The blob has clones and cannot be deleted.
-    #[error("blob {0:#x} has clones")]
+    /// The blob has more than one clone and cannot be deleted.
+    #[error("blob {0:#x} has more than one clone")]
     HasClones(BlobId),
+    /// An unmap does not give this blob's clusters back: it is thick, or reads through a
+    /// parent where it holds nothing.
+    #[error("blob {0:#x} keeps its clusters on unmap (thick, or a clone)")]
+    KeepsClusters(BlobId),
+    /// The blob has no parent to decouple from.
+    #[error("blob {0:#x} has no parent")]
+    NoParent(BlobId),
     /// A clone must be made of a read-only blob.
     #[error("blob {0:#x} is not read-only, so it cannot be cloned")]
     NotReadOnly(BlobId),

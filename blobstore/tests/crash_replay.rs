@@ -139,8 +139,15 @@ fn block_bytes(tag: u32, block: u64) -> Vec<u8> {
     b
 }
 
-/// The tag a block read back carries, or None if it is not a block the workload wrote.
+/// The tag of an unmap: the block reads zeroes.
+const ZEROES: u32 = u32::MAX;
+
+/// The tag a block read back carries ([`ZEROES`] for zeroes), or None if it is not a block
+/// the workload wrote.
 fn block_tag(bytes: &[u8], block: u64) -> Option<u32> {
+    if bytes.iter().all(|&b| b == 0) {
+        return Some(ZEROES);
+    }
     let tag = u32::from_le_bytes(bytes[..4].try_into().unwrap());
     (bytes == block_bytes(tag, block).as_slice()).then_some(tag)
 }
@@ -150,6 +157,8 @@ struct Workload {
     model: Model,
     rng: Rng,
     next_tag: u32,
+    /// Metadata changes that succeeded, by kind (the figure says what was exercised).
+    done: BTreeMap<&'static str, usize>,
 }
 
 impl Workload {
@@ -229,6 +238,7 @@ impl Workload {
         let copy = self.model.blocks.get(&id).cloned().unwrap_or_default();
         let start = self.pos();
         if let Ok(s) = self.bs.create_snapshot(id, &[]) {
+            self.count("snapshot");
             self.created(s, start);
             self.model.blocks.insert(s, copy);
         }
@@ -249,16 +259,109 @@ impl Workload {
         }
     }
 
+    /// A leaf, or a snapshot with one clone (merged into it: the clone reads the same).
     fn delete(&mut self) {
-        let leaves: Vec<BlobId> = self
+        // Half the time a merge, when there is a snapshot to merge: they are rarer.
+        let clones = if self.rng.below(2) == 0 { 1..=1 } else { 0..=1 };
+        let mut leaves: Vec<BlobId> = self
             .live()
             .into_iter()
-            .filter(|&id| self.bs.clones(id).is_empty())
+            .filter(|&id| clones.contains(&self.bs.clones(id).len()))
             .collect();
+        if leaves.is_empty() {
+            leaves = self
+                .live()
+                .into_iter()
+                .filter(|&id| self.bs.clones(id).len() <= 1)
+                .collect();
+        }
         let Some(id) = self.pick(&leaves) else { return };
         self.model.deleting.insert(id, self.pos());
         self.model.blocks.remove(&id);
+        let merge = !self.bs.clones(id).is_empty();
         self.bs.delete_blob(id).unwrap();
+        self.count(if merge {
+            "snapshot merged into its clone"
+        } else {
+            "delete"
+        });
+    }
+
+    /// Inflate or decouple a clone: its contents do not change.
+    fn detach(&mut self) {
+        let clones: Vec<BlobId> = self
+            .live()
+            .into_iter()
+            .filter(|&id| {
+                let b = self.bs.open_blob(id).unwrap();
+                b.parent().is_some() && !b.is_read_only()
+            })
+            .collect();
+        let Some(id) = self.pick(&clones) else { return };
+        let (what, r) = if self.rng.below(2) == 0 {
+            ("inflate", self.bs.inflate(id, |_, _| {}))
+        } else {
+            ("decouple", self.bs.decouple_parent(id, |_, _| {}))
+        };
+        if r.is_ok() {
+            self.count(what);
+        }
+    }
+
+    /// What an lvol queue does before it writes a cluster it lacks: the cluster is allocated
+    /// with its inherited data, and reads the same.
+    fn allocate(&mut self) {
+        let thin: Vec<BlobId> = self
+            .live()
+            .into_iter()
+            .filter(|&id| {
+                let b = self.bs.open_blob(id).unwrap();
+                b.is_thin_provisioned() && !b.is_read_only() && b.num_clusters() > 0
+            })
+            .collect();
+        let Some(id) = self.pick(&thin) else { return };
+        let i = self
+            .rng
+            .below(self.bs.open_blob(id).unwrap().num_clusters());
+        if self.bs.allocate_cluster(id, i).is_ok() {
+            self.count("allocate_cluster");
+        }
+    }
+
+    /// An unmap of a whole cluster of a thin blob without a parent: the cluster is freed and
+    /// its blocks read zeroes.
+    fn unmap(&mut self) {
+        let thin: Vec<BlobId> = self
+            .live()
+            .into_iter()
+            .filter(|&id| {
+                let b = self.bs.open_blob(id).unwrap();
+                b.is_thin_provisioned() && b.parent().is_none() && !b.is_read_only()
+            })
+            .collect();
+        let Some(id) = self.pick(&thin) else { return };
+        let b = self.bs.open_blob(id).unwrap();
+        let Some(i) = (0..b.num_clusters()).find(|&i| b.cluster(i).is_some()) else {
+            return;
+        };
+        let start = self.pos();
+        let freed = self.bs.release_unmapped(id, i).unwrap();
+        assert!(freed.is_some());
+        let ack = self.pos();
+        let per = u64::from(CS) / BLOCK;
+        let m = self.model.blocks.entry(id).or_default();
+        for blk in i * per..(i + 1) * per {
+            m.entry(blk).or_default().push(Written {
+                start,
+                ack,
+                tag: ZEROES,
+            });
+        }
+        self.count("unmap frees a cluster");
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.done.entry(what).or_default() += 1;
     }
 
     fn resize(&mut self) {
@@ -283,7 +386,7 @@ impl Workload {
     }
 
     fn step(&mut self) {
-        let r = self.rng.below(20);
+        let r = self.rng.below(25);
         if std::env::var_os("CRASH_DEBUG").is_some() {
             eprintln!("pos {} op {r} live {:x?}", self.pos(), self.live());
         }
@@ -298,6 +401,9 @@ impl Workload {
             14 => self.clone_snapshot(),
             15 => self.delete(),
             16 => self.resize(),
+            20 => self.detach(),
+            21..=22 => self.allocate(),
+            23..=24 => self.unmap(),
             17 => {
                 let live = self.live();
                 if let Some(id) = self.pick(&live) {
@@ -382,7 +488,7 @@ fn check(
 }
 
 /// Replays every crash point of one workload; returns (points tried, failures).
-fn replay(seed: u64, steps: usize) -> (usize, Vec<String>) {
+fn replay(seed: u64, steps: usize) -> (usize, Vec<String>, BTreeMap<&'static str, usize>) {
     let opts = BlobstoreOptions {
         cluster_size: CS,
         num_md_pages: Some(128),
@@ -401,11 +507,13 @@ fn replay(seed: u64, steps: usize) -> (usize, Vec<String>) {
         model: Model::default(),
         rng: Rng(seed),
         next_tag: 0,
+        done: BTreeMap::new(),
     };
     for _ in 0..steps {
         w.step();
     }
     let (model, mut rng) = (std::mem::take(&mut w.model), Rng(seed ^ 0x9E37_79B9));
+    let done = std::mem::take(&mut w.done);
     let log = w.bs.unload().unwrap().log;
 
     let mut tried = 0;
@@ -462,25 +570,42 @@ fn replay(seed: u64, steps: usize) -> (usize, Vec<String>) {
         }
         gap_start = f + 1;
     }
-    (tried, failures)
+    (tried, failures, done)
 }
 
 #[test]
 fn crash_point_replay() {
     let mut total = 0;
     let mut failures = Vec::new();
+    let mut done: BTreeMap<&str, usize> = BTreeMap::new();
     for seed in [1u64, 0xB10B, 0x5EED_0003, 77] {
-        let (tried, f) = replay(seed, 120);
+        let (tried, f, d) = replay(seed, 120);
         total += tried;
+        for (k, n) in d {
+            *done.entry(k).or_default() += n;
+        }
         failures.extend(f);
     }
     println!(
         "crash-point replay: {total} crash points tried, {} inconsistencies",
         failures.len()
     );
+    println!("  metadata changes replayed: {done:?}");
     for f in failures.iter().take(10) {
         println!("  {f}");
     }
     assert!(total > 1000, "only {total} crash points");
+    for what in [
+        "snapshot merged into its clone",
+        "inflate",
+        "decouple",
+        "allocate_cluster",
+        "unmap frees a cluster",
+    ] {
+        assert!(
+            done.get(what).is_some_and(|&n| n > 0),
+            "the workload never ran {what}"
+        );
+    }
     assert!(failures.is_empty(), "{} inconsistencies", failures.len());
 }

@@ -305,6 +305,42 @@ fn lvols_on_a_file_keep_their_data_through_snapshots_resize_and_restarts() {
         assert_eq!(h.read(0, a.len()), expect);
         assert_eq!(h.read(tail, c.len()), c);
     }
+
+    // Lineage: clone1 inflated leaves snap1 with one clone (vol0), so deleting snap1 merges
+    // it into vol0; then vol0 is decoupled from snap0 while verified I/O runs on it.
+    d.rpc_ok(&["bdev_lvol_inflate", "lvs0/clone1"]);
+    let lvols = d.rpc_json(&["bdev_lvol_get_lvols"]);
+    assert_eq!(lvol(&lvols, "clone1")["is_clone"], false);
+    assert_eq!(lvol(&lvols, "clone1")["is_thin_provisioned"], false);
+    d.rpc_ok(&["bdev_lvol_delete", "lvs0/snap1"]);
+    let lvols = d.rpc_json(&["bdev_lvol_get_lvols"]);
+    assert!(
+        lvols
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["name"] != "snap1")
+    );
+    let bd = d.rpc_json(&["bdev_get_bdevs", "-b", "lvs0/vol0"]);
+    assert_eq!(bd[0]["driver_specific"]["lvol"]["base_snapshot"], "snap0");
+    {
+        let mut h = Host::connect(&port, nqn);
+        assert_eq!(
+            h.read(0, a.len()),
+            expect,
+            "vol0 reads the same after the merge"
+        );
+        assert_eq!(h.read(tail, c.len()), c);
+    }
+    let (p2, n2) = (port.clone(), nqn.to_string());
+    let io = std::thread::spawn(move || perf_verify(&p2, &n2, "2", "randrw across a decouple"));
+    std::thread::sleep(Duration::from_millis(800));
+    d.rpc_ok(&["bdev_lvol_decouple_parent", "lvs0/vol0"]);
+    io.join().unwrap();
+    let lvols = d.rpc_json(&["bdev_lvol_get_lvols"]);
+    assert_eq!(lvol(&lvols, "vol0")["is_clone"], false);
+    let refused = d.rpc(&["bdev_lvol_decouple_parent", "lvs0/vol0"]);
+    assert!(!refused.status.success(), "vol0 has no parent any more");
     assert!(d.signal(libc::SIGTERM).success());
 }
 

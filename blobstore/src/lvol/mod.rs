@@ -345,7 +345,23 @@ impl<D: BlobDevice> Lvstore<D> {
         self.bs.set_read_only(id)
     }
 
-    /// Deletes an lvol; one with clones is refused (`spdk_lvol_destroy`).
+    /// Inflates lvol `name` (`spdk_lvol_inflate`): it gets every cluster of its own and no
+    /// parent. `allocated(i, c)` follows each cluster given storage (see
+    /// [`Blobstore::inflate`]).
+    pub fn inflate(&mut self, name: &str, allocated: impl FnMut(u64, u32)) -> Result<()> {
+        let id = self.blob_of(name)?;
+        self.bs.inflate(id, allocated)
+    }
+
+    /// Decouples lvol `name` from its parent snapshot (`spdk_lvol_decouple_parent`); see
+    /// [`Blobstore::decouple_parent`].
+    pub fn decouple_parent(&mut self, name: &str, allocated: impl FnMut(u64, u32)) -> Result<()> {
+        let id = self.blob_of(name)?;
+        self.bs.decouple_parent(id, allocated)
+    }
+
+    /// Deletes an lvol (`spdk_lvol_destroy`): a snapshot with one clone is merged into it,
+    /// one with more clones is refused.
     pub fn delete_lvol(&mut self, name: &str) -> Result<()> {
         let id = self.blob_of(name)?;
         self.bs.delete_blob(id)?;

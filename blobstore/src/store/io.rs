@@ -96,7 +96,7 @@ impl<D: BlobDevice> Blobstore<D> {
         }
         for s in self.segments(id, offset, data.len())? {
             let c = match self.blobs[&id].clusters[s.cluster] {
-                0 => self.allocate_on_write(id, s.cluster)?,
+                0 => self.allocate_on_write(id, s.cluster, false)?,
                 c => c,
             };
             let off = self.geo.cluster_offset(c) + s.within;
@@ -122,9 +122,53 @@ impl<D: BlobDevice> Blobstore<D> {
                 len: cs,
                 io_unit: self.geo.io_unit,
             }),
-            Some(&0) => self.allocate_on_write(id, i as usize),
+            Some(&0) => self.allocate_on_write(id, i as usize, false),
             Some(&c) => Ok(c),
         }
+    }
+
+    /// Frees blob cluster `i` on an unmap of the whole cluster (SPDK's rule: only a thin blob
+    /// that reads zeroes where it holds nothing, i.e. without a parent, gives clusters back).
+    /// In SPDK's order: the data is unmapped on the device, then the metadata stops mapping
+    /// the cluster, durably, and only then is it free for another blob. Returns the device
+    /// cluster freed, or `None` if the blob held none there.
+    pub fn release_unmapped(&mut self, id: BlobId, i: u64) -> Result<Option<u32>> {
+        let b = self.open_blob(id)?;
+        if b.is_read_only() {
+            return Err(Error::ReadOnly(id));
+        }
+        if !b.is_thin_provisioned() || b.parent().is_some() {
+            return Err(Error::KeepsClusters(id));
+        }
+        let cs = u64::from(self.geo.cluster_size);
+        let c = match b.clusters.get(i as usize) {
+            None => {
+                return Err(Error::BadRange {
+                    id,
+                    offset: i.saturating_mul(cs),
+                    len: cs,
+                    io_unit: self.geo.io_unit,
+                });
+            }
+            Some(&0) => return Ok(None),
+            Some(&c) => c,
+        };
+        let rle = !b.uses_extent_table();
+        self.mark_dirty()?;
+        self.dev.unmap(self.geo.cluster_offset(c), cs)?;
+        self.blobs.get_mut(&id).expect("opened above").clusters[i as usize] = 0;
+        if rle {
+            self.sync_md(id)?;
+        } else {
+            let ep = i as usize / EXTENTS_PER_EP;
+            let b = &self.blobs[&id];
+            let page = b.extent_pages[ep];
+            let bytes: [u8; PAGE_SIZE] = super::serialize::extent_page(b, ep).encode();
+            self.write_md_page(page, &bytes)?;
+            self.dev.flush()?;
+        }
+        self.used_clusters.clear(c);
+        Ok(Some(c))
     }
 
     /// Byte offset of device cluster `c` on the device.
@@ -132,8 +176,16 @@ impl<D: BlobDevice> Blobstore<D> {
         self.geo.cluster_offset(c)
     }
 
-    /// Steps 1 to 3 of the module's list for blob cluster `i`.
-    fn allocate_on_write(&mut self, id: BlobId, i: usize) -> Result<u32> {
+    /// Steps 1 to 3 of the module's list for blob cluster `i`. With `zero_unbacked`, a
+    /// cluster of a blob without a parent is zeroed (and flushed) before it is mapped, so
+    /// that it reads the zeroes it read before (inflate); a first write leaves it as SPDK
+    /// does, since the write itself is what the cluster is for.
+    pub(crate) fn allocate_on_write(
+        &mut self,
+        id: BlobId,
+        i: usize,
+        zero_unbacked: bool,
+    ) -> Result<u32> {
         let b = &self.blobs[&id];
         if !b.is_thin_provisioned() {
             return Err(Error::corrupt(
@@ -150,6 +202,10 @@ impl<D: BlobDevice> Blobstore<D> {
             let mut copy = vec![0u8; self.geo.cluster_size as usize];
             self.read_through(parent, i, 0, &mut copy)?;
             self.dev.write(self.geo.cluster_offset(c), &copy)?;
+            self.dev.flush()?;
+        } else if zero_unbacked {
+            let len = u64::from(self.geo.cluster_size);
+            self.dev.write_zeroes(self.geo.cluster_offset(c), len)?;
             self.dev.flush()?;
         }
         if new_ep || rle {

@@ -14,6 +14,7 @@
 //! | `ops.rs` | create, resize, xattrs, read-only, delete |
 //! | `io.rs` | reading and writing a blob's data; allocation and copy-on-write |
 //! | `snapshot.rs` | snapshots, clones, and repairing a snapshot a crash interrupted |
+//! | `lineage.rs` | inflate, decouple from the parent, delete a snapshot into its clone |
 //!
 //! Every call that changes metadata has persisted it when it returns; a call that only
 //! writes data has handed the data to the device, durable after [`Blobstore::flush`].
@@ -23,6 +24,7 @@ mod blob;
 mod geometry;
 mod io;
 mod lifecycle;
+mod lineage;
 mod load;
 mod maps;
 mod ops;

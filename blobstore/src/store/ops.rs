@@ -198,15 +198,17 @@ impl<D: BlobDevice> Blobstore<D> {
         self.dev.flush()
     }
 
-    /// Deletes a blob and frees its clusters (`spdk_bs_delete_blob`). A blob with clones is
-    /// refused.
+    /// Deletes a blob and frees its clusters (`spdk_bs_delete_blob`). A snapshot with one
+    /// clone is merged into it (the clone takes its clusters and its parent: `lineage.rs`);
+    /// one with more clones is refused.
     pub fn delete_blob(&mut self, id: BlobId) -> Result<()> {
         if !self.blobs.contains_key(&id) {
             return Err(Error::NoSuchBlob(id));
         }
-        if !self.clones(id).is_empty() {
-            return Err(Error::HasClones(id));
+        match self.clones(id)[..] {
+            [] => self.persist_delete(id),
+            [clone] => self.delete_into_clone(id, clone),
+            _ => Err(Error::HasClones(id)),
         }
-        self.persist_delete(id)
     }
 }

@@ -409,3 +409,164 @@ fn recovery_rebuilds_masks_after_a_crash() {
     assert_eq!(r.blob_ids(), vec![a, b]);
     assert_eq!(read(&mut r, b, u64::from(CS) * 7, 512), vec![4; 512]);
 }
+
+/// What `id` reads, one byte per 512-byte sector at the start of each cluster.
+fn firsts(bs: &mut Blobstore<MemDevice>, id: BlobId) -> Vec<u8> {
+    let n = bs.open_blob(id).unwrap().num_clusters();
+    (0..n)
+        .map(|i| {
+            let b = read(bs, id, i * u64::from(CS), 512);
+            assert!(b.iter().all(|&x| x == b[0]), "cluster {i} is not uniform");
+            b[0]
+        })
+        .collect()
+}
+
+#[test]
+fn decouple_inflate_and_delete_into_clone() {
+    for extent_table in [true, false] {
+        let mut bs = new_store();
+        let cs = u64::from(CS);
+        let a = bs
+            .create_blob(&BlobOptions {
+                use_extent_table: extent_table,
+                ..thin(3)
+            })
+            .unwrap();
+        bs.write(a, 0, &[1; 512]).unwrap();
+        bs.write(a, cs, &[2; 512]).unwrap();
+        let s1 = bs.create_snapshot(a, &[]).unwrap();
+        bs.write(a, cs, &[3; 512]).unwrap();
+        let s2 = bs.create_snapshot(a, &[]).unwrap();
+        bs.write(a, 2 * cs, &[4; 512]).unwrap();
+        // Garbage in every free cluster: what inflate zeroes must not show through.
+        for c in 0..bs.geo.total_clusters {
+            if !bs.used_clusters.get(c) {
+                let off = bs.geo.cluster_offset(c) as usize;
+                bs.dev.bytes_mut()[off..off + CS as usize].fill(0xEE);
+            }
+        }
+        assert_eq!(firsts(&mut bs, a), [1, 3, 4]);
+        assert!(matches!(
+            bs.decouple_parent(s1, |_, _| {}),
+            Err(Error::ReadOnly(_))
+        ));
+
+        // Decouple: only what the parent (s2) holds is copied; the parent is now s1.
+        let mut got = Vec::new();
+        bs.decouple_parent(a, |i, c| got.push((i, c))).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, 1);
+        assert_eq!(bs.open_blob(a).unwrap().cluster(1), Some(got[0].1));
+        assert_eq!(bs.open_blob(a).unwrap().parent(), Some(s1));
+        assert!(bs.open_blob(a).unwrap().is_thin_provisioned());
+        assert!(bs.clones(s2).is_empty());
+        assert_eq!(firsts(&mut bs, a), [1, 3, 4]);
+
+        // Inflate: everything else, then no parent and thick.
+        let mut got = Vec::new();
+        bs.inflate(a, |i, _| got.push(i)).unwrap();
+        assert_eq!(got, [0]);
+        let b = bs.open_blob(a).unwrap();
+        assert_eq!((b.parent(), b.is_thin_provisioned()), (None, false));
+        assert_eq!(firsts(&mut bs, a), [1, 3, 4]);
+        assert!(matches!(
+            bs.decouple_parent(a, |_, _| {}),
+            Err(Error::NoParent(_))
+        ));
+
+        // A thin blob without a parent inflates to zeroes, not to what the device held.
+        let z = bs.create_blob(&thin(2)).unwrap();
+        bs.write(z, 0, &[5; 512]).unwrap();
+        bs.inflate(z, |_, _| {}).unwrap();
+        let mut whole = vec![0u8; 2 * CS as usize];
+        bs.read(z, 0, &mut whole).unwrap();
+        assert!(
+            whole[CS as usize..].iter().all(|&x| x == 0),
+            "inflated cluster reads zeroes"
+        );
+
+        // a left s1 at the inflate: s2 is its only clone now, so s1 merges into it.
+        assert_eq!(bs.clones(s1), [s2]);
+        let free = bs.free_clusters();
+        // s1 holds clusters 0 and 1 (2s); s2 holds cluster 1 (3s): s2 takes cluster 0 and
+        // s1's cluster 1 is freed.
+        bs.delete_blob(s1).unwrap();
+        assert_eq!(bs.free_clusters(), free + 1);
+        assert!(bs.open_blob(s1).is_err());
+        assert_eq!(bs.open_blob(s2).unwrap().parent(), None);
+        assert_eq!(firsts(&mut bs, s2), [1, 3, 0]);
+
+        // A writable clone takes its snapshot's clusters where it has none.
+        let t = bs.create_snapshot(a, &[]).unwrap();
+        bs.write(a, 0, &[9; 512]).unwrap();
+        let c2 = bs.create_clone(t, &[]).unwrap();
+        assert!(matches!(bs.delete_blob(t), Err(Error::HasClones(_))));
+        bs.delete_blob(c2).unwrap();
+        let free = bs.free_clusters();
+        bs.delete_blob(t).unwrap();
+        assert_eq!(bs.free_clusters(), free + 1, "t's cluster 0 is freed");
+        assert_eq!(bs.open_blob(a).unwrap().parent(), None);
+        assert_eq!(bs.open_blob(a).unwrap().num_allocated_clusters(), 3);
+        assert_eq!(firsts(&mut bs, a), [9, 3, 4]);
+        let (mut bs, _) = reload_both(bs);
+        assert_eq!(firsts(&mut bs, a), [9, 3, 4]);
+        assert_eq!(firsts(&mut bs, s2), [1, 3, 0]);
+    }
+}
+
+#[test]
+fn an_unmapped_cluster_of_a_thin_blob_without_parent_is_freed() {
+    for extent_table in [true, false] {
+        let mut bs = new_store();
+        let cs = u64::from(CS);
+        let id = bs
+            .create_blob(&BlobOptions {
+                use_extent_table: extent_table,
+                ..thin(3)
+            })
+            .unwrap();
+        bs.write(id, 0, &[1; 512]).unwrap();
+        bs.write(id, cs, &[2; 512]).unwrap();
+        let free = bs.free_clusters();
+        let c = bs.open_blob(id).unwrap().cluster(0).unwrap();
+        assert_eq!(bs.release_unmapped(id, 0).unwrap(), Some(c));
+        assert_eq!(bs.free_clusters(), free + 1);
+        assert_eq!(bs.open_blob(id).unwrap().cluster(0), None);
+        assert_eq!(firsts(&mut bs, id), [0, 2, 0]);
+        assert_eq!(
+            bs.release_unmapped(id, 0).unwrap(),
+            None,
+            "nothing left to free"
+        );
+        assert!(matches!(
+            bs.release_unmapped(id, 3),
+            Err(Error::BadRange { .. })
+        ));
+        // A clone reads its parent where it holds nothing, a thick blob holds everything:
+        // neither gives clusters back.
+        let snap = bs.create_snapshot(id, &[]).unwrap();
+        bs.write(id, cs, &[3; 512]).unwrap();
+        assert!(matches!(
+            bs.release_unmapped(id, 1),
+            Err(Error::KeepsClusters(_))
+        ));
+        assert!(matches!(
+            bs.release_unmapped(snap, 1),
+            Err(Error::ReadOnly(_))
+        ));
+        let thick = bs
+            .create_blob(&BlobOptions {
+                num_clusters: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(matches!(
+            bs.release_unmapped(thick, 0),
+            Err(Error::KeepsClusters(_))
+        ));
+        let (mut bs, _) = reload_both(bs);
+        assert_eq!(firsts(&mut bs, snap), [0, 2, 0]);
+        assert_eq!(firsts(&mut bs, id), [0, 3, 0]);
+    }
+}

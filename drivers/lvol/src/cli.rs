@@ -86,6 +86,12 @@ pub enum LvolCommand {
     /// Make an lvol read-only.
     #[command(name = "bdev_lvol_set_read_only", rename_all = "kebab-case")]
     BdevLvolSetReadOnly { name: String },
+    /// Give an lvol every cluster of its own and no parent snapshot.
+    #[command(name = "bdev_lvol_inflate", rename_all = "kebab-case")]
+    BdevLvolInflate { name: String },
+    /// Copy in what an lvol's parent snapshot holds; the grandparent becomes its parent.
+    #[command(name = "bdev_lvol_decouple_parent", rename_all = "kebab-case")]
+    BdevLvolDecoupleParent { name: String },
     /// Rename an lvol.
     #[command(name = "bdev_lvol_rename", rename_all = "kebab-case")]
     BdevLvolRename { old_name: String, new_name: String },
@@ -193,6 +199,16 @@ impl LvolCommand {
             ),
             C::BdevLvolSetReadOnly { name } => Request::new(
                 "bdev_lvol_set_read_only",
+                &LvolRef { name: name.clone() },
+                Print::Nothing,
+            ),
+            C::BdevLvolInflate { name } => Request::new(
+                "bdev_lvol_inflate",
+                &LvolRef { name: name.clone() },
+                Print::Nothing,
+            ),
+            C::BdevLvolDecoupleParent { name } => Request::new(
+                "bdev_lvol_decouple_parent",
                 &LvolRef { name: name.clone() },
                 Print::Nothing,
             ),

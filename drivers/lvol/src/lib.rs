@@ -27,15 +27,22 @@
 //!   a volatile cache (a file, a drive's write cache) a host's flush must reach it;
 //! - write-zeroes over a cluster that reads as zeroes completes without allocating it
 //!   (SPDK allocates a cluster to write zeroes into it);
-//! - unmap forwards to the base but does not free a whole cluster of a thin lvol back to
-//!   the store (SPDK does, for lvols without a parent): freeing it needs every queue's
-//!   in-flight writes to it drained first, which the freeze could do but which is not built.
+//! - an unmap of a whole cluster of a thin lvol without a parent frees it, as SPDK's does;
+//!   pmio drains every queue of the lvol first (a freeze), so no write still in flight can
+//!   land in a cluster another lvol may be given next.
 //!
-//! ```no_run
+//! ```
 //! use pmio_lvol::LvolStore;
 //! use pmio_blobstore::lvol::LvstoreOptions;
-//! # fn base() -> std::sync::Arc<dyn pmio::BlockDevice> { unimplemented!() }
-//! let lvs = LvolStore::create(base(), &LvstoreOptions { name: "lvs0".into(), ..Default::default() }).unwrap();
+//! use pmio_malloc::{MallocDevice, MallocOptions};
+//! // Any bdev will do; a 128 MiB RAM disk here.
+//! let base = MallocDevice::new(MallocOptions {
+//!     name: "Malloc0".into(),
+//!     num_blocks: (128 << 20) / 512,
+//!     ..Default::default()
+//! })
+//! .unwrap();
+//! let lvs = LvolStore::create(base, &LvstoreOptions { name: "lvs0".into(), ..Default::default() }).unwrap();
 //! let vol = lvs.create_lvol("vol0", 64 << 20, true, Default::default()).unwrap();
 //! // `vol` is a BlockDevice named by its uuid; register it, open queues on reactors.
 //! # let _ = vol;
@@ -92,7 +99,7 @@ impl LvolError {
                     -libc::EPERM
                 }
                 BsError::InvalidName { .. } | BsError::InvalidOption(_) => -libc::EINVAL,
-                BsError::NotReadOnly(_) => -libc::EINVAL,
+                BsError::NotReadOnly(_) | BsError::NoParent(_) => -libc::EINVAL,
                 BsError::Device(_) => -libc::EIO,
                 _ => -libc::EILSEQ,
             },
@@ -389,6 +396,43 @@ impl LvolStore {
         self.make_device(&info)
     }
 
+    /// Inflates lvol `name` (`bdev_lvol_inflate`): every cluster it inherits is copied into
+    /// storage of its own, one at a time, each published to its queues as it is allocated
+    /// (I/O goes on; a write to a cluster being copied waits for that cluster only); then it
+    /// drops its parent.
+    pub fn inflate(&self, name: &str) -> Result<()> {
+        self.detach(name, true)
+    }
+
+    /// Decouples lvol `name` from its parent (`bdev_lvol_decouple_parent`): as
+    /// [`LvolStore::inflate`] for the clusters the parent holds; the grandparent becomes the
+    /// parent.
+    pub fn decouple_parent(&self, name: &str) -> Result<()> {
+        self.detach(name, false)
+    }
+
+    fn detach(&self, name: &str, all: bool) -> Result<()> {
+        let id = self.lvol(name)?.blob_id;
+        let n = name.to_string();
+        self.call(move |o| {
+            let vol = o.vols.get(&id).cloned();
+            let publish = |i: u64, c: u32| {
+                if let Some(v) = &vol {
+                    v.map().publish(i, c);
+                }
+            };
+            let r = if all {
+                o.lvs.inflate(&n, publish)
+            } else {
+                o.lvs.decouple_parent(&n, publish)
+            };
+            // The parent changed (or, after an error, some clusters did): the map follows the
+            // store either way.
+            o.publish(id)?;
+            r
+        })
+    }
+
     /// Renames lvol `name` (its bdev, named by uuid, keeps its name; its alias changes).
     pub fn rename_lvol(&self, name: &str, new_name: &str) -> Result<()> {
         let (n, m) = (name.to_string(), new_name.to_string());
@@ -401,13 +445,21 @@ impl LvolStore {
         self.call(move |o| o.lvs.rename(&m))
     }
 
-    /// Deletes lvol `name` (refused while it has clones). Its bdev must be unregistered
-    /// first: its queues must be gone.
+    /// Deletes lvol `name`. A snapshot with one clone is merged into it, the clone's I/O
+    /// frozen meanwhile (its map loses the snapshot as parent and gains its clusters); one
+    /// with more clones is refused. Its bdev must be unregistered first: its queues must be
+    /// gone.
     pub fn delete_lvol(&self, name: &str) -> Result<()> {
-        let id = self.lvol(name)?.blob_id;
+        let info = self.lvol(name)?;
+        let id = info.blob_id;
+        let clones = info
+            .clones
+            .iter()
+            .map(|c| self.lvol(c).map(|l| l.blob_id))
+            .collect::<Result<Vec<BlobId>>>()?;
         let n = name.to_string();
         self.call(move |o| {
-            o.lvs.delete_lvol(&n)?;
+            o.frozen(&clones, |o| o.lvs.delete_lvol(&n))?;
             o.vols.remove(&id);
             Ok(())
         })?;

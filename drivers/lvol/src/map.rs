@@ -10,16 +10,41 @@
 //! mutex only then (never per I/O).
 //!
 //! A metadata change that moves clusters away from a blob (a snapshot takes them) first
-//! *freezes* the lvol: no queue may still be writing through the old map. Each queue publishes
-//! how many of its requests are in flight to the base device in its [`QueueSlot`]; the
-//! protocol is Dekker's, with sequentially consistent accesses on both sides: a queue raises
-//! its count and then reads `frozen`; the owner sets `frozen` and then waits until every
-//! count is 0. Either the queue sees the freeze (it parks its requests and lowers its count)
-//! or the owner sees the count and waits for those requests to complete.
-
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+//! *freezes* the lvol: no queue may still be writing through the old map. Each queue has one
+//! atomic word, its [`QueueSlot`]: a count of its requests in flight to the base device
+//! through its map, and a frozen bit the owner sets. Both sides change the same word with
+//! read-modify-writes, so they are ordered by that word's modification order alone (no
+//! store-load pattern, no reliance on sequential consistency): a queue adds its batch and
+//! looks at the bit in the value it replaced; the owner sets the bit and then waits until
+//! the count is 0. Either the queue's add came first (the owner waits for those requests) or
+//! the owner's bit did (the queue parks the batch). A queue looks at the generation only
+//! after its add succeeded, so a batch sent after a thaw uses the map published before it.
+//!
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+
+use self::sync::AtomicUsize;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+/// The freeze handshake's atomic: loom's under `cfg(loom)` (model checking, `make loom`),
+/// std's otherwise. The maps' own atomics are std's always: the handshake is what orders
+/// their use.
+mod sync {
+    #[cfg(loom)]
+    pub(super) use loom::sync::atomic::AtomicUsize;
+    #[cfg(not(loom))]
+    pub(super) use std::sync::atomic::AtomicUsize;
+
+    /// The freezer's wait between looks at a queue's count.
+    pub(super) fn backoff() {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
 
 /// One blob's cluster map, of one shape.
 #[derive(Debug)]
@@ -95,10 +120,61 @@ impl ClusterMap {
     }
 }
 
-/// One queue's count of requests in flight to the base device (see the module docs).
-#[derive(Debug, Default)]
+/// A queue's word's frozen bit; the bits below it count requests in flight.
+const FROZEN: usize = 1 << (usize::BITS - 1);
+
+/// One queue's side of the freeze (see the module docs).
+#[derive(Debug)]
 pub struct QueueSlot {
-    pub inflight: AtomicUsize,
+    word: AtomicUsize,
+}
+
+impl QueueSlot {
+    fn new(frozen: bool) -> QueueSlot {
+        QueueSlot {
+            word: AtomicUsize::new(if frozen { FROZEN } else { 0 }),
+        }
+    }
+
+    /// Before the queue sends `n` requests to the base through its map: counts them, unless
+    /// the lvol is frozen (then nothing stays counted and the queue parks them).
+    #[inline]
+    pub fn enter(&self, n: usize) -> bool {
+        let was = self.word.fetch_add(n, Ordering::AcqRel);
+        if was & FROZEN != 0 {
+            self.word.fetch_sub(n, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// `n` requests counted by [`QueueSlot::enter`] are done with the map: completed, or not
+    /// sent to the base after all. `Release` orders their use of the map before a freezer's
+    /// look at the count.
+    #[inline]
+    pub fn leave(&self, n: usize) {
+        if n > 0 {
+            self.word.fetch_sub(n, Ordering::Release);
+        }
+    }
+
+    /// Whether the owner has frozen the lvol for this queue.
+    #[inline]
+    pub fn is_frozen(&self) -> bool {
+        self.word.load(Ordering::Acquire) & FROZEN != 0
+    }
+
+    /// Forgets what is counted (the queue is going away).
+    pub fn retire(&self) {
+        self.word.fetch_and(FROZEN, Ordering::Release);
+    }
+}
+
+/// The queues of one lvol and whether it is frozen; new queues start frozen during a freeze.
+#[derive(Debug, Default)]
+struct Slots {
+    frozen: bool,
+    list: Vec<Arc<QueueSlot>>,
 }
 
 /// What every queue of one lvol shares with the metadata owner.
@@ -106,8 +182,7 @@ pub struct QueueSlot {
 pub struct VolShared {
     version: AtomicU64,
     map: Mutex<Arc<ClusterMap>>,
-    frozen: AtomicBool,
-    slots: Mutex<Vec<Arc<QueueSlot>>>,
+    slots: Mutex<Slots>,
 }
 
 impl VolShared {
@@ -116,8 +191,7 @@ impl VolShared {
         VolShared {
             version: AtomicU64::new(1),
             map: Mutex::new(Arc::new(map)),
-            frozen: AtomicBool::new(false),
-            slots: Mutex::new(Vec::new()),
+            slots: Mutex::new(Slots::default()),
         }
     }
 
@@ -145,43 +219,51 @@ impl VolShared {
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A new queue's slot.
-    pub fn add_queue(&self) -> Arc<QueueSlot> {
-        let slot = Arc::new(QueueSlot::default());
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.retain(|s| Arc::strong_count(s) > 1);
-        slots.push(Arc::clone(&slot));
-        slot
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the lvol is frozen (queues hold new requests).
-    #[inline]
-    pub fn is_frozen(&self) -> bool {
-        self.frozen.load(Ordering::SeqCst)
+    /// A new queue's slot.
+    pub fn add_queue(&self) -> Arc<QueueSlot> {
+        let mut slots = self.slots();
+        let slot = Arc::new(QueueSlot::new(slots.frozen));
+        slots.list.retain(|s| Arc::strong_count(s) > 1);
+        slots.list.push(Arc::clone(&slot));
+        slot
     }
 
     /// Freezes the lvol and waits until no queue has a request in flight through the old
     /// map. Until [`VolShared::thaw`], queues park what they are given.
     pub fn freeze(&self) {
-        self.frozen.store(true, Ordering::SeqCst);
-        let slots: Vec<Arc<QueueSlot>> =
-            self.slots.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        for s in slots {
-            while s.inflight.load(Ordering::SeqCst) != 0 {
-                std::thread::sleep(Duration::from_micros(50));
+        let list = {
+            let mut slots = self.slots();
+            slots.frozen = true;
+            for s in &slots.list {
+                s.word.fetch_or(FROZEN, Ordering::AcqRel);
+            }
+            slots.list.clone()
+        };
+        for s in list {
+            while s.word.load(Ordering::Acquire) & !FROZEN != 0 {
+                sync::backoff();
             }
         }
     }
 
     /// Lets queues submit again (after the new map is published).
     pub fn thaw(&self) {
-        self.frozen.store(false, Ordering::SeqCst);
+        let mut slots = self.slots();
+        slots.frozen = false;
+        for s in &slots.list {
+            s.word.fetch_and(!FROZEN, Ordering::AcqRel);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn reads_go_down_the_parent_chain() {
@@ -201,22 +283,32 @@ mod tests {
     fn freeze_waits_for_inflight_requests() {
         let vol = Arc::new(VolShared::new(ClusterMap::new([0], None, true, false)));
         let slot = vol.add_queue();
-        slot.inflight.store(2, Ordering::SeqCst);
+        assert!(slot.enter(2));
         let v = Arc::clone(&vol);
         let t = std::thread::spawn(move || {
             v.freeze();
         });
         // The freezer raises the flag first; a loaded machine may start its thread late.
         let t0 = std::time::Instant::now();
-        while !vol.is_frozen() {
+        while !slot.is_frozen() {
             assert!(t0.elapsed() < Duration::from_secs(10), "freeze never began");
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(20));
         assert!(!t.is_finished(), "freeze returned with requests in flight");
-        slot.inflight.store(0, Ordering::SeqCst);
+        slot.leave(1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!t.is_finished(), "freeze returned with a request in flight");
+        slot.leave(1);
         t.join().unwrap();
+        assert!(!slot.enter(1), "a frozen lvol turns requests away");
+        let late = vol.add_queue();
+        assert!(
+            late.is_frozen(),
+            "a queue opened during a freeze starts frozen"
+        );
         vol.thaw();
-        assert!(!vol.is_frozen());
+        assert!(!slot.is_frozen() && !late.is_frozen());
+        assert!(slot.enter(1));
     }
 }

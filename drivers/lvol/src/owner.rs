@@ -131,6 +131,30 @@ impl Owner {
         }
     }
 
+    /// A queue's unmap of all of blob cluster `i` of a thin lvol without a parent: with every
+    /// queue of the lvol drained (frozen), the cluster is unmapped and freed in the store
+    /// (`Blobstore::release_unmapped`), the map stops pointing at it, and the queue is told.
+    pub(crate) fn release(&mut self, id: BlobId, i: u64, mailbox: &Mailbox) {
+        let vol = self.vols.get(&id).cloned();
+        if let Some(v) = &vol {
+            v.freeze();
+        }
+        let r = self.lvs.blobstore_mut().release_unmapped(id, i);
+        if let (Ok(_), Some(v)) = (&r, &vol) {
+            v.map().publish(i, 0);
+        }
+        if let Some(v) = &vol {
+            v.thaw();
+        }
+        match r {
+            Ok(_) => mailbox.post(i, Ok(())),
+            Err(e) => {
+                log::error!("lvol blob {id:#x}: freeing unmapped cluster {i}: {e}");
+                mailbox.post(i, Err(io_errno(&e)));
+            }
+        }
+    }
+
     /// Runs a metadata change that moves clusters out of `frozen`'s map (a snapshot, a
     /// shrink): freezes those lvols first, republishes `republish` after, then thaws.
     pub(crate) fn frozen<R>(

@@ -9,9 +9,9 @@
 //!   (copying the parent's data in); the owner's reply resubmits them;
 //! - write-zeroes over a cluster that reads as zeroes anyway completes at once (SPDK
 //!   allocates the cluster and writes zeroes; the result reads the same and costs nothing);
-//! - unmap forwards to the base for the lvol's own clusters and does nothing elsewhere (SPDK
-//!   also frees a whole cluster of a thin lvol without a parent; pmio keeps it: see the
-//!   crate docs);
+//! - unmap forwards to the base for the lvol's own clusters and does nothing elsewhere; an
+//!   unmap of a whole cluster of a thin lvol without a parent frees the cluster (SPDK's rule):
+//!   it is parked, with every later request to that cluster, while the owner frees it;
 //! - flush goes to the base (SPDK's lvol refuses flush; forwarding it makes the data the
 //!   host flushed durable on a base with a volatile cache, such as a file).
 //!
@@ -25,7 +25,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use pmio::{DriverQueue, IoStatus, Op, OpSet, Request};
 use pmio_blobstore::BlobId;
@@ -72,6 +71,7 @@ enum Step {
     Zero,
     Park(u64),
     Allocate(u64),
+    Release(u64),
 }
 
 /// An lvol queue (see the module docs).
@@ -176,6 +176,15 @@ impl LvolQueue {
             Op::WriteZeroes if map.read_through(i) == 0 => Step::Done(IoStatus::Success),
             Op::WriteZeroes if map.thin => Step::Allocate(i),
             Op::WriteZeroes => Step::Done(IoStatus::Errno(libc::EIO)),
+            Op::Discard
+                if own != 0
+                    && map.thin
+                    && map.parent.is_none()
+                    && within == 0
+                    && n == g.cluster_blocks =>
+            {
+                Step::Release(i)
+            }
             Op::Discard if own != 0 && self.base_ops.contains(Op::Discard) => {
                 Step::Forward(base_lba(own))
             }
@@ -188,22 +197,20 @@ impl LvolQueue {
         if self.saved.len() < rqs.len() {
             self.saved.resize(rqs.len(), (0, 0));
         }
+        // The freeze handshake (map.rs), then the generation: a batch let through after a
+        // thaw must see the map published before it.
+        if !self.slot.enter(tags.len()) {
+            self.parked.extend(tags.iter().map(|&t| (t, FROZEN)));
+            return;
+        }
         if self.vol.generation() != self.seen {
             (self.map, self.seen) = self.vol.current();
-        }
-        // Dekker with the owner's freeze (map.rs): raise the count, then look.
-        self.slot
-            .inflight
-            .store(self.inflight + tags.len(), Ordering::SeqCst);
-        if self.vol.is_frozen() {
-            self.parked.extend(tags.iter().map(|&t| (t, FROZEN)));
-            self.slot.inflight.store(self.inflight, Ordering::SeqCst);
-            return;
         }
         self.fwd.clear();
         for &t in tags {
             let rq = &mut rqs[t as usize];
-            match self.step(rq) {
+            let step = self.step(rq);
+            match step {
                 Step::Forward(lba) => {
                     self.saved[t as usize] = (rq.lba, rq.nblocks);
                     rq.lba = lba;
@@ -225,10 +232,14 @@ impl LvolQueue {
                     self.local.push_back(t);
                 }
                 Step::Park(i) => self.parked.push((t, i)),
-                Step::Allocate(i) => {
+                Step::Allocate(i) | Step::Release(i) => {
                     let mb = Arc::clone(&self.mailbox);
                     let blob = self.blob;
-                    let job = Box::new(move |o: &mut crate::owner::Owner| o.allocate(blob, i, &mb));
+                    let job: crate::owner::Job = if matches!(step, Step::Release(_)) {
+                        Box::new(move |o| o.release(blob, i, &mb))
+                    } else {
+                        Box::new(move |o| o.allocate(blob, i, &mb))
+                    };
                     if self.owner.send(Msg::Job(job)).is_ok() {
                         self.waiting.push(i);
                         self.parked.push((t, i));
@@ -243,8 +254,7 @@ impl LvolQueue {
             self.base.submit(rqs, &self.fwd);
             self.inflight += self.fwd.len();
         }
-        // Lowering the count needs no fence: a freeze that still sees the raised one waits.
-        self.slot.inflight.store(self.inflight, Ordering::Release);
+        self.slot.leave(tags.len() - self.fwd.len());
     }
 
     /// Moves parked requests whose wait is over to `resubmit` (or fails them).
@@ -252,7 +262,7 @@ impl LvolQueue {
     fn unpark(&mut self, rqs: &mut [Request]) {
         self.mail.clear();
         self.mailbox.take(&mut self.mail);
-        let thawed = !self.vol.is_frozen();
+        let thawed = !self.slot.is_frozen();
         self.resubmit.clear();
         let mut k = 0;
         while k < self.parked.len() {
@@ -325,7 +335,7 @@ impl DriverQueue for LvolQueue {
             }
             if got > 0 {
                 self.inflight -= got;
-                self.slot.inflight.store(self.inflight, Ordering::Release);
+                self.slot.leave(got);
             }
             n += got;
         }
@@ -339,6 +349,6 @@ impl DriverQueue for LvolQueue {
 
 impl Drop for LvolQueue {
     fn drop(&mut self) {
-        self.slot.inflight.store(0, Ordering::SeqCst);
+        self.slot.retire();
     }
 }

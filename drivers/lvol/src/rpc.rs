@@ -293,6 +293,8 @@ pub fn methods() -> Vec<Method<Arc<LvolRpc>>> {
         Method::new("bdev_lvol_rename", RUNTIME, rename),
         Method::new("bdev_lvol_snapshot", RUNTIME, snapshot),
         Method::new("bdev_lvol_clone", RUNTIME, clone),
+        Method::new("bdev_lvol_inflate", RUNTIME, inflate),
+        Method::new("bdev_lvol_decouple_parent", RUNTIME, decouple_parent),
     ]
 }
 
@@ -515,9 +517,9 @@ pub struct LvolRef {
 fn delete(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
     let p: LvolRef = decl::decode(p)?;
     let (s, l) = m.lvol_by_bdev(&p.name)?;
-    if !l.clones.is_empty() {
-        // SPDK refuses to delete a snapshot with more than one clone; pmio does not merge a
-        // snapshot into its one clone either (not built), so any clone refuses.
+    if l.clones.len() > 1 {
+        // As SPDK (`spdk_lvol_deletable`): a snapshot with one clone is merged into it, one
+        // with more is refused before its bdev goes.
         return Err(RpcError::new(
             code::INVALID_PARAMS,
             pmio_jsonrpc::error::strerror(libc::EPERM),
@@ -525,6 +527,25 @@ fn delete(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcErro
     }
     m.bdevs.delete_bdev(&l.bdev_name, MODULE)?;
     s.delete_lvol(&l.name).map_err(|e| op_error(&e))?;
+    Ok(Value::Bool(true))
+}
+
+fn inflate(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
+    detach(m, p, LvolStore::inflate)
+}
+
+fn decouple_parent(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
+    detach(m, p, LvolStore::decouple_parent)
+}
+
+fn detach(
+    m: &Arc<LvolRpc>,
+    p: Option<&Value>,
+    how: fn(&LvolStore, &str) -> crate::Result<()>,
+) -> Result<Value, RpcError> {
+    let p: LvolRef = decl::decode(p)?;
+    let (s, l) = m.lvol_by_bdev(&p.name)?;
+    how(&s, &l.name).map_err(|e| op_error(&e))?;
     Ok(Value::Bool(true))
 }
 
@@ -620,10 +641,18 @@ pub struct Snapshot {
 
 fn snapshot(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
     let p: Snapshot = decl::decode(p)?;
-    let (s, l) = m.lvol_by_bdev(&p.lvol_name)?;
-    let dev = s
-        .snapshot(&l.name, &p.snapshot_name)
-        .map_err(|e| op_error(&e))?;
+    derive(m, &p.lvol_name, |s, l| s.snapshot(l, &p.snapshot_name))
+}
+
+/// Makes a new lvol out of lvol bdev `from` (its snapshot, or a clone of it) with `make`
+/// (given the store and `from`'s lvol name), registers its bdev and returns the name.
+fn derive(
+    m: &Arc<LvolRpc>,
+    from: &str,
+    make: impl FnOnce(&LvolStore, &str) -> crate::Result<Arc<LvolDevice>>,
+) -> Result<Value, RpcError> {
+    let (s, l) = m.lvol_by_bdev(from)?;
+    let dev = make(&s, &l.name).map_err(|e| op_error(&e))?;
     Ok(json!(m.register(&s, dev)?))
 }
 
@@ -637,11 +666,7 @@ pub struct Clone {
 
 fn clone(m: &Arc<LvolRpc>, _: &str, p: Option<&Value>) -> Result<Value, RpcError> {
     let p: Clone = decl::decode(p)?;
-    let (s, l) = m.lvol_by_bdev(&p.snapshot_name)?;
-    let dev = s
-        .clone_lvol(&l.name, &p.clone_name)
-        .map_err(|e| op_error(&e))?;
-    Ok(json!(m.register(&s, dev)?))
+    derive(m, &p.snapshot_name, |s, l| s.clone_lvol(l, &p.clone_name))
 }
 
 impl std::fmt::Debug for LvolRpc {

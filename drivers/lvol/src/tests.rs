@@ -307,3 +307,179 @@ fn a_destroyed_store_is_not_found_again() {
     let e = LvolStore::load(base).unwrap_err();
     assert!(e.to_string().contains("signature"), "{e}");
 }
+
+/// 4 KiB of `lba` and `round` stamped every 16 bytes.
+fn stamp(lba: u64, round: u32) -> Vec<u8> {
+    let mut data = vec![0u8; 4096];
+    for w in data.chunks_mut(16) {
+        w[..8].copy_from_slice(&lba.to_le_bytes());
+        w[8..12].copy_from_slice(&round.to_le_bytes());
+    }
+    data
+}
+
+/// Writes `rounds` of stamps over every other 4 KiB block of `dev`, from a queue of its own on
+/// a thread, while `during` runs.
+fn writing_while(dev: Arc<dyn BlockDevice>, rounds: u32, during: impl FnOnce()) {
+    let blocks = dev.info().num_blocks;
+    let writer = std::thread::spawn(move || {
+        let mut q = Q::open(dev);
+        for round in 1..=rounds {
+            for lba in (0..blocks).step_by(16) {
+                q.write(lba, &stamp(lba, round));
+            }
+        }
+    });
+    during();
+    writer.join().unwrap();
+}
+
+/// Every other block has the last round's stamp, the others `old`.
+fn check_stamped(q: &mut Q, blocks: u64, round: u32, old: &[u8]) {
+    for lba in (0..blocks).step_by(8) {
+        let got = q.read(lba, 4096);
+        if lba % 16 == 0 {
+            assert_eq!(got, stamp(lba, round), "block {lba}");
+        } else {
+            let at = (lba * 512) as usize;
+            assert_eq!(got, old[at..at + 4096], "block {lba}");
+        }
+    }
+}
+
+#[test]
+fn inflate_decouple_and_delete_into_the_clone_keep_the_data_while_writes_run() {
+    let base = malloc(32);
+    let lvs = store(&base);
+    let vol = lvs
+        .create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    let dev: Arc<dyn BlockDevice> = vol;
+    let blocks = dev.info().num_blocks;
+    let mut q = Q::open(Arc::clone(&dev));
+    let old = pattern(9, 1 << 20);
+    q.write(0, &old);
+    lvs.snapshot("vol", "s1").unwrap();
+    writing_while(Arc::clone(&dev), 3, || lvs.inflate("vol").unwrap());
+    check_stamped(&mut q, blocks, 3, &old);
+    let info = lvs.lvol("vol").unwrap();
+    assert_eq!((info.base_snapshot, info.thin), (None, false));
+    assert_eq!(info.num_allocated_clusters, info.num_clusters);
+    assert!(lvs.lvol("s1").unwrap().clones.is_empty());
+    assert!(lvs.decouple_parent("vol").is_err(), "no parent");
+
+    // s2 with two clones is refused; with one (vol), it merges into vol under writes.
+    lvs.snapshot("vol", "s2").unwrap();
+    lvs.clone_lvol("s2", "c").unwrap();
+    assert!(lvs.delete_lvol("s2").is_err());
+    lvs.delete_lvol("c").unwrap();
+    writing_while(Arc::clone(&dev), 2, || lvs.delete_lvol("s2").unwrap());
+    let mut now = old.clone();
+    for lba in (0..blocks).step_by(16) {
+        let at = (lba * 512) as usize;
+        now[at..at + 4096].copy_from_slice(&stamp(lba, 3));
+    }
+    check_stamped(&mut q, blocks, 2, &now);
+    assert!(lvs.lvol("s2").is_err());
+    let info = lvs.lvol("vol").unwrap();
+    assert_eq!(info.base_snapshot, None);
+    assert_eq!(info.num_allocated_clusters, info.num_clusters);
+
+    // Decouple from s4: what s4 holds is copied in; s3 becomes the parent.
+    lvs.snapshot("vol", "s3").unwrap();
+    q.write(0, &stamp(0, 7));
+    lvs.snapshot("vol", "s4").unwrap();
+    lvs.decouple_parent("vol").unwrap();
+    let info = lvs.lvol("vol").unwrap();
+    assert_eq!(info.base_snapshot.as_deref(), Some("s3"));
+    assert_eq!(info.num_allocated_clusters, 1);
+    assert_eq!(q.read(0, 4096), stamp(0, 7));
+    assert_eq!(q.read(8, 4096), now[4096..8192]);
+    drop(q);
+    let free = lvs.info().unwrap().free_clusters;
+    lvs.delete_lvol("s4").unwrap();
+    assert_eq!(lvs.info().unwrap().free_clusters, free + 1);
+    lvs.stop(Stop::Unload).unwrap();
+}
+
+#[test]
+fn unmapping_whole_clusters_of_a_thin_lvol_frees_them() {
+    let base = malloc(16);
+    let lvs = store(&base);
+    let vol = lvs
+        .create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    assert!(vol.info().supported_ops.contains(Op::Discard));
+    let mut q = Q::open(vol);
+    let per = u64::from(CLUSTER / 512);
+    let data = pattern(4, 4 * CLUSTER as usize);
+    q.write(0, &data);
+    let allocated = || lvs.lvol("vol").unwrap().num_allocated_clusters;
+    let free = || lvs.info().unwrap().free_clusters;
+    assert_eq!(allocated(), 4);
+    let free0 = free();
+
+    // Half a cluster: the data goes, the cluster stays.
+    assert_eq!(
+        q.io(Op::Discard, 3 * per, (per / 2) as u32),
+        IoStatus::Success
+    );
+    assert_eq!(allocated(), 4);
+    // One whole cluster, then two at once (split at the cluster boundary): freed.
+    assert_eq!(q.io(Op::Discard, per, per as u32), IoStatus::Success);
+    assert_eq!((allocated(), free()), (3, free0 + 1));
+    assert_eq!(q.read(per, CLUSTER as usize), vec![0; CLUSTER as usize]);
+    assert_eq!(
+        q.io(Op::Discard, 2 * per, 2 * per as u32),
+        IoStatus::Success
+    );
+    assert_eq!((allocated(), free()), (1, free0 + 3));
+    let c = CLUSTER as usize;
+    assert_eq!(q.read(0, c), data[..c], "cluster 0 is untouched");
+    assert_eq!(q.read(2 * per, 2 * c), vec![0; 2 * c]);
+    // A freed cluster is allocated again by the next write to it.
+    q.write(per, &data[..4096]);
+    assert_eq!(allocated(), 2);
+    assert_eq!(q.read(per, 4096), data[..4096]);
+
+    // A clone reads its snapshot where it holds nothing: its clusters stay on unmap.
+    lvs.snapshot("vol", "snap").unwrap();
+    q.write(0, &data[..4096]);
+    assert_eq!(allocated(), 1);
+    assert_eq!(q.io(Op::Discard, 0, per as u32), IoStatus::Success);
+    assert_eq!(allocated(), 1);
+    drop(q);
+    lvs.stop(Stop::Unload).unwrap();
+}
+
+#[test]
+fn clusters_freed_while_another_queue_writes_leave_no_foreign_data() {
+    let base = malloc(32);
+    let lvs = store(&base);
+    let vol = lvs
+        .create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    let dev: Arc<dyn BlockDevice> = vol;
+    let blocks = dev.info().num_blocks;
+    let per = u64::from(CLUSTER / 512);
+    let mut q = Q::open(Arc::clone(&dev));
+    writing_while(Arc::clone(&dev), 4, || {
+        for round in 0..3 {
+            for c in (round % 2..blocks / per).step_by(2) {
+                assert_eq!(q.io(Op::Discard, c * per, per as u32), IoStatus::Success);
+            }
+        }
+    });
+    for lba in (0..blocks).step_by(8) {
+        let got = q.read(lba, 4096);
+        if lba % 16 != 0 || got.iter().all(|&b| b == 0) {
+            assert!(got.iter().all(|&b| b == 0), "block {lba} was never written");
+            continue;
+        }
+        let round = u32::from_le_bytes(got[8..12].try_into().unwrap());
+        assert!((1..=4).contains(&round), "block {lba}: {:?}", &got[..16]);
+        assert_eq!(got, stamp(lba, round), "block {lba}");
+    }
+    drop(q);
+    lvs.stop(Stop::Unload).unwrap();
+}
