@@ -20,10 +20,13 @@ CTRL_KEY='DHHC-1:00:YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXphYmNkZWasFayR:'
 WRONG_KEY='DHHC-1:01:MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDHX0whE:'
 fail() { echo "FAIL: $*" >&2; tail -20 /tmp/tgt.log >&2; dmesg | tail -20 >&2; exit 1; }
 wait_sock() { for _ in $(seq 300); do [ -S $S ] && return 0; sleep 0.1; done; fail "no socket"; }
-# connect OPTS: prints the controller instance (nvmeN); fails when the kernel refuses
+# connect OPTS: prints the controller instance (nvmeN); fails when the kernel refuses. The
+# emulated guest takes seconds for one ffdhe8192 exchange, which pmio-tgt computes on the
+# reactor of the queue's connection: a keep-alive timeout of 30 s (not Linux's 5) keeps the
+# admin queue's Keep Alive from timing out behind the I/O queues' exchanges.
 connect() {
     exec 3<>/dev/nvme-fabrics
-    echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=$NQN,hostnqn=$HOSTNQN,hostid=${HOSTNQN##*uuid:},nr_io_queues=2,queue_size=64,$1" >&3 || { exec 3>&-; return 1; }
+    echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=$NQN,hostnqn=$HOSTNQN,hostid=${HOSTNQN##*uuid:},nr_io_queues=2,queue_size=64,keep_alive_tmo=30,$1" >&3 || { exec 3>&-; return 1; }
     line=$(cat <&3)
     exec 3>&-
     echo "nvme${line#instance=}" | cut -d, -f1

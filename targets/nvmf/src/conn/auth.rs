@@ -86,7 +86,12 @@ impl Conn {
             (sqe.sgl().len as usize).min(MAX_AUTH_RECEIVE)
         };
         let qid = self.qid();
-        if ControllerAuth::check_command(secp, spsp0, spsp1, len, room) != CommandStatus::Success {
+        // A Receive with no room could carry no message (nor a C2HData of nothing).
+        let no_room = !send && room == 0;
+        if no_room
+            || ControllerAuth::check_command(secp, spsp0, spsp1, len, room)
+                != CommandStatus::Success
+        {
             log::warn!(
                 "nvmf: connection {} ({}): Authentication {} with SECP {secp:#04x}, SPSP \
                  {spsp0}/{spsp1}, length {len} for {room} bytes",
