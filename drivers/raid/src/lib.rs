@@ -377,8 +377,18 @@ impl RaidDevice {
             .clone()
     }
 
-    /// Whether `name` is a member of the array.
+    /// Whether `name` is a member of the array taking I/O (a failed member is not: its bdev
+    /// may go, as a vanished NVMe/TCP namespace does, and come back to be added again).
     pub fn has_member(&self, name: &str) -> bool {
+        let h = self.health();
+        self.members()
+            .iter()
+            .enumerate()
+            .any(|(i, m)| h.writable(i) && m.as_ref().is_some_and(|m| m.info().name == name))
+    }
+
+    /// Whether `name` is in a slot of the array, failed or not.
+    pub fn holds(&self, name: &str) -> bool {
         self.members()
             .iter()
             .flatten()
@@ -439,7 +449,10 @@ impl RaidDevice {
         let h = self.health();
         let slot = {
             let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
-            if slots.iter().flatten().any(|m| m.info().name == mi.name) {
+            let taken = slots.iter().enumerate().any(|(i, m)| {
+                h.writable(i) && m.as_ref().is_some_and(|m| m.info().name == mi.name)
+            });
+            if taken {
                 return Err(bad(format!("base bdev {} is already a member", mi.name)));
             }
             let free = |i: &usize| matches!(h.state(*i), SlotState::Missing | SlotState::Failed);
