@@ -25,7 +25,9 @@
 //!
 //! With a superblock (SPDK's layout, on every member at block 0, data 1 MiB in) an array is
 //! assembled again from its members at examine, and a member whose superblock is older than
-//! the others' is never read from.
+//! the others' is never read from. A raid1 member added to a running array (returning or
+//! new) is rebuilt a window at a time while I/O goes on; one that comes back gets only the
+//! regions the write-intent bitmap marked while it was away.
 
 pub mod assembly;
 pub mod bitmap;
