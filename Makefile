@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-auth vm-test-nvmet-auth vm-test-vhost vm-test-ublk bench-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback raid-replicas rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-auth vm-test-nvmet-auth vm-test-vhost vm-test-ublk bench-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -46,6 +46,16 @@ fault-alone:
 # pmio-rpc. About a minute after the build.
 nvmf-loopback:
 	CARGO=$(CARGO) test/ci/nvmf-loopback.sh
+
+# A replicated volume across three pmio-tgts on the loopback (issue 29): a raid1 with a
+# superblock over two NVMe/TCP replicas, served to pmio-perf --verify while a replica is
+# killed -9, comes back and is rebuilt partially (write-intent bitmap), the other is killed and
+# a fresh one rebuilt fully, and the head is restarted (assembled from the superblocks, the
+# stale replica refused). About a minute after the build. Not in `make test` yet: a host
+# write failing with NVMe Internal Error during the partial rebuild (seen once in four runs)
+# is still to be found.
+raid-replicas:
+	CARGO=$(CARGO) test/ci/raid-replicas.sh
 
 # pmio-rbd against a real one-node Ceph cluster (issue 30): test/ci/ceph.sh starts it (7 s;
 # Ceph from test/ci/host-deps.sh) and the tests that need it, #[ignore]d in make unit, run

@@ -6,6 +6,7 @@
 //! marked failed) to every member still taking writes, durably, and only then lets the
 //! queues acknowledge the I/O that failed on that member from the other copies.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -27,6 +28,54 @@ pub enum LoadError {
         #[source]
         source: SbError,
     },
+}
+
+thread_local! {
+    /// The superblock writer thread's member queues, kept open between writes (`None` on
+    /// other threads, which open a queue per write): opening one on an NVMe/TCP member is
+    /// a new connection, too slow to make for every bitmap update.
+    static KEPT: RefCell<Option<Vec<MemberIo>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on a metadata queue of `m` that moves `cap` bytes: the writer thread's kept one,
+/// else a new one. A queue that failed is not kept.
+fn with_io<R>(
+    m: &Arc<dyn BlockDevice>,
+    cap: usize,
+    f: impl FnOnce(&mut MemberIo) -> Result<R, MemberIoError>,
+) -> Result<R, MemberIoError> {
+    KEPT.with_borrow_mut(|kept| {
+        let Some(kept) = kept else {
+            return f(&mut MemberIo::with_capacity(Arc::clone(m), cap)?);
+        };
+        let at = match kept
+            .iter()
+            .position(|io| Arc::ptr_eq(io.bdev(), m) && io.capacity() >= cap)
+        {
+            Some(i) => i,
+            None => {
+                kept.push(MemberIo::with_capacity(Arc::clone(m), cap.max(BITMAP_IO))?);
+                kept.len() - 1
+            }
+        };
+        let r = f(&mut kept[at]);
+        if r.is_err() {
+            kept.swap_remove(at);
+        }
+        r
+    })
+}
+
+/// Bytes the writer's kept queues move: the largest bitmap.
+const BITMAP_IO: usize = (crate::bitmap::MAX_BITS / 8) as usize + 4096;
+
+/// Closes the writer's kept queues of devices no longer among `members`.
+fn prune_kept(members: &[Option<Arc<dyn BlockDevice>>]) {
+    KEPT.with_borrow_mut(|kept| {
+        if let Some(kept) = kept {
+            kept.retain(|io| members.iter().flatten().any(|m| Arc::ptr_eq(m, io.bdev())));
+        }
+    });
 }
 
 /// The superblock on `dev`, `None` if it carries none (no signature).
@@ -97,7 +146,7 @@ pub(crate) fn write_superblock(
         if !health.writable(slot) {
             continue;
         }
-        match MemberIo::open(Arc::clone(m)).and_then(|mut io| io.write_durable(0, &bytes)) {
+        match with_io(m, bytes.len(), |io| io.write_durable(0, &bytes)) {
             Ok(()) => written += 1,
             Err(e) => {
                 log::error!(
@@ -140,8 +189,9 @@ pub(crate) fn write_bitmap(dev: &RaidDevice) {
         if !health.writable(slot) {
             continue;
         }
-        let r = MemberIo::with_capacity(Arc::clone(m), bytes.len())
-            .and_then(|mut io| io.write_durable(bitmap_lba(dev), &bytes));
+        let r = with_io(m, bytes.len(), |io| {
+            io.write_durable(bitmap_lba(dev), &bytes)
+        });
         match r {
             Ok(()) => written += 1,
             Err(e) => {
@@ -226,9 +276,11 @@ pub(crate) fn spawn(dev: &Arc<RaidDevice>) {
     let started = std::thread::Builder::new()
         .name(name.chars().take(15).collect())
         .spawn(move || {
+            KEPT.set(Some(Vec::new()));
             loop {
                 let changed = shared.health.wait_change(Duration::from_millis(100));
                 let Some(dev) = weak.upgrade() else { break };
+                prune_kept(&dev.members());
                 let pending = shared.health.failed_mask()
                     & !(0..shared.health.slots())
                         .filter(|&i| shared.health.recorded(i))

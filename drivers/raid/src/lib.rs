@@ -25,7 +25,9 @@
 //!
 //! With a superblock (SPDK's layout, on every member at block 0, data 1 MiB in) an array is
 //! assembled again from its members at examine, and a member whose superblock is older than
-//! the others' is never read from.
+//! the others' is never read from. A raid1 member added to a running array (returning or
+//! new) is rebuilt a window at a time while I/O goes on; one that comes back gets only the
+//! regions the write-intent bitmap marked while it was away.
 
 pub mod assembly;
 pub mod bitmap;
@@ -377,8 +379,18 @@ impl RaidDevice {
             .clone()
     }
 
-    /// Whether `name` is a member of the array.
+    /// Whether `name` is a member of the array taking I/O (a failed member is not: its bdev
+    /// may go, as a vanished NVMe/TCP namespace does, and come back to be added again).
     pub fn has_member(&self, name: &str) -> bool {
+        let h = self.health();
+        self.members()
+            .iter()
+            .enumerate()
+            .any(|(i, m)| h.writable(i) && m.as_ref().is_some_and(|m| m.info().name == name))
+    }
+
+    /// Whether `name` is in a slot of the array, failed or not.
+    pub fn holds(&self, name: &str) -> bool {
         self.members()
             .iter()
             .flatten()
@@ -439,7 +451,10 @@ impl RaidDevice {
         let h = self.health();
         let slot = {
             let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
-            if slots.iter().flatten().any(|m| m.info().name == mi.name) {
+            let taken = slots.iter().enumerate().any(|(i, m)| {
+                h.writable(i) && m.as_ref().is_some_and(|m| m.info().name == mi.name)
+            });
+            if taken {
                 return Err(bad(format!("base bdev {} is already a member", mi.name)));
             }
             let free = |i: &usize| matches!(h.state(*i), SlotState::Missing | SlotState::Failed);

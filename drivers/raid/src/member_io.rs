@@ -81,6 +81,16 @@ impl MemberIo {
         })
     }
 
+    /// The member bdev.
+    pub fn bdev(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    /// Bytes one call moves at most.
+    pub fn capacity(&self) -> usize {
+        self.bounce.len()
+    }
+
     fn block_size(&self) -> usize {
         self.dev.info().block_size as usize
     }

@@ -81,6 +81,11 @@ impl State {
             .cloned()
     }
 
+    /// The array holding `name` in a slot, taking I/O or failed.
+    fn array_holding(&self, name: &str) -> Option<Arc<RaidDevice>> {
+        lock(&self.arrays).iter().find(|a| a.holds(name)).cloned()
+    }
+
     /// Looks for a raid superblock on bdev `name` (SPDK's `raid_bdev_examine`).
     fn examine(&self, name: &str) {
         let Some(host) = self.host.upgrade() else {
@@ -458,7 +463,7 @@ fn bdev_raid_remove_base_bdev(
 ) -> Result<Value, RpcError> {
     let p: RaidRemoveBaseBdev = decode(params)?;
     let failed = |errno: i32| RpcError::new(-errno, "Failed to remove base bdev from raid bdev");
-    let Some(raid) = m.state.array_of_member(&p.name) else {
+    let Some(raid) = m.state.array_holding(&p.name) else {
         return Err(failed(if m.host.find_bdev(&p.name).is_some() {
             libc::EINVAL
         } else {
