@@ -11,8 +11,11 @@
 # root, with `apt-get install --no-remove --no-install-recommends`, after a simulation of the
 # same install that must neither remove nor downgrade a package: where apt would (Debian's
 # qemu-system-x86 beside a newer QEMU's qemu-utils, say), nothing is installed and the script
-# exits 1 saying what to do. Not root, with tools missing: `all` says which and exits 0 (the
-# tests that need them fail with their own messages), `qemu` exits 1.
+# exits 1 saying what to do. QEMU's packages must be of one version: beside a qemu-utils from
+# bookworm-backports (this machine kind's image has 10.0's), qemu-system-x86 is installed from
+# bookworm-backports too (its source added to apt, for that install only), in an install of its
+# own so that the others do not depend on it. Not root, with tools missing: `all` says which
+# and exits 0 (the tests that need them fail with their own messages), `qemu` exits 1.
 set -euo pipefail
 
 MODE=${1:-all}
@@ -78,15 +81,21 @@ missing() {
 
 # refuse WHY APT_OUTPUT: stop before installing anything.
 refuse() {
-    echo "host-deps: not installing ${pkgs[*]}: $1; nothing was changed. apt-get said:" >&2
+    echo "host-deps: not installing ${asked[*]}: $1; nothing was changed. apt-get said:" >&2
     printf '%s\n' "$2" | grep -v '^NOTE\|^  *$' | tail -30 >&2
-    fail "install ${pkgs[*]} (or what provides them) yourself, keeping what you have, and rerun"
+    fail "install ${asked[*]} (or what provides them) yourself, keeping what you have, and rerun"
 }
 
-# install PKG...: apt-get install, only if its simulation removes and downgrades nothing.
+# install [-t SUITE] PKG...: apt-get install, only if its simulation removes and downgrades
+# nothing.
 install() {
     export DEBIAN_FRONTEND=noninteractive
     local opts=(--no-remove --no-install-recommends) sim pkg old new
+    if [ "$1" = -t ]; then
+        opts+=(-t "$2")
+        shift 2
+    fi
+    asked=("$@")
     apt-get update -qq || fail "apt-get update failed (is Debian's package registry reachable?)"
     sim=$(apt-get install -s "${opts[@]}" "$@" 2>&1) || refuse "apt would have to remove packages" "$sim"
     if grep -q '^Remv ' <<<"$sim"; then refuse "apt would remove packages" "$sim"; fi
@@ -100,6 +109,30 @@ install() {
     apt-get install -y -qq "${opts[@]}" "$@"
 }
 
+BACKPORTS_LIST=/etc/apt/sources.list.d/pmio-bookworm-backports.sources
+
+# The suite the installed QEMU packages came from, when it is not the release's own.
+qemu_backports() {
+    local v
+    v=$(dpkg-query -W -f='${Version}' qemu-utils qemu-system-common 2>/dev/null | head -1) || true
+    case $v in *~bpo12*) return 0 ;; *) return 1 ;; esac
+}
+
+# install_qemu: qemu-system-x86 of the same suite as the QEMU packages already there.
+install_qemu() {
+    if ! qemu_backports; then
+        install qemu-system-x86
+        return
+    fi
+    if [ ! -e "$BACKPORTS_LIST" ]; then
+        printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' \
+            'Suites: bookworm-backports' 'Components: main' \
+            'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >"$BACKPORTS_LIST"
+        echo "host-deps: added bookworm-backports ($BACKPORTS_LIST): qemu-utils came from it" >&2
+    fi
+    install -t bookworm-backports qemu-system-x86
+}
+
 case $MODE in all | qemu) ;; *) fail "usage: $0 [all|qemu]" ;; esac
 list=$(missing) # not in a pipeline: a refusal in it ends the script
 mapfile -t pkgs < <(sort -u <<<"$list" | sed '/^$/d')
@@ -110,4 +143,7 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 0
 fi
 have apt-get || fail "missing ${pkgs[*]}, and no apt-get to install them with"
-install "${pkgs[@]}"
+others=()
+for p in "${pkgs[@]}"; do [ "$p" = qemu-system-x86 ] || others+=("$p"); done
+[ ${#others[@]} -eq 0 ] || install "${others[@]}"
+if [ ${#others[@]} -ne ${#pkgs[@]} ]; then install_qemu; fi
