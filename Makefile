@@ -174,7 +174,8 @@ vm-test-tgt: host-qemu
 
 # pmio-tgt as an NVMe/TCP target for the guest kernel's own host (issue 16): dd, pmio-perf
 # --verify at 4 KiB and 128 KiB with and without digests, namespaces changed while connected, a
-# refused host, disconnect, kill under I/O and restart from the saved config.
+# refused host, disconnect, a thin lvol (dd, snapshot while connected, resize seen by the host,
+# the clone exported and read back; issue 28), kill under I/O and restart from the saved config.
 vm-test-nvmf: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(RUN_IN_VM) --quiet --timeout 400 --cpus 2 --module nvme-tcp --module crc32c_generic \

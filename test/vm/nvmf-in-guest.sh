@@ -3,7 +3,9 @@
 # bdev on 2 reactors served over 127.0.0.1, connected through /dev/nvme-fabrics; dd and
 # pmio-perf --verify (4 KiB in-capsule and 128 KiB R2T writes) with and without digests; a second
 # subsystem with two namespaces; namespaces added and removed while connected; a refused host;
-# disconnect; pmio-tgt killed under I/O, restarted from its saved config, data read back.
+# disconnect; a thin lvol written with dd, snapshotted while connected, resized (the host sees
+# it), its clone exported and read back; pmio-tgt killed under I/O, restarted from its saved
+# config, data read back.
 # Any failed check exits non-zero.
 set -eu
 cd /job
@@ -124,6 +126,49 @@ wait_gone $NQN2 2
 echo "removed nsid 2"
 disconnect $C2
 wait_gone $NQN2 1
+
+echo "== a thin lvol over NVMe/TCP: dd, snapshot while connected, resize, the clone exported"
+NQN3=nqn.2016-06.io.pmio:vm3
+$R bdev_malloc_create -b Malloc4 64 4096 >/dev/null
+$R bdev_lvol_create_lvstore Malloc4 lvs0 -c 1048576 >/dev/null
+$R bdev_lvol_create -l lvs0 -t vol0 16 >/dev/null
+$R nvmf_create_subsystem $NQN3 -a -s PMIO0003 >/dev/null
+$R nvmf_subsystem_add_ns $NQN3 lvs0/vol0 >/dev/null
+$R nvmf_subsystem_add_listener $NQN3 -t tcp -a 127.0.0.1 -s 4420 >/dev/null
+C3=$(connect $NQN3) || fail "connect to the lvol's subsystem"
+V=$(wait_dev $NQN3 1)
+[ "$(cat /sys/block/${V#/dev/}/size)" = 32768 ] || fail "lvol size $(cat /sys/block/${V#/dev/}/size) sectors"
+dd if=/tmp/pat of=$V bs=64k oflag=direct 2>/dev/null || fail "dd write (lvol)"
+# The snapshot is taken with the host connected; vol0 becomes its clone and takes new writes.
+$R bdev_lvol_snapshot lvs0/vol0 snap0 >/dev/null
+head -c 262144 /dev/urandom > /tmp/pat2
+dd if=/tmp/pat2 of=$V bs=64k oflag=direct 2>/dev/null || fail "dd write after the snapshot"
+dd if=$V of=/tmp/back bs=64k count=4 iflag=direct 2>/dev/null || fail "dd read (lvol)"
+cmp /tmp/pat2 /tmp/back || fail "lvol: the write after the snapshot reads back differently"
+dd if=$V of=/tmp/back bs=64k skip=4 count=12 iflag=direct 2>/dev/null || fail "dd read (lvol, rest)"
+dd if=/tmp/pat of=/tmp/pat_rest bs=64k skip=4 2>/dev/null
+cmp /tmp/pat_rest /tmp/back || fail "lvol: what the snapshot holds reads back differently"
+# A resize while connected: the host sees the new size (Namespace Attribute Changed).
+$R bdev_lvol_resize lvs0/vol0 24 >/dev/null
+for _ in $(seq 100); do [ "$(cat /sys/block/${V#/dev/}/size)" = 49152 ] && break; sleep 0.1; done
+[ "$(cat /sys/block/${V#/dev/}/size)" = 49152 ] || fail "after the resize the host sees $(cat /sys/block/${V#/dev/}/size) sectors"
+dd if=/tmp/pat2 of=$V bs=64k seek=256 oflag=direct 2>/dev/null || fail "dd write past the old end"
+dd if=$V of=/tmp/back bs=64k skip=256 count=4 iflag=direct 2>/dev/null || fail "dd read past the old end"
+cmp /tmp/pat2 /tmp/back || fail "lvol: data past the old end reads back differently"
+# The snapshot's clone, exported as a second namespace, holds what was written before it.
+$R bdev_lvol_clone lvs0/snap0 clone0 >/dev/null
+$R nvmf_subsystem_add_ns $NQN3 lvs0/clone0 >/dev/null
+K=$(wait_dev $NQN3 2)
+dd if=$K of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read (clone)"
+cmp /tmp/pat /tmp/back || fail "clone: the snapshot's data reads back differently"
+./pmio-perf --dev uring:path=$K -m '[0,1]' -w randrw -M 50 -b 4096 -d 32 -t 2 --verify \
+    > /tmp/perf.out 2>&1 || { cat /tmp/perf.out; fail "pmio-perf --verify on the clone"; }
+tail -1 /tmp/perf.out
+dd if=$V of=/tmp/back bs=64k count=4 iflag=direct 2>/dev/null || fail "dd read (lvol after clone I/O)"
+cmp /tmp/pat2 /tmp/back || fail "lvol: writes to the clone reached vol0"
+disconnect $C3
+wait_gone $NQN3 1
+$R nvmf_delete_subsystem $NQN3 >/dev/null
 
 echo "== pmio-tgt killed under I/O, restarted from its saved config"
 $R save_config > /tmp/cfg.json

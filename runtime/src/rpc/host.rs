@@ -74,6 +74,13 @@ pub trait BdevUser: Send + Sync {
     /// Why bdev `name` cannot be deleted now (SPDK's -16 detail naming the user and how to
     /// release it), or `None` if this user does not use it.
     fn user_of(&self, name: &str) -> Option<String>;
+
+    /// Bdev `dev.info().name` was replaced by `dev` (a resized lvol: same name, another
+    /// size): a user serving it moves to `dev` and tells its hosts. Users that cannot follow
+    /// keep the old object, which still serves its old size.
+    fn bdev_replaced(&self, dev: &Arc<dyn BlockDevice>) {
+        let _ = dev;
+    }
 }
 
 /// The bdevs of a daemon (see the module documentation).
@@ -210,7 +217,8 @@ impl BdevHost {
     }
 
     /// Replaces registered bdev `record.name` by `dev` (an lvol after a resize: same name, new
-    /// size), keeping its place; queues open on the old object keep it until they close.
+    /// size), keeping its place, and tells the users ([`BdevUser::bdev_replaced`]); queues open
+    /// on the old object keep it until they close.
     pub fn replace_bdev(
         &self,
         dev: Arc<dyn BlockDevice>,
@@ -218,10 +226,17 @@ impl BdevHost {
     ) -> Result<(), RpcError> {
         let mut records = lock(&self.records);
         let _ = self.registry.unregister(&record.name);
-        self.registry.register(dev).map_err(|e| bdev_error(&e))?;
+        self.registry
+            .register(dev.clone())
+            .map_err(|e| bdev_error(&e))?;
         match records.iter_mut().find(|r| r.name == record.name) {
             Some(r) => *r = record,
             None => records.push(record),
+        }
+        drop(records);
+        let users = self.users.read().unwrap_or_else(|p| p.into_inner());
+        for u in users.iter() {
+            u.bdev_replaced(&dev);
         }
         Ok(())
     }

@@ -226,7 +226,7 @@ pub struct Controller {
     aers: Vec<u16>,
     /// The subsystem's namespaces as this controller last saw them (NSID, UUID), and the
     /// generation it saw them at.
-    ns_seen: Vec<(u32, pmio::Uuid)>,
+    ns_seen: Vec<NsSeen>,
     ns_generation: u64,
     changed_ns: ChangedNs,
     /// A namespace notice was reported and the host has not read the log since: further
@@ -740,17 +740,16 @@ impl Controller {
         Some(AEN_NS_CHANGED)
     }
 
-    /// Records every NSID added, removed or replaced (another UUID) since the last look.
+    /// Records every NSID added, removed, replaced (another UUID) or resized since the last
+    /// look.
     fn sync_namespaces(&mut self, subsys: &Subsystem) {
         if subsys.ns_generation == self.ns_generation || self.is_discovery() {
             return;
         }
         let now = ns_snapshot(subsys);
-        for (nsid, uuid) in self.ns_seen.iter().chain(now.iter()) {
-            let in_old = self.ns_seen.contains(&(*nsid, *uuid));
-            let in_new = now.contains(&(*nsid, *uuid));
-            if in_old != in_new {
-                self.changed_ns.record(*nsid);
+        for seen in self.ns_seen.iter().chain(now.iter()) {
+            if self.ns_seen.contains(seen) != now.contains(seen) {
+                self.changed_ns.record(seen.nsid);
             }
         }
         self.ns_seen = now;
@@ -758,8 +757,24 @@ impl Controller {
     }
 }
 
-fn ns_snapshot(subsys: &Subsystem) -> Vec<(u32, pmio::Uuid)> {
-    subsys.namespaces.iter().map(|n| (n.nsid, n.uuid)).collect()
+/// What a controller remembers of a namespace to tell its host what changed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct NsSeen {
+    nsid: u32,
+    uuid: pmio::Uuid,
+    num_blocks: u64,
+}
+
+fn ns_snapshot(subsys: &Subsystem) -> Vec<NsSeen> {
+    subsys
+        .namespaces
+        .iter()
+        .map(|n| NsSeen {
+            nsid: n.nsid,
+            uuid: n.uuid,
+            num_blocks: n.bdev.info().num_blocks,
+        })
+        .collect()
 }
 
 /// KATO rounded up to the Keep Alive granularity.

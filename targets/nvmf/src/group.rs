@@ -342,13 +342,15 @@ impl GroupShared {
         }
     }
 
-    /// The index of this reactor's queue on `dev`, opened now if needed.
+    /// The index of this reactor's queue on `dev`, opened now if needed. A queue on an older
+    /// object of the same name (a bdev replaced by a resize) is not reused: it drains and
+    /// closes once no namespace uses it.
     fn queue_for(&mut self, dev: &Arc<dyn BlockDevice>) -> Result<usize, pmio::BdevError> {
         let name = &dev.info().name;
-        let open = self
-            .queues
-            .iter()
-            .position(|q| q.as_ref().is_some_and(|q| &q.name == name));
+        let open = self.queues.iter().position(|q| {
+            q.as_ref()
+                .is_some_and(|q| &q.name == name && Arc::ptr_eq(q.q.device(), dev))
+        });
         if let Some(i) = open {
             return Ok(i);
         }

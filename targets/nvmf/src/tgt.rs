@@ -339,6 +339,35 @@ impl NvmfTarget {
         Ok(ns)
     }
 
+    /// Bdev `dev.info().name` was replaced by `dev` (a resize): every namespace on it moves to
+    /// `dev`; its controllers' hosts get a Namespace Attribute Changed notice (SPDK's resize
+    /// event: `nvmf_ns_resize`), and the poll groups open queues on `dev` for new I/O while
+    /// what is in flight on the old object completes there.
+    pub fn bdev_replaced(&self, dev: &Arc<dyn pmio::BlockDevice>) {
+        let name = dev.info().name.clone();
+        let mut g = self.lock();
+        let mut moved = false;
+        for s in g.config.subsystems.iter_mut() {
+            let mut here = false;
+            for n in s.namespaces.iter_mut().filter(|n| n.bdev_name() == name) {
+                n.bdev = dev.clone();
+                here = true;
+            }
+            if here {
+                s.ns_generation += 1;
+                moved = true;
+            }
+        }
+        drop(g);
+        if moved {
+            log::info!(
+                "nvmf: bdev {name} replaced ({} blocks): its namespaces follow",
+                dev.info().num_blocks
+            );
+            self.changed();
+        }
+    }
+
     /// Whether a namespace of any subsystem is on bdev `name` (a bdev in use is not deleted).
     pub fn bdev_in_use(&self, name: &str) -> Option<(String, u32)> {
         let g = self.lock();

@@ -186,3 +186,64 @@ fn more_aers_than_aerl_are_refused() {
     drop(admin);
     t.assert_healthy();
 }
+
+/// Identify Namespace `nsid`: NSZE (bytes 0..8).
+fn nsze(admin: &mut Host, nsid: u32) -> u64 {
+    let mut id = admin_sqe(spec::admin_opc::IDENTIFY, spec::cns::NAMESPACE);
+    id.nsid = nsid;
+    let r = admin.admin(id, 4096);
+    assert!(r.status().is_success(), "{:?}", r.status());
+    u64::from_le_bytes(r.data[..8].try_into().unwrap())
+}
+
+/// A bdev replaced by a larger one of the same name (what an lvol resize does) grows its
+/// namespace while connected: the held AER completes with the namespace notice, the log lists
+/// the NSID, Identify reports the new size and I/O past the old end is served.
+#[test]
+fn a_replaced_bdev_resizes_its_namespace_and_tells_the_host() {
+    let t = TestTarget::new();
+    let small = common::NUM_BLOCKS / 4;
+    let grow = |blocks: u64| {
+        pmio_malloc::MallocDevice::new(pmio_malloc::MallocOptions {
+            name: "Grow0".into(),
+            num_blocks: blocks,
+            ..pmio_malloc::MallocOptions::default()
+        })
+        .unwrap()
+    };
+    t.registry.register(grow(small)).unwrap();
+    assert_eq!(t.tgt.add_ns(NQN, "Grow0", 0, None, None, None).unwrap(), 2);
+    let (mut admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
+    let mut io = Host::io_queue(t.addr, Digests::NONE, cntlid, 1);
+    assert_eq!(nsze(&mut admin, 2), small);
+    let past = small + 8;
+    assert_eq!(io.read_ns(2, past, 8).status(), Status::LBA_OUT_OF_RANGE);
+    // A held read on the old object completes there, whatever happens meanwhile.
+    let held = io.submit_read(2, 0, 8);
+
+    let aer = admin.submit(admin_sqe(spec::admin_opc::ASYNC_EVENT_REQUEST, 0), &[]);
+    admin.keep_alive();
+    t.registry.unregister("Grow0").unwrap();
+    let bigger: std::sync::Arc<dyn pmio::BlockDevice> = grow(small * 2);
+    t.registry.register(bigger.clone()).unwrap();
+    t.tgt.bdev_replaced(&bigger);
+
+    assert!(io.wait(held, &[]).status().is_success());
+    let cqe = admin.expect_resp(aer);
+    assert!(cqe.status().is_success(), "{:?}", cqe.status());
+    assert_eq!(cqe.dw0, AEN_NS_CHANGED);
+    assert_eq!(changed_ns(&mut admin), vec![2]);
+    assert_eq!(nsze(&mut admin, 2), small * 2);
+    let d = pattern(8 * 512, 9);
+    let mut w = common::rw_sqe(spec::nvm_opc::WRITE, 2, past, 8);
+    w.set_cid(io.cid());
+    let wcid = w.cid();
+    io.send_cmd(&mut w, &d);
+    assert!(io.expect_resp(wcid).status().is_success());
+    assert!(io.read_ns(2, past, 8).data == d);
+    // Namespace 1 is untouched: no notice for it.
+    assert_eq!(nsze(&mut admin, 1), common::NUM_BLOCKS);
+    assert!(changed_ns(&mut admin).is_empty());
+    drop((admin, io));
+    t.assert_healthy();
+}

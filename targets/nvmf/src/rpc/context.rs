@@ -51,4 +51,8 @@ impl BdevUser for NvmfUser {
             )
         })
     }
+
+    fn bdev_replaced(&self, dev: &Arc<dyn pmio::BlockDevice>) {
+        self.0.bdev_replaced(dev);
+    }
 }
