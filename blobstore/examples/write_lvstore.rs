@@ -1,10 +1,13 @@
 //! Writes an lvstore with pmio-blobstore into a file, for SPDK to open: the manual check
 //! of the pmio → SPDK direction (`tests/fixtures/make-fixtures.sh check FILE`).
 //!
-//! `cargo run -p pmio-blobstore --example write_lvstore -- FILE` makes FILE (16 MiB,
-//! 512-byte blocks, 1 MiB clusters, 64 metadata pages) holding lvstore "pmio_lvs" with a thick lvol, a thin
+//! `cargo run -p pmio-blobstore --example write_lvstore -- FILE` makes FILE (32 MiB,
+//! 512-byte blocks, 1 MiB clusters) holding lvstore "pmio_lvs" with a thick lvol, a thin
 //! one, a snapshot and its clone (written after the clone), a resized lvol, a renamed one
-//! and a read-only one, unloaded cleanly; and FILE.manifest, the ranges written as
+//! and a read-only one; an inflated clone ("inf"), a clone decoupled from its parent
+//! snapshot onto its grandparent ("dec"), and a clone its snapshot was deleted into
+//! ("mrg": the clusters moved, not copied), unloaded cleanly; and FILE.manifest, the ranges
+//! written as
 //! "data LVOL OFFSET LEN TAG" (each 8-byte word at lvol offset x holds `(TAG << 56) | x`).
 //! With `--dirty` after FILE the store is dropped without an unload, as a crash leaves it
 //! (clean = 0, masks never written), so SPDK must recover it.
@@ -36,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         md_pages_per_cluster_ratio: 400,
         ..Default::default()
     };
-    let mut lvs = Lvstore::create(MemDevice::new(16 * MIB, 512), &opts)?;
+    let mut lvs = Lvstore::create(MemDevice::new(32 * MIB, 512), &opts)?;
     let mut manifest = String::new();
     // write: the pattern into an lvol, noted in the manifest when it is what reads back.
     let write = |lvs: &mut Lvstore<MemDevice>, lvol: &str, off: u64, len: u64, tag: u64| {
@@ -78,6 +81,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     write(&mut lvs, "grow", 2 * MIB + 8192, 4096, 29)?;
     lvs.rename_lvol("old_name", "renamed")?;
     lvs.set_read_only("ro")?;
+
+    // The lineage changes: each lvol written before and after its snapshots, so its data
+    // comes from more than one blob until the change.
+    for l in ["inf", "dec", "mrg"] {
+        lvs.create_lvol(l, 2 * MIB, true, dflt)?;
+    }
+    write(&mut lvs, "inf", 0, 8192, 31)?;
+    lvs.create_snapshot("inf", "inf_snap")?;
+    write(&mut lvs, "inf", MIB, 4096, 32)?;
+    lvs.inflate("inf", |_, _| {})?;
+    write(&mut lvs, "dec", 0, 8192, 33)?;
+    lvs.create_snapshot("dec", "dec_s1")?;
+    write(&mut lvs, "dec", MIB, 4096, 34)?;
+    lvs.create_snapshot("dec", "dec_s2")?;
+    write(&mut lvs, "dec", MIB + 8192, 4096, 35)?;
+    lvs.decouple_parent("dec", |_, _| {})?;
+    write(&mut lvs, "mrg", 0, 8192, 36)?;
+    lvs.create_snapshot("mrg", "mrg_snap")?;
+    write(&mut lvs, "mrg", MIB, 4096, 37)?;
+    lvs.delete_lvol("mrg_snap")?;
     for (lvol, off, len, tag) in [
         ("snap", 0, 16384, 23),
         ("snap", 2 * MIB, 4096, 23),
@@ -90,6 +113,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("clone", 2 * MIB, 4096, 23),
         ("grow", 2 * MIB + 8192, 4096, 29),
         ("renamed", 0, 4096, 27),
+        ("inf", 0, 8192, 31),
+        ("inf", MIB, 4096, 32),
+        ("inf_snap", 0, 8192, 31),
+        ("dec", 0, 8192, 33),
+        ("dec", MIB, 4096, 34),
+        ("dec", MIB + 8192, 4096, 35),
+        ("dec_s1", 0, 8192, 33),
+        ("dec_s2", MIB, 4096, 34),
+        ("mrg", 0, 8192, 36),
+        ("mrg", MIB, 4096, 37),
     ] {
         note(lvol, off, len, tag);
     }

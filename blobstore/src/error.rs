@@ -134,6 +134,10 @@ pub enum Error {
     /// The blob has more than one clone and cannot be deleted.
     #[error("blob {0:#x} has more than one clone")]
     HasClones(BlobId),
+    /// An inflate or decouple_parent of the blob is running (SPDK's
+    /// `locked_operation_in_progress`, -EBUSY), or changed under it.
+    #[error("blob {0:#x} is busy: an inflate or decouple_parent of it is running")]
+    Busy(BlobId),
     /// An unmap does not give this blob's clusters back: it is thick, or reads through a
     /// parent where it holds nothing.
     #[error("blob {0:#x} keeps its clusters on unmap (thick, or a clone)")]

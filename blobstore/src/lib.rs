@@ -36,7 +36,7 @@ pub mod store;
 
 pub use device::{BlobDevice, MemDevice};
 pub use error::{Error, Result};
-pub use store::{BlobOptions, Blobstore, BlobstoreOptions, ClearMethod, LoadOptions};
+pub use store::{BlobOptions, Blobstore, BlobstoreOptions, ClearMethod, DetachPlan, LoadOptions};
 
 /// A blob's id: `(1 << 32) | index of its first metadata page`.
 pub type BlobId = u64;

@@ -31,6 +31,20 @@ use crate::format::{
 };
 use crate::{BlobId, Error, Result};
 
+/// An inflate or decouple_parent in progress, one cluster at a time
+/// ([`Blobstore::detach_plan`]).
+#[derive(Clone, Debug)]
+pub struct DetachPlan {
+    /// The blob.
+    pub id: BlobId,
+    /// Inflate (every cluster, no parent after) rather than decouple.
+    pub all: bool,
+    parent: Option<BlobId>,
+    grandparent: Option<BlobId>,
+    /// The blob clusters to copy in, in order (as of the plan).
+    pub clusters: Vec<u64>,
+}
+
 impl<D: BlobDevice> Blobstore<D> {
     /// Inflates blob `id`: every cluster it does not hold gets storage of its own with the
     /// data it reads now (zeroes where it reads zeroes), then it drops its parent and is
@@ -50,6 +64,26 @@ impl<D: BlobDevice> Blobstore<D> {
     }
 
     fn detach(&mut self, id: BlobId, all: bool, mut allocated: impl FnMut(u64, u32)) -> Result<()> {
+        let Some(plan) = self.detach_plan(id, all)? else {
+            return Ok(());
+        };
+        for &i in &plan.clusters {
+            if let Some(c) = self.detach_cluster(&plan, i)? {
+                allocated(i, c);
+            }
+        }
+        self.detach_finish(&plan, allocated)
+    }
+
+    /// The first step of an inflate (`all`) or a decouple_parent of blob `id` taken one
+    /// cluster at a time, so that its owner can run other work between clusters (SPDK copies
+    /// cluster by cluster too): the checks, and the clusters to copy in, in order. `None`
+    /// when there is nothing to do (a thick blob without a parent). Then
+    /// [`Blobstore::detach_cluster`] for each of `clusters`, and
+    /// [`Blobstore::detach_finish`]. Meanwhile the caller must not change the blob's
+    /// ancestry, size or flags (SPDK's `locked_operation_in_progress`): first writes and
+    /// frees of its clusters may go on.
+    pub fn detach_plan(&mut self, id: BlobId, all: bool) -> Result<Option<DetachPlan>> {
         let b = self.open_blob(id)?;
         if b.is_read_only() {
             return Err(Error::ReadOnly(id));
@@ -62,20 +96,67 @@ impl<D: BlobDevice> Blobstore<D> {
             return Err(Error::NoParent(id));
         }
         if parent.is_none() && !b.is_thin_provisioned() {
-            return Ok(()); // thick and alone: it holds every cluster already
+            return Ok(None); // thick and alone: it holds every cluster already
         }
         let grandparent = match parent {
             Some(p) => self.open_blob(p)?.parent(),
             None => None,
         };
+        let mut plan = DetachPlan {
+            id,
+            all,
+            parent,
+            grandparent,
+            clusters: Vec::new(),
+        };
         for i in 0..b.num_clusters() {
-            let wanted = match (self.blobs[&id].clusters[i as usize], parent) {
-                (0, _) if all => true,
-                (0, Some(p)) => self.open_blob(p)?.cluster(i).is_some_and(|c| c != 0),
-                _ => false,
-            };
-            if wanted {
-                let c = self.allocate_on_write(id, i as usize, true)?;
+            if self.detach_wants(&plan, i)? {
+                plan.clusters.push(i);
+            }
+        }
+        Ok(Some(plan))
+    }
+
+    /// Whether `plan`'s blob still needs storage of its own for cluster `i`.
+    fn detach_wants(&self, plan: &DetachPlan, i: u64) -> Result<bool> {
+        let b = self.open_blob(plan.id)?;
+        if b.cluster(i).is_some_and(|c| c != 0) {
+            return Ok(false);
+        }
+        Ok(match plan.parent {
+            _ if plan.all => true,
+            Some(p) => self.open_blob(p)?.cluster(i).is_some_and(|c| c != 0),
+            None => false,
+        })
+    }
+
+    /// Gives `plan`'s blob cluster `i` storage of its own, with the data it reads now, if it
+    /// still has none (a first write may have allocated it since the plan); returns the
+    /// device cluster it was given. The allocation is a first write's (`io.rs`): the data
+    /// is copied and flushed before the metadata maps it.
+    pub fn detach_cluster(&mut self, plan: &DetachPlan, i: u64) -> Result<Option<u32>> {
+        if !self.detach_wants(plan, i)? {
+            return Ok(None);
+        }
+        self.allocate_on_write(plan.id, i as usize, true).map(Some)
+    }
+
+    /// The last step of [`Blobstore::detach_plan`]: any cluster still without storage (one
+    /// freed by an unmap meanwhile) gets it, then every allocation is made durable and the
+    /// new parent (none for an inflate, which also makes the blob thick; the grandparent for
+    /// a decouple) is committed in one metadata sync. Refused if the blob's parent is no
+    /// longer the plan's.
+    pub fn detach_finish(
+        &mut self,
+        plan: &DetachPlan,
+        mut allocated: impl FnMut(u64, u32),
+    ) -> Result<()> {
+        let id = plan.id;
+        if self.open_blob(id)?.parent() != plan.parent {
+            return Err(Error::Busy(id));
+        }
+        for i in 0..self.open_blob(id)?.num_clusters() {
+            if let Some(c) = self.detach_cluster(plan, i)? {
                 allocated(i, c);
             }
         }
@@ -83,15 +164,15 @@ impl<D: BlobDevice> Blobstore<D> {
         // commit below says the blob no longer needs the parent (or is thick), so every one
         // of those pages must be durable before it.
         self.dev.flush()?;
-        let b = self.blobs.get_mut(&id).expect("opened above");
-        let new_parent = if all { None } else { grandparent };
+        let b = self.blobs.get_mut(&id).ok_or(Error::NoSuchBlob(id))?;
+        let new_parent = if plan.all { None } else { plan.grandparent };
         match new_parent {
             Some(g) => Blob::set_xattr_in(&mut b.internal_xattrs, XATTR_SNAPSHOT, &g.to_le_bytes()),
             None => {
                 Blob::remove_xattr_in(&mut b.internal_xattrs, XATTR_SNAPSHOT);
             }
         }
-        if all {
+        if plan.all {
             b.flags.invalid &= !BLOB_THIN_PROV;
         }
         self.sync_md(id)

@@ -37,6 +37,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 pub use blob::{Blob, ClearMethod, Xattr};
+pub use lineage::DetachPlan;
 
 use crate::device::BlobDevice;
 use crate::format::{BSTYPE_LEN, SuperBlock};

@@ -100,6 +100,7 @@ impl LvolError {
                 }
                 BsError::InvalidName { .. } | BsError::InvalidOption(_) => -libc::EINVAL,
                 BsError::NotReadOnly(_) | BsError::NoParent(_) => -libc::EINVAL,
+                BsError::Busy(_) => -libc::EBUSY,
                 BsError::Device(_) => -libc::EIO,
                 _ => -libc::EILSEQ,
             },
@@ -233,7 +234,7 @@ impl LvolStore {
     }
 
     /// Runs `f` on the metadata thread and returns its result.
-    fn call<R: Send + 'static>(
+    pub(crate) fn call<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Owner) -> std::result::Result<R, BsError> + Send + 'static,
     ) -> Result<R> {
@@ -359,6 +360,7 @@ impl LvolStore {
         let (n, s) = (name.to_string(), snapshot.to_string());
         let id = self.call(move |o| {
             // Republishing the origin publishes the snapshot too: it is the origin's parent.
+            o.check_idle(&[origin])?;
             o.frozen(&[origin], |o| o.lvs.create_snapshot(&n, &s))
         })?;
         let info = self.info_of(id)?;
@@ -382,7 +384,10 @@ impl LvolStore {
     pub fn resize(&self, name: &str, size: u64) -> Result<Arc<LvolDevice>> {
         let id = self.lvol(name)?.blob_id;
         let n = name.to_string();
-        self.call(move |o| o.frozen(&[id], |o| o.lvs.resize(&n, size)))?;
+        self.call(move |o| {
+            o.check_idle(&[id])?;
+            o.frozen(&[id], |o| o.lvs.resize(&n, size))
+        })?;
         let info = self.info_of(id)?;
         self.make_device(&info)
     }
@@ -391,15 +396,20 @@ impl LvolStore {
     pub fn set_read_only(&self, name: &str) -> Result<Arc<LvolDevice>> {
         let id = self.lvol(name)?.blob_id;
         let n = name.to_string();
-        self.call(move |o| o.frozen(&[id], |o| o.lvs.set_read_only(&n)))?;
+        self.call(move |o| {
+            o.check_idle(&[id])?;
+            o.frozen(&[id], |o| o.lvs.set_read_only(&n))
+        })?;
         let info = self.info_of(id)?;
         self.make_device(&info)
     }
 
     /// Inflates lvol `name` (`bdev_lvol_inflate`): every cluster it inherits is copied into
-    /// storage of its own, one at a time, each published to its queues as it is allocated
-    /// (I/O goes on; a write to a cluster being copied waits for that cluster only); then it
-    /// drops its parent.
+    /// storage of its own, one job of the store's thread per cluster (first writes and other
+    /// lvols' metadata changes run between them), each published to its queues as it is
+    /// allocated (I/O goes on; a write to a cluster being copied waits for that cluster
+    /// only); then it drops its parent. Until then its snapshot, resize, read-only, delete
+    /// and the delete of its parent into it are refused (-EBUSY).
     pub fn inflate(&self, name: &str) -> Result<()> {
         self.detach(name, true)
     }
@@ -413,24 +423,53 @@ impl LvolStore {
 
     fn detach(&self, name: &str, all: bool) -> Result<()> {
         let id = self.lvol(name)?.blob_id;
-        let n = name.to_string();
-        self.call(move |o| {
+        let plan = self.call(move |o| {
+            o.check_idle(&[id])?;
+            let plan = o.lvs.blobstore_mut().detach_plan(id, all)?;
+            if plan.is_some() {
+                o.busy.insert(id);
+            }
+            Ok(plan)
+        })?;
+        let Some(plan) = plan else {
+            return Ok(());
+        };
+        let plan = Arc::new(plan);
+        let mut copied: Result<()> = Ok(());
+        for &i in &plan.clusters {
+            let p = Arc::clone(&plan);
+            copied = self.call(move |o| {
+                if let Some(c) = o.lvs.blobstore_mut().detach_cluster(&p, i)?
+                    && let Some(v) = o.vols.get(&id)
+                {
+                    v.map().publish(i, c);
+                }
+                Ok(())
+            });
+            if copied.is_err() {
+                break;
+            }
+        }
+        let p = Arc::clone(&plan);
+        let copy_failed = copied.is_err();
+        let finished = self.call(move |o| {
+            o.busy.remove(&id);
+            if copy_failed {
+                // Some clusters are its own now, the parent is unchanged: it reads the same.
+                return o.publish(id).map(|_| ());
+            }
             let vol = o.vols.get(&id).cloned();
-            let publish = |i: u64, c: u32| {
+            let r = o.lvs.blobstore_mut().detach_finish(&p, |i, c| {
                 if let Some(v) = &vol {
                     v.map().publish(i, c);
                 }
-            };
-            let r = if all {
-                o.lvs.inflate(&n, publish)
-            } else {
-                o.lvs.decouple_parent(&n, publish)
-            };
+            });
             // The parent changed (or, after an error, some clusters did): the map follows the
             // store either way.
             o.publish(id)?;
             r
-        })
+        });
+        copied.and(finished)
     }
 
     /// Renames lvol `name` (its bdev, named by uuid, keeps its name; its alias changes).
@@ -459,6 +498,8 @@ impl LvolStore {
             .collect::<Result<Vec<BlobId>>>()?;
         let n = name.to_string();
         self.call(move |o| {
+            o.check_idle(&[id])?;
+            o.check_idle(&clones)?;
             o.frozen(&clones, |o| o.lvs.delete_lvol(&n))?;
             o.vols.remove(&id);
             Ok(())

@@ -6,7 +6,7 @@
 //! and wait for its answer; a reactor's queue sends an allocation and never waits (it parks
 //! the requests for that cluster and is told in its [`Mailbox`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -35,6 +35,10 @@ pub(crate) struct Owner {
     pub(crate) lvs: Lvstore<BaseDevice>,
     /// The published maps, by blob id (every lvol, snapshots included).
     pub(crate) vols: BTreeMap<BlobId, Arc<VolShared>>,
+    /// Lvols with an inflate or decouple_parent running, a cluster per job: their
+    /// ancestry, size and flags do not change until it ends (SPDK's
+    /// `locked_operation_in_progress`).
+    pub(crate) busy: BTreeSet<BlobId>,
 }
 
 /// Where a queue hears about its allocations: blob cluster and outcome (negative errno).
@@ -76,6 +80,15 @@ pub(crate) fn io_errno(e: &BsError) -> i32 {
 }
 
 impl Owner {
+    /// Refuses (-EBUSY) a change of the ancestry, size or flags of lvols `ids` while an
+    /// inflate or decouple_parent of one of them runs.
+    pub(crate) fn check_idle(&self, ids: &[BlobId]) -> Result<(), BsError> {
+        match ids.iter().find(|id| self.busy.contains(id)) {
+            Some(&id) => Err(BsError::Busy(id)),
+            None => Ok(()),
+        }
+    }
+
     /// Builds (or rebuilds) the published map of blob `id` from the store's state, its
     /// parent's first; returns it. An existing lvol gets the new map under its generation.
     pub(crate) fn publish(&mut self, id: BlobId) -> Result<Arc<ClusterMap>, BsError> {
@@ -203,6 +216,7 @@ pub(crate) fn spawn(
             let mut owner = Owner {
                 lvs,
                 vols: BTreeMap::new(),
+                busy: BTreeSet::new(),
             };
             if let Err(e) = owner.publish_all() {
                 let _ = ready_tx.send(Err(e));

@@ -402,6 +402,53 @@ fn inflate_decouple_and_delete_into_the_clone_keep_the_data_while_writes_run() {
     lvs.stop(Stop::Unload).unwrap();
 }
 
+/// While an inflate runs (a cluster per job of the store's thread), the lvol's ancestry,
+/// size and flags are not changed under it: snapshot, resize, read-only, delete, a second
+/// inflate or decouple, and deleting its parent into it are refused with -EBUSY (SPDK's
+/// `locked_operation_in_progress`); other lvols are not held back; all of it works again
+/// once the inflate is over.
+#[test]
+fn an_lvol_being_inflated_refuses_changes_of_its_ancestry_with_ebusy() {
+    let base = malloc(32);
+    let lvs = store(&base);
+    lvs.create_lvol("vol", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    lvs.create_lvol("other", 1 << 20, true, ClearMethod::Default)
+        .unwrap();
+    lvs.snapshot("vol", "s1").unwrap();
+    let id = lvs.lvol("vol").unwrap().blob_id;
+    // The state between two of the inflate's jobs.
+    lvs.call(move |o| {
+        o.busy.insert(id);
+        Ok(())
+    })
+    .unwrap();
+    let busy = |r: crate::Result<()>, what: &str| match r {
+        Err(e) => assert_eq!(e.errno(), -libc::EBUSY, "{what}: {e}"),
+        Ok(()) => panic!("{what} went ahead during an inflate"),
+    };
+    busy(lvs.snapshot("vol", "s2").map(|_| ()), "snapshot");
+    busy(lvs.resize("vol", 2 << 20).map(|_| ()), "resize");
+    busy(lvs.set_read_only("vol").map(|_| ()), "set_read_only");
+    busy(lvs.inflate("vol"), "a second inflate");
+    busy(lvs.decouple_parent("vol"), "decouple_parent");
+    busy(lvs.delete_lvol("s1"), "deleting its parent into it");
+    busy(lvs.delete_lvol("vol"), "delete");
+    // Other lvols and read-only use of the snapshot go on.
+    lvs.snapshot("other", "s_other").unwrap();
+    lvs.clone_lvol("s1", "c1").unwrap();
+    lvs.rename_lvol("vol", "vol2").unwrap();
+    lvs.call(move |o| {
+        o.busy.remove(&id);
+        Ok(())
+    })
+    .unwrap();
+    lvs.inflate("vol2").unwrap();
+    assert_eq!(lvs.lvol("vol2").unwrap().base_snapshot, None);
+    lvs.snapshot("vol2", "s2").unwrap();
+    lvs.stop(Stop::Unload).unwrap();
+}
+
 #[test]
 fn unmapping_whole_clusters_of_a_thin_lvol_frees_them() {
     let base = malloc(16);
