@@ -228,11 +228,12 @@ vm-test-vhost: host-qemu
 	RUN_IN_VM=$(RUN_IN_VM) test/vm/vhost-test.sh
 
 # pmio-tgt serving bdevs as /dev/ublkbN through the guest's ublk_drv (issue 33; Debian 13's
-# kernel): RPC errors, a malloc bdev on 2 queues, pmio-perf --verify at 4 KiB and 128 KiB,
-# discard reading zeros, a thin lvol, mkfs.ext4 + mount + checksums across a disk stop and
-# start, pmio-tgt's exit removing the disk, and pmio-tgt killed -9 under a mounted ext4 and
-# restarted with ublk_recover_disk while a copy to it is being written. About 80 s alone
-# (7 min on a host with a load average of 12).
+# kernel): RPC errors, a malloc bdev on 2 queues, pmio-perf --verify at 4 KiB and 128 KiB
+# with the kernel's copy and with user copy, a disk stopped under I/O, discard reading zeros,
+# a thin lvol, mkfs.ext4 + mount + checksums across a disk stop and start, pmio-tgt's exit
+# removing the disk, pmio-tgt killed -9 under a mounted ext4 and restarted with
+# ublk_recover_disk while a copy to it is being written, ublk_destroy_target. About 80 s
+# alone on an idle host (220 s at a load average of 17).
 vm-test-ublk: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(GUEST_612) ublk
