@@ -232,8 +232,8 @@ vm-test-vhost: host-qemu
 # with the kernel's copy and with user copy, a disk stopped under I/O, discard reading zeros,
 # a thin lvol, mkfs.ext4 + mount + checksums across a disk stop and start, pmio-tgt's exit
 # removing the disk, pmio-tgt killed -9 under a mounted ext4 and restarted with
-# ublk_recover_disk while a copy to it is being written, ublk_destroy_target. About 80 s
-# alone on an idle host (220 s at a load average of 17).
+# ublk_recover_disk while a copy to it is being written, ublk_destroy_target. 220 s alone at a
+# load average of 17 (80 s on a quieter host before user copy and the stop under I/O).
 vm-test-ublk: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(GUEST_612) ublk
