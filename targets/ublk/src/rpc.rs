@@ -130,7 +130,7 @@ pub struct StartDisk {
     pub queue_depth: Option<u32>,
     /// pmio's own: move the disk's data by user copy (UBLK_F_USER_COPY, Linux 6.5+), true,
     /// or have the kernel copy it through per-tag buffers, false. Default: the kernel copy
-    /// (the faster in pmio's measurements).
+    /// (user copy measured no faster: BENCHMARKS.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long = "user-copy"))]
     pub user_copy: Option<bool>,
