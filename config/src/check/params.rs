@@ -647,6 +647,8 @@ pub fn ublk_disk(v: &Value, w: &mut World) -> Result<String, String> {
     let id: u32 = p.req("ublk_id")?;
     let queues = p.opt::<u32>("num_queues")?.unwrap_or(1);
     let depth = p.opt::<u32>("queue_depth")?.unwrap_or(128);
+    // pmio's own (UBLK_F_USER_COPY); absent: the kernel copies the data.
+    let user_copy = p.opt::<bool>("user_copy")?.unwrap_or(false);
     p.finish()?;
     if !w.has_bdev(&bdev) {
         return Err(missing_bdev(&bdev));
@@ -655,8 +657,9 @@ pub fn ublk_disk(v: &Value, w: &mut World) -> Result<String, String> {
         return Err(format!("ublk disk {id} already exists"));
     }
     w.ublk.push(id);
+    let copy = if user_copy { ", user copy" } else { "" };
     Ok(format!(
-        "/dev/ublkb{id} on bdev {bdev} ({queues} queues of depth {depth})"
+        "/dev/ublkb{id} on bdev {bdev} ({queues} queues of depth {depth}{copy})"
     ))
 }
 

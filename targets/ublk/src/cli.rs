@@ -85,6 +85,14 @@ mod tests {
             r#"{"bdev_name":"Malloc0","ublk_id":1}"#
         );
         assert_eq!(
+            params(&["ublk_start_disk", "Malloc0", "1", "--user-copy", "true"]).1,
+            r#"{"bdev_name":"Malloc0","ublk_id":1,"user_copy":true}"#
+        );
+        assert_eq!(
+            params(&["ublk_create_target", "--disable-user-copy"]).1,
+            r#"{"disable_user_copy":true}"#
+        );
+        assert_eq!(
             params(&["ublk_stop_disk", "1"]),
             ("ublk_stop_disk".into(), r#"{"ublk_id":1}"#.into())
         );

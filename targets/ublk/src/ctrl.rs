@@ -124,6 +124,11 @@ impl Control {
         self.features & sys::F_USER_RECOVERY != 0
     }
 
+    /// Whether the driver lets the server move request data itself (`UBLK_F_USER_COPY`).
+    pub fn has_user_copy(&self) -> bool {
+        self.features & sys::F_USER_COPY != 0
+    }
+
     /// Whether I/O commands take ioctl-encoded opcodes.
     pub fn ioctl_encode(&self) -> bool {
         self.ioctl_encode

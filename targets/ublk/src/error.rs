@@ -46,6 +46,11 @@ pub enum UblkError {
     Cpumask { mask: String, reason: String },
     #[error("{0}")]
     Invalid(String),
+    #[error(
+        "ublk disk {id}: user_copy asked, but the kernel's ublk_drv has no UBLK_F_USER_COPY \
+         (Linux 6.5+)"
+    )]
+    NoUserCopy { id: u32 },
     #[error("ublk disk {id}: user recovery is not possible: {reason}")]
     NoRecovery { id: u32, reason: String },
     #[error("ublk disk {id} queue {queue}: {reason}")]
@@ -70,7 +75,7 @@ impl UblkError {
                 -libc::ENODEV
             }
             UblkError::DiskExists(_) => -libc::EEXIST,
-            UblkError::NoRecovery { .. } => -libc::ENOTSUP,
+            UblkError::NoRecovery { .. } | UblkError::NoUserCopy { .. } => -libc::ENOTSUP,
             UblkError::BadBdev { .. } | UblkError::Cpumask { .. } | UblkError::Invalid(_) => {
                 -libc::EINVAL
             }

@@ -41,6 +41,6 @@ mod tgt;
 
 pub use error::UblkError;
 pub use tgt::{
-    DEFAULT_NUM_QUEUES, DEFAULT_QUEUE_DEPTH, DiskInfo, MAX_IO_BYTES, MAX_NUM_QUEUES, Reservation,
-    StartDiskParams, UblkTarget,
+    DEFAULT_NUM_QUEUES, DEFAULT_QUEUE_DEPTH, DEFAULT_USER_COPY, DiskInfo, MAX_IO_BYTES,
+    MAX_NUM_QUEUES, Reservation, StartDiskParams, UblkTarget,
 };

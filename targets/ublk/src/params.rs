@@ -94,6 +94,24 @@ pub fn dev_params(g: &Geometry) -> Params {
     p
 }
 
+/// Whether a disk moves its data by user copy (`UBLK_F_USER_COPY`): as `asked`
+/// (`ublk_start_disk`'s `user_copy`), else `default`, where the kernel offers it (`kernel`) and
+/// the target was not created with `disable_user_copy` (`disabled`). `None`: user copy
+/// asked of a kernel without it. `disabled` turns off only the default: a disk that asks
+/// for user copy is the more precise word.
+pub fn use_user_copy(
+    asked: Option<bool>,
+    default: bool,
+    kernel: bool,
+    disabled: bool,
+) -> Option<bool> {
+    match asked {
+        Some(true) if !kernel => None,
+        Some(on) => Some(on),
+        None => Some(default && kernel && !disabled),
+    }
+}
+
 /// What a request becomes: a bdev I/O (without its token), or a result to commit at once (a
 /// negative errno).
 #[derive(Clone, Copy, Debug)]
@@ -178,6 +196,29 @@ pub fn commit_result(iod: &IoDesc, status: pmio::IoStatus) -> i32 {
 mod tests {
     use super::*;
     use pmio::IoStatus;
+
+    /// (asked, default, kernel has it, target disabled it) -> the disk's mode.
+    #[test]
+    fn user_copy_as_asked_else_the_default_where_the_kernel_has_it() {
+        let rows = [
+            (Some(true), false, true, false, Some(true)),
+            (Some(true), false, true, true, Some(true)),
+            (Some(true), true, false, false, None),
+            (Some(false), true, true, false, Some(false)),
+            (Some(false), true, false, false, Some(false)),
+            (None, true, true, false, Some(true)),
+            (None, true, true, true, Some(false)),
+            (None, true, false, false, Some(false)),
+            (None, false, true, false, Some(false)),
+        ];
+        for (asked, default, kernel, disabled, want) in rows {
+            assert_eq!(
+                use_user_copy(asked, default, kernel, disabled),
+                want,
+                "{asked:?} {default} {kernel} {disabled}"
+            );
+        }
+    }
 
     fn geo(bs_shift: u32, blocks: u64, ops: OpSet) -> Geometry {
         Geometry {

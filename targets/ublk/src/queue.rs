@@ -16,9 +16,14 @@
 //! a stopped disk's queue lets go of `/dev/ublkcN` so DEL_DEV can finish; with a shared ring
 //! one disk's stop would need the ring of every other disk on the reactor to close.
 //!
-//! Buffers are copied through by the kernel (neither `UBLK_F_USER_COPY` nor zero copy): one
-//! `copy_to_user`/`copy_from_user` per request, in the reactor's thread, as SPDK's default
-//! before user copy.
+//! Data moves one of two ways, chosen per disk (`user_copy`). Copied by the kernel: the
+//! fetch names the tag's buffer, into which the kernel copies a write's data before it
+//! completes the fetch, and out of which it copies a read's data while it takes the commit
+//! (one `copy_from_user`/`copy_to_user` per request inside the ring's submit). User copy
+//! (`UBLK_F_USER_COPY`, Linux 6.5+): the commands name no buffer; the queue itself reads a
+//! write's data from `/dev/ublkcN` at the request's offset (`pread`) before the bdev write,
+//! and writes a read's data there (`pwrite`) after the bdev read, before the commit: the same
+//! copy, in a system call of its own, the server deciding when (and whether) data moves.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -28,7 +33,7 @@ use std::sync::Arc;
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use pmio::bdev::{BdevQueue, BdevQueueOptions, Registry, SubmitError};
 use pmio::dma::DmaRegion;
-use pmio::{Io, IoBuf, IoStatus, Plug};
+use pmio::{Io, IoBuf, IoStatus, Op, Plug};
 
 use crate::error::UblkError;
 use crate::params::{Geometry, Plan, commit_result, plan};
@@ -63,6 +68,8 @@ pub struct QueueSetup {
     pub bdev: String,
     pub geometry: Geometry,
     pub ioctl_encode: bool,
+    /// The disk was added with `UBLK_F_USER_COPY`: the queue moves the data itself.
+    pub user_copy: bool,
 }
 
 /// What a tag is doing.
@@ -99,6 +106,7 @@ pub struct UblkQueue {
     cdev: Arc<File>,
     geometry: Geometry,
     ioctl_encode: bool,
+    user_copy: bool,
     tags: Vec<TagState>,
     descs: Vec<IoDesc>,
     waiting: VecDeque<u16>,
@@ -129,6 +137,7 @@ impl UblkQueue {
             bdev,
             geometry,
             ioctl_encode,
+            user_copy,
         } = setup;
         let qerr = |reason: String| UblkError::Queue {
             id: key.dev,
@@ -183,6 +192,7 @@ impl UblkQueue {
             cdev,
             geometry,
             ioctl_encode,
+            user_copy,
             tags: vec![TagState::Commit; n],
             descs: vec![IoDesc::default(); n],
             waiting: VecDeque::with_capacity(n),
@@ -240,11 +250,17 @@ impl UblkQueue {
             None => (sys::IO_FETCH_REQ, 0),
             Some(r) => (sys::IO_COMMIT_AND_FETCH_REQ, r),
         };
+        // With user copy the kernel refuses a command that names a buffer.
+        let addr = if self.user_copy {
+            0
+        } else {
+            self.buf(tag).as_ptr() as u64
+        };
         let c = IoCmd {
             q_id: self.key.q,
             tag,
             result,
-            addr: self.buf(tag).as_ptr() as u64,
+            addr,
         };
         let sqe = opcode::UringCmd80::new(
             types::Fd(self.cdev.as_raw_fd()),
@@ -345,10 +361,42 @@ impl UblkQueue {
         match plan(&d, &self.geometry, self.buf(tag)) {
             Plan::Fail(e) => self.stage(tag, e),
             Plan::Bdev(mut io) => {
+                if self.user_copy
+                    && io.op == Op::Write
+                    && let Err(e) = self.copy_in(tag, io.buf)
+                {
+                    return self.stage(tag, e);
+                }
                 io.token = u64::from(tag);
                 self.submit(tag, &io);
             }
         }
+    }
+
+    /// User copy of write request `tag`'s data into `buf` (the tag's buffer), or the errno
+    /// its commit carries.
+    fn copy_in(&self, tag: u16, buf: IoBuf) -> Result<(), i32> {
+        let off = sys::user_copy_offset(self.key.q, tag);
+        // SAFETY: `buf` is part of tag `tag`'s buffer (see `buf`), which no I/O uses now: the
+        // tag's request has only just come from the kernel.
+        unsafe { sys::user_copy_in(&self.cdev, off, buf.as_ptr(), buf.len() as usize) }
+            .map_err(|e| self.copy_failed(tag, "in", &e))
+    }
+
+    /// User copy of read request `tag`'s data (its first `len` bytes) to the kernel.
+    fn copy_out(&self, tag: u16, len: u32) -> Result<(), i32> {
+        let off = sys::user_copy_offset(self.key.q, tag);
+        let buf = self.buf(tag).range(0, len);
+        // SAFETY: `buf` is tag `tag`'s buffer, which its completed bdev read has filled and no
+        // I/O uses until the tag's next request.
+        unsafe { sys::user_copy_out(&self.cdev, off, buf.as_ptr(), buf.len() as usize) }
+            .map_err(|e| self.copy_failed(tag, "out", &e))
+    }
+
+    #[cold]
+    fn copy_failed(&self, tag: u16, dir: &str, e: &std::io::Error) -> i32 {
+        log::error!("ublk {:?}: tag {tag}: user copy {dir}: {e}", self.key);
+        -libc::EIO
     }
 
     fn submit(&mut self, tag: u16, io: &Io) {
@@ -430,7 +478,15 @@ impl UblkQueue {
         }
         self.in_bdev -= 1;
         self.completed += 1;
-        let r = commit_result(&self.descs[usize::from(tag)], status);
+        let d = self.descs[usize::from(tag)];
+        let mut r = commit_result(&d, status);
+        if self.user_copy
+            && r > 0
+            && d.op() == sys::IO_OP_READ
+            && let Err(e) = self.copy_out(tag, r as u32)
+        {
+            r = e;
+        }
         self.stage(tag, r);
     }
 

@@ -4,7 +4,9 @@
 //! `ublk_create_target` and `ublk_destroy_target` answer true or -32603 with the errno's
 //! text; `ublk_start_disk` and `ublk_recover_disk` answer the disk's id, or the negative
 //! errno with its text; `ublk_stop_disk` answers true; `ublk_get_disks` lists
-//! `{ublk_device, id, queue_depth, num_queues, bdev_name}`, an unknown id -19 "No such device".
+//! `{ublk_device, id, queue_depth, num_queues, bdev_name}` (and pmio's `user_copy`), an unknown
+//! id -19 "No such device". `ublk_create_target`'s `disable_user_copy` is SPDK's; pmio also
+//! lets each disk choose (`ublk_start_disk`'s `user_copy`, pmio's own).
 //! Where pmio knows more (which module to load, which disk holds a bdev), it follows the
 //! errno's text after a colon. Each method's parameters are declared once: the method decodes
 //! it, [`config`] (the "ublk" section of `save_config`) writes it and `pmio-rpc` builds it
@@ -102,8 +104,8 @@ pub struct CreateTarget {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(short = 'm', long))]
     pub cpumask: Option<String>,
-    /// Disable the ublk user-copy feature (pmio always has the kernel copy: accepted, and
-    /// nothing changes).
+    /// Disable the ublk user-copy feature: disks that do not ask for it (ublk_start_disk
+    /// --user-copy) have the kernel copy their data.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[cfg_attr(feature = "cli", arg(long = "disable-user-copy"))]
     pub disable_user_copy: bool,
@@ -126,6 +128,12 @@ pub struct StartDisk {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(short = 'd', long = "queue-depth"))]
     pub queue_depth: Option<u32>,
+    /// pmio's own: move the disk's data by user copy (UBLK_F_USER_COPY, Linux 6.5+), true,
+    /// or have the kernel copy it through per-tag buffers, false. Default: the kernel copy
+    /// (user copy measured no faster: BENCHMARKS.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long = "user-copy"))]
+    pub user_copy: Option<bool>,
 }
 
 /// `ublk_stop_disk` parameters.
@@ -171,7 +179,7 @@ fn ublk_error(code: i32, e: &UblkError) -> RpcError {
 fn ublk_create_target(rpc: &UblkRpc, _: &str, params: Option<&Value>) -> Result<Value, RpcError> {
     let p: CreateTarget = decl::decode(params)?;
     rpc.tgt
-        .create(p.cpumask.as_deref())
+        .create(p.cpumask.as_deref(), p.disable_user_copy)
         .map_err(|e| ublk_error(code::INTERNAL_ERROR, &e))?;
     Ok(Value::Bool(true))
 }
@@ -207,6 +215,7 @@ fn ublk_start_disk(rpc: &UblkRpc, _: &str, params: Option<&Value>) -> Result<Val
         ublk_id: p.ublk_id,
         num_queues: p.num_queues.unwrap_or(DEFAULT_NUM_QUEUES),
         queue_depth: p.queue_depth.unwrap_or(DEFAULT_QUEUE_DEPTH),
+        user_copy: p.user_copy,
     };
     let r = reserve(rpc, &sp)?;
     let d = rpc.tgt.start(r).map_err(|e| ublk_error(e.errno(), &e))?;
@@ -220,6 +229,7 @@ fn ublk_recover_disk(rpc: &UblkRpc, _: &str, params: Option<&Value>) -> Result<V
         ublk_id: p.ublk_id,
         num_queues: DEFAULT_NUM_QUEUES,
         queue_depth: DEFAULT_QUEUE_DEPTH,
+        user_copy: None,
     };
     let r = reserve(rpc, &sp)?;
     let d = rpc.tgt.recover(r).map_err(|e| ublk_error(e.errno(), &e))?;
@@ -242,6 +252,7 @@ fn disk_json(d: &DiskInfo) -> Value {
         "queue_depth": d.queue_depth,
         "num_queues": d.num_queues,
         "bdev_name": d.bdev,
+        "user_copy": d.user_copy,
     })
 }
 
@@ -270,7 +281,7 @@ pub fn config(rpc: &UblkRpc) -> Vec<Value> {
         "ublk_create_target",
         &CreateTarget {
             cpumask: Some(mask.to_hex()),
-            ..CreateTarget::default()
+            disable_user_copy: rpc.tgt.user_copy_disabled(),
         },
     )];
     out.extend(rpc.tgt.disks().iter().map(|d| {
@@ -281,6 +292,8 @@ pub fn config(rpc: &UblkRpc) -> Vec<Value> {
                 ublk_id: d.id,
                 num_queues: Some(d.num_queues),
                 queue_depth: Some(d.queue_depth),
+                // As it runs, so a replay gets the same disk whatever the default.
+                user_copy: Some(d.user_copy),
             },
         )
     }));
@@ -325,6 +338,13 @@ mod tests {
         let e = call(
             "ublk_start_disk",
             json!({"bdev_name": "Malloc0", "ublk_id": 0}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, -libc::ENODEV, "{e}");
+        // pmio's user_copy is a parameter of the method (not refused as unknown).
+        let e = call(
+            "ublk_start_disk",
+            json!({"bdev_name": "Malloc0", "ublk_id": 0, "user_copy": true}),
         )
         .unwrap_err();
         assert_eq!(e.code, -libc::ENODEV, "{e}");

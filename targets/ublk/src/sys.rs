@@ -361,6 +361,53 @@ impl EventFd {
     }
 }
 
+/// Where user copy (`UBLK_F_USER_COPY`) reaches a request's data in `/dev/ublkcN`: above the
+/// descriptors, queue id and tag in the offset's high bits, the byte within the request in
+/// its low 25 (`UBLKSRV_IO_BUF_OFFSET`, `UBLK_TAG_OFF`, `UBLK_QID_OFF`).
+pub const IO_BUF_OFFSET: u64 = 0x8000_0000;
+const IO_BUF_BITS: u32 = 25;
+const TAG_BITS: u32 = 16;
+const QID_OFF: u32 = IO_BUF_BITS + TAG_BITS;
+
+/// The offset in `/dev/ublkcN` of request (`q`, `tag`)'s first byte, for user copy.
+pub fn user_copy_offset(q: u16, tag: u16) -> u64 {
+    IO_BUF_OFFSET + (u64::from(q) << QID_OFF) + (u64::from(tag) << IO_BUF_BITS)
+}
+
+/// User copy in: a write request's data (`len` bytes) read from `cdev` at `off` into `buf`.
+/// A short read is an error: the request is `len` bytes (the kernel answers less only for a
+/// request that is not the one the caller holds).
+///
+/// # Safety
+/// `buf` must be valid for writes of `len` bytes, touched by nobody else for the call.
+pub unsafe fn user_copy_in(cdev: &File, off: u64, buf: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller gives `len` writable bytes at `buf`; pread writes at most `len`.
+    let n = unsafe { libc::pread(cdev.as_raw_fd(), buf.cast(), len, off as libc::off_t) };
+    whole(n, len)
+}
+
+/// User copy out: a read request's data (`len` bytes of `buf`) written to `cdev` at `off`.
+///
+/// # Safety
+/// `buf` must be valid for reads of `len` bytes for the call.
+pub unsafe fn user_copy_out(cdev: &File, off: u64, buf: *const u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller gives `len` readable bytes at `buf`; pwrite reads at most `len`.
+    let n = unsafe { libc::pwrite(cdev.as_raw_fd(), buf.cast(), len, off as libc::off_t) };
+    whole(n, len)
+}
+
+/// A pread/pwrite's return: all of `len`, or the error.
+fn whole(n: isize, len: usize) -> io::Result<()> {
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize == len => Ok(()),
+        n => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{n} of {len} bytes"),
+        )),
+    }
+}
+
 /// This process's id, as START_DEV and END_USER_RECOVERY record it.
 pub fn pid() -> i32 {
     std::process::id() as i32
@@ -381,6 +428,21 @@ mod tests {
         assert_eq!(io_op(IO_COMMIT_AND_FETCH_REQ, true), 0xc010_7521);
         assert_eq!(ctrl_op(CMD_ADD_DEV, false), 0x04);
         assert_eq!(io_op(IO_FETCH_REQ, false), 0x20);
+    }
+
+    /// `ublk_pos_to_tag`/`ublk_pos_to_hwq` of the kernel read these back.
+    #[test]
+    fn user_copy_offsets_carry_queue_and_tag() {
+        assert_eq!(user_copy_offset(0, 0), 0x8000_0000);
+        assert_eq!(user_copy_offset(0, 1), 0x8000_0000 + (1 << 25));
+        assert_eq!(user_copy_offset(1, 0), 0x8000_0000 + (1 << 41));
+        let off = user_copy_offset(31, 4095) - IO_BUF_OFFSET;
+        assert_eq!(
+            (off >> 41, (off >> 25) & 0xffff, off & ((1 << 25) - 1)),
+            (31, 4095, 0)
+        );
+        // Above every queue's descriptors (queue 31 of depth 4096 ends far below).
+        assert!(iod_offset(31) as u64 + 4096 * 24 < IO_BUF_OFFSET);
     }
 
     #[test]

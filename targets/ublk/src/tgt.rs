@@ -20,7 +20,7 @@ use pmio_reactors::{CoreMask, ReactorsHandle};
 use crate::ctrl::Control;
 use crate::error::UblkError;
 use crate::group;
-use crate::params::{Geometry, dev_params};
+use crate::params::{Geometry, dev_params, use_user_copy};
 use crate::queue::{QueueKey, QueueSetup};
 use crate::sys::{self, DevInfo};
 
@@ -32,6 +32,11 @@ pub const DEFAULT_NUM_QUEUES: u32 = 1;
 pub const DEFAULT_QUEUE_DEPTH: u32 = 128;
 /// The most queues a disk may have (SPDK's `UBLK_DEV_MAX_QUEUES`).
 pub const MAX_NUM_QUEUES: u32 = 32;
+/// Whether a disk that does not say (`ublk_start_disk` without `user_copy`) moves its data by
+/// user copy where the kernel offers it. Measured (BENCHMARKS.md, "ublk: the kernel's copy
+/// against user copy"): user copy was the cheaper in 12 rounds of 28, a few per cent dearer in
+/// the medians: a system call per request that the kernel's copy folds into the commit's submit.
+pub const DEFAULT_USER_COPY: bool = false;
 /// How long a recovery waits for the kernel to let go of the dead server.
 const RECOVERY_WAIT: Duration = Duration::from_secs(10);
 /// How long a stopping disk's queues may take to drain their bdev I/O.
@@ -44,6 +49,9 @@ pub struct StartDiskParams {
     pub ublk_id: u32,
     pub num_queues: u32,
     pub queue_depth: u32,
+    /// pmio's own: the disk's data by user copy (`UBLK_F_USER_COPY`) or copied by the kernel
+    /// through the per-tag buffers; `None`: [`DEFAULT_USER_COPY`] where the kernel has it.
+    pub user_copy: Option<bool>,
 }
 
 /// A started disk, as `ublk_get_disks` shows it.
@@ -53,6 +61,8 @@ pub struct DiskInfo {
     pub bdev: String,
     pub num_queues: u32,
     pub queue_depth: u32,
+    /// Its data moves by user copy.
+    pub user_copy: bool,
 }
 
 impl DiskInfo {
@@ -89,6 +99,9 @@ struct DiskEntry {
 struct Active {
     ctrl: Arc<Control>,
     cpumask: CoreMask,
+    /// `ublk_create_target`'s `disable_user_copy`: disks that do not ask for user copy do
+    /// without it.
+    disable_user_copy: bool,
     /// Where the next disk's first queue goes (disks spread over the cpumask).
     next_core: usize,
     disks: Vec<DiskEntry>,
@@ -101,6 +114,8 @@ pub struct Reservation {
     params: StartDiskParams,
     ctrl: Arc<Control>,
     cores: Vec<u32>,
+    /// The target's `disable_user_copy`.
+    disable_user_copy: bool,
 }
 
 /// The ublk target of a daemon.
@@ -137,8 +152,9 @@ impl UblkTarget {
     }
 
     /// `ublk_create_target`: opens the control device; disks' queues go to the reactors of
-    /// `cpumask` (default: every reactor).
-    pub fn create(&self, cpumask: Option<&str>) -> Result<(), UblkError> {
+    /// `cpumask` (default: every reactor). `disable_user_copy`: no disk uses user copy unless
+    /// it asks.
+    pub fn create(&self, cpumask: Option<&str>, disable_user_copy: bool) -> Result<(), UblkError> {
         let mut active = lock(&self.active);
         if active.is_some() {
             return Err(UblkError::TargetExists);
@@ -146,13 +162,21 @@ impl UblkTarget {
         let cpumask = self.cpumask(cpumask)?;
         let ctrl = Control::open_path(&self.control_path)?;
         log::info!(
-            "ublk: target created on cores {} (recovery {})",
+            "ublk: target created on cores {} (recovery {}, user copy {})",
             cpumask.to_list(),
-            if ctrl.has_recovery() { "on" } else { "off" }
+            if ctrl.has_recovery() { "on" } else { "off" },
+            if !ctrl.has_user_copy() {
+                "not in the kernel"
+            } else if disable_user_copy {
+                "disabled"
+            } else {
+                "available"
+            }
         );
         *active = Some(Active {
             ctrl: Arc::new(ctrl),
             cpumask,
+            disable_user_copy,
             next_core: 0,
             disks: Vec::new(),
         });
@@ -181,6 +205,13 @@ impl UblkTarget {
     /// The target's cpumask, if it exists.
     pub fn target_cpumask(&self) -> Option<CoreMask> {
         lock(&self.active).as_ref().map(|a| a.cpumask.clone())
+    }
+
+    /// Whether the target was created with `disable_user_copy` (false without a target).
+    pub fn user_copy_disabled(&self) -> bool {
+        lock(&self.active)
+            .as_ref()
+            .is_some_and(|a| a.disable_user_copy)
     }
 
     /// `ublk_destroy_target`: stops every disk, then closes the control device.
@@ -241,6 +272,7 @@ impl UblkTarget {
                 bdev: p.bdev_name.clone(),
                 num_queues: p.num_queues,
                 queue_depth: p.queue_depth,
+                user_copy: false,
             },
             state: DiskState::Starting,
         });
@@ -248,6 +280,7 @@ impl UblkTarget {
             params: p.clone(),
             ctrl: Arc::clone(&a.ctrl),
             cores: picked,
+            disable_user_copy: a.disable_user_copy,
         })
     }
 
@@ -267,7 +300,17 @@ impl UblkTarget {
     fn start_steps(&self, r: &Reservation) -> Result<(Disk, DiskInfo), UblkError> {
         let p = &r.params;
         let geometry = self.geometry(&p.bdev_name)?;
+        let user_copy = use_user_copy(
+            p.user_copy,
+            DEFAULT_USER_COPY,
+            r.ctrl.has_user_copy(),
+            r.disable_user_copy,
+        )
+        .ok_or(UblkError::NoUserCopy { id: p.ublk_id })?;
         let mut flags = r.ctrl.features & sys::F_CMD_IOCTL_ENCODE;
+        if user_copy {
+            flags |= sys::F_USER_COPY;
+        }
         if r.ctrl.has_recovery() {
             // Requests in flight when the server dies go to the next one, not fail.
             flags |= sys::F_USER_RECOVERY | (r.ctrl.features & sys::F_USER_RECOVERY_REISSUE);
@@ -294,23 +337,20 @@ impl UblkTarget {
         match steps() {
             Ok(disk) => {
                 log::info!(
-                    "ublk {}: bdev {} is {}{} ({} queues of depth {})",
+                    "ublk {}: bdev {} is {}{} ({} queues of depth {}, {})",
                     p.ublk_id,
                     p.bdev_name,
                     sys::BDEV_PREFIX,
                     p.ublk_id,
                     info.nr_hw_queues,
-                    info.queue_depth
+                    info.queue_depth,
+                    if user_copy {
+                        "user copy"
+                    } else {
+                        "kernel copy"
+                    }
                 );
-                Ok((
-                    disk,
-                    DiskInfo {
-                        id: p.ublk_id,
-                        bdev: p.bdev_name.clone(),
-                        num_queues: u32::from(info.nr_hw_queues),
-                        queue_depth: u32::from(info.queue_depth),
-                    },
-                ))
+                Ok((disk, disk_info(p, &info)))
             }
             Err(e) => {
                 if let Err(d) = r.ctrl.del_dev(p.ublk_id) {
@@ -375,6 +415,7 @@ impl UblkTarget {
             params: p.clone(),
             ctrl: Arc::clone(&r.ctrl),
             cores,
+            disable_user_copy: r.disable_user_copy,
         };
         let disk = self.open_queues(&r2, &info, geometry)?;
         if let Err(e) = r.ctrl.end_user_recovery(p.ublk_id) {
@@ -382,15 +423,7 @@ impl UblkTarget {
             return Err(e);
         }
         log::info!("ublk {}: recovered on bdev {}", p.ublk_id, p.bdev_name);
-        Ok((
-            disk,
-            DiskInfo {
-                id: p.ublk_id,
-                bdev: p.bdev_name.clone(),
-                num_queues: u32::from(info.nr_hw_queues),
-                queue_depth: u32::from(info.queue_depth),
-            },
-        ))
+        Ok((disk, disk_info(p, &info)))
     }
 
     /// Reactors for `n` queues of a disk, spread over the cpumask.
@@ -433,6 +466,8 @@ impl UblkTarget {
                 bdev: r.params.bdev_name.clone(),
                 geometry,
                 ioctl_encode: r.ctrl.ioctl_encode(),
+                // As the kernel has the disk: a recovered one keeps its dead server's mode.
+                user_copy: info.flags & sys::F_USER_COPY != 0,
             };
             let registry = Arc::clone(&self.registry);
             let started = self
@@ -569,6 +604,17 @@ impl UblkTarget {
             log::error!("ublk: shutdown: {e}");
         }
         let _ = self.reactors.run_on_all(group::shut_down);
+    }
+}
+
+/// A started or recovered disk as the kernel has it.
+fn disk_info(p: &StartDiskParams, info: &DevInfo) -> DiskInfo {
+    DiskInfo {
+        id: p.ublk_id,
+        bdev: p.bdev_name.clone(),
+        num_queues: u32::from(info.nr_hw_queues),
+        queue_depth: u32::from(info.queue_depth),
+        user_copy: info.flags & sys::F_USER_COPY != 0,
     }
 }
 
