@@ -17,7 +17,14 @@ HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:0c0c0c0c-1111-2222-3333-555555555555
 UUID=3c7e7a52-6f0e-4e55-9f5c-3a2b1c0d9e8f
 RA="./pmio-rpc -s /tmp/a.sock"
 RB="./pmio-rpc -s /tmp/b.sock"
-fail() { echo "FAIL: $*" >&2; dmesg | tail -40 >&2; tail -20 /tmp/tgt-a.log /tmp/tgt-b.log >&2; exit 1; }
+fail() {
+    echo "FAIL: $*" >&2
+    for c in ${CA:-} ${CB:-}; do echo "$c: $(cat /sys/class/nvme/$c/state) $(path_state $c)" >&2; done
+    [ -f /tmp/perf.out ] && tail -5 /tmp/perf.out >&2
+    dmesg | grep -v -e ima -e evm -e Key | tail -25 >&2
+    tail -8 /tmp/tgt-a.log /tmp/tgt-b.log >&2
+    exit 1
+}
 wait_sock() { for _ in $(seq 100); do [ -S "$1" ] && return 0; sleep 0.1; done; fail "no socket $1"; }
 # start GW CORE_MASK [ARGS]: pmio-tgt named GW (a or b), its pid in PID_a / PID_b
 start() {
@@ -59,6 +66,18 @@ wait_live() {
 # ios RPC: the NVMe commands a gateway completed, over its poll groups
 ios() { $1 nvmf_get_stats | grep completed_nvme_io | tr -dc '0-9\n' | awk '{s+=$1} END {print s+0}'; }
 
+# through_a WHEN: 1 MiB written and read back through the head in 64 KiB commands, which the
+# gateways' counters must show going through A, none (but keep-alives) through B.
+through_a() {
+    a0=$(ios "$RA") b0=$(ios "$RB")
+    dd if=/tmp/pat of=$D bs=64k oflag=direct 2>/dev/null || fail "dd write $1"
+    dd if=$D of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read $1"
+    cmp /tmp/pat /tmp/back || fail "$1: data read back differs"
+    a1=$(ios "$RA") b1=$(ios "$RB")
+    echo "I/O $1: A $((a1 - a0)), B $((b1 - b0))"
+    [ $((a1 - a0)) -ge 32 ] && [ $((b1 - b0)) -lt 8 ] || fail "$1: the I/O did not go through A"
+}
+
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 [ "$(cat /sys/module/nvme_core/parameters/multipath)" = Y ] || fail "native multipath is off"
 
@@ -89,21 +108,19 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 [ -b "$D" ] || fail "no multipath head"
-paths=$(ls /sys/block/${D#/dev/}/multipath/ 2>/dev/null | wc -l)
-[ "$paths" = 2 ] || fail "$D has $paths paths: $(ls /sys/block/${D#/dev/}/multipath/ 2>/dev/null)"
-echo "$D: paths $(ls /sys/block/${D#/dev/}/multipath/ | tr '\n' ' ')($CA optimized, $CB non-optimized)"
+# The head's paths: nvmeXcYn1 under each controller (6.1 has no multipath/ links yet).
+H=${D#/dev/}
+paths=$(ls -d /sys/class/nvme/*/${H%n1}c*n1 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')
+[ "$(echo $paths | wc -w)" = 2 ] || fail "$D has paths '$paths'"
+[ -e /sys/class/nvme/$CA/${H%n1}c${CA#nvme}n1 ] || [ -n "$(ls -d /sys/class/nvme/$CA/${H%n1}c*n1 2>/dev/null)" ] \
+    || fail "no path of $D through $CA"
+echo "$D: paths $paths($CA optimized, $CB non-optimized)"
 # The optimized path carries the I/O.
-a0=$(ios "$RA"); b0=$(ios "$RB")
 dd if=/dev/urandom of=/tmp/pat bs=64k count=16 2>/dev/null
-dd if=/tmp/pat of=$D bs=64k oflag=direct 2>/dev/null || fail "dd write"
-dd if=$D of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read"
-cmp /tmp/pat /tmp/back || fail "dd: data read back differs"
-a1=$(ios "$RA"); b1=$(ios "$RB")
-echo "I/O: A $((a1 - a0)), B $((b1 - b0))"
-[ $((a1 - a0)) -ge 32 ] && [ $((b1 - b0)) -lt 8 ] || fail "the I/O did not go through A"
+through_a "before the failover"
 
 echo "== A killed -9 under pmio-perf --verify, B set optimized"
-./pmio-perf --dev uring:path=$D -m '[0]' -w randrw -M 50 -b 4096 -d 16 -t 14 --verify \
+./pmio-perf --dev uring:path=$D -m '[0]' -w randrw -M 50 -b 4096 -d 32 -t 14 --verify \
     > /tmp/perf.out 2>&1 &
 PERF=$!
 sleep 3
@@ -127,13 +144,7 @@ rc=0
 wait $PERF || rc=$?
 tail -3 /tmp/perf.out
 [ $rc = 0 ] || { cat /tmp/perf.out; fail "pmio-perf --verify across the failover and failback: $rc"; }
-a0=$(ios "$RA"); b0=$(ios "$RB")
-dd if=/tmp/pat of=$D bs=64k oflag=direct 2>/dev/null || fail "dd write after failback"
-dd if=$D of=/tmp/back bs=64k count=16 iflag=direct 2>/dev/null || fail "dd read after failback"
-cmp /tmp/pat /tmp/back || fail "after failback: data read back differs"
-a1=$(ios "$RA"); b1=$(ios "$RB")
-echo "I/O after failback: A $((a1 - a0)), B $((b1 - b0))"
-[ $((a1 - a0)) -ge 32 ] && [ $((b1 - b0)) -lt 8 ] || fail "the I/O did not fail back to A"
+through_a "after the failback"
 
 echo 1 > /sys/class/nvme/$CA/delete_controller
 echo 1 > /sys/class/nvme/$CB/delete_controller

@@ -620,11 +620,7 @@ pub fn nvmf_ana_state(v: &Value, w: &mut World) -> Result<String, String> {
         "{nqn} listener {}:{}: ANA group {} {}",
         addr.traddr,
         addr.trsvcid,
-        if g == 0 {
-            "(all)".to_string()
-        } else {
-            g.to_string()
-        },
+        pmio_nvmf::ana::group_name(g),
         p.ana_state
     ))
 }

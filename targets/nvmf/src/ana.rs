@@ -110,6 +110,15 @@ impl ListenerAna {
     }
 }
 
+/// How logs and the configuration check name group `anagrpid` of an ANA state change (0:
+/// every group).
+pub fn group_name(anagrpid: u32) -> String {
+    match anagrpid {
+        0 => "(all)".to_string(),
+        g => g.to_string(),
+    }
+}
+
 /// The state of group `anagrpid` through listener `addr` of a subsystem that reports ANA and
 /// whose listeners are `listeners`: Inaccessible through an address that is no listener (any
 /// more), as SPDK's `nvmf_ctrlr_get_ana_state` for an inactive listener.

@@ -615,8 +615,15 @@ mod tests {
     fn identify_ctrlr_fields_at_their_offsets() {
         let opts = TransportOpts::default();
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
-        s.add_ns(bdev("Malloc0", 512, 2048, OpSet::ALL), 0, None, None, None)
-            .unwrap();
+        s.add_ns(
+            bdev("Malloc0", 512, 2048, OpSet::ALL),
+            0,
+            None,
+            None,
+            None,
+            0,
+        )
+        .unwrap();
         let caps = NsCaps::of(&s);
         assert_eq!(
             caps,
@@ -671,9 +678,9 @@ mod tests {
     #[test]
     fn identify_ctrlr_oncs_follows_the_bdevs() {
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
-        s.add_ns(bdev("A", 512, 8, OpSet::ALL), 0, None, None, None)
+        s.add_ns(bdev("A", 512, 8, OpSet::ALL), 0, None, None, None, 0)
             .unwrap();
-        s.add_ns(bdev("B", 512, 8, OpSet::READ_WRITE), 0, None, None, None)
+        s.add_ns(bdev("B", 512, 8, OpSet::READ_WRITE), 0, None, None, None, 0)
             .unwrap();
         let caps = NsCaps::of(&s);
         assert!(!caps.dsm && !caps.write_zeroes && caps.vwc);
@@ -711,8 +718,15 @@ mod tests {
     fn identify_namespace_sizes_and_format() {
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
         let eui = [1, 2, 3, 4, 5, 6, 7, 8];
-        s.add_ns(bdev("M", 4096, 1000, OpSet::ALL), 0, None, None, Some(eui))
-            .unwrap();
+        s.add_ns(
+            bdev("M", 4096, 1000, OpSet::ALL),
+            0,
+            None,
+            None,
+            Some(eui),
+            0,
+        )
+        .unwrap();
         let ns = s.namespace(1).unwrap();
         let d = identify_ns(ns, &TransportOpts::default(), None);
         assert_eq!(u64_at(&d, 0), 1000, "NSZE");
@@ -729,7 +743,7 @@ mod tests {
         assert_eq!(u32_at(&d, 128), 12 << 16, "LBAF0: LBADS 12, no metadata");
         let s512 = {
             let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode2");
-            s.add_ns(bdev("N", 512, 7, OpSet::ALL), 0, None, None, None)
+            s.add_ns(bdev("N", 512, 7, OpSet::ALL), 0, None, None, None, 0)
                 .unwrap();
             s
         };
@@ -745,7 +759,7 @@ mod tests {
             info.boundary_blocks = blocks;
             let dev: Arc<dyn BlockDevice> = Arc::new(FactsOnly(info));
             let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
-            s.add_ns(dev, 0, None, None, None).unwrap();
+            s.add_ns(dev, 0, None, None, None, 0).unwrap();
             u16_at(
                 &identify_ns(s.namespace(1).unwrap(), &TransportOpts::default(), None),
                 46,
@@ -763,7 +777,7 @@ mod tests {
     fn active_list_windows() {
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
         for nsid in [1, 3, 7] {
-            s.add_ns(bdev("X", 512, 8, OpSet::ALL), nsid, None, None, None)
+            s.add_ns(bdev("X", 512, 8, OpSet::ALL), nsid, None, None, None, 0)
                 .unwrap();
         }
         let ids = |after| {
@@ -792,6 +806,7 @@ mod tests {
             Some(uuid),
             Some(nguid),
             Some(eui),
+            0,
         )
         .unwrap();
         let d = ns_id_descriptors(s.namespace(1).unwrap());
@@ -806,7 +821,7 @@ mod tests {
 
         // Without an EUI-64 the list starts with the NGUID.
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode2");
-        s.add_ns(bdev("Y", 512, 8, OpSet::ALL), 0, None, None, None)
+        s.add_ns(bdev("Y", 512, 8, OpSet::ALL), 0, None, None, None, 0)
             .unwrap();
         let ns = s.namespace(1).unwrap();
         let d = ns_id_descriptors(ns);

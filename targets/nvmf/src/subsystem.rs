@@ -356,22 +356,9 @@ impl Subsystem {
         self.namespaces.iter().find(|n| n.nsid == nsid)
     }
 
-    /// Adds a namespace on `bdev` at `nsid` (0: the lowest free one), in the ANA group of its
-    /// NSID; returns the NSID.
+    /// Adds a namespace on `bdev` at `nsid` (0: the lowest free one) in ANA group `anagrpid`
+    /// (0: the NSID, SPDK's default; else 1..=max_namespaces); returns the NSID.
     pub fn add_ns(
-        &mut self,
-        bdev: Arc<dyn BlockDevice>,
-        nsid: u32,
-        uuid: Option<Uuid>,
-        nguid: Option<[u8; 16]>,
-        eui64: Option<[u8; 8]>,
-    ) -> Result<u32, NvmfError> {
-        self.add_ns_in_group(bdev, nsid, uuid, nguid, eui64, 0)
-    }
-
-    /// [`Subsystem::add_ns`] in ANA group `anagrpid` (0: the NSID, SPDK's default;
-    /// 1..=max_namespaces).
-    pub fn add_ns_in_group(
         &mut self,
         bdev: Arc<dyn BlockDevice>,
         nsid: u32,

@@ -311,23 +311,11 @@ impl NvmfTarget {
         Ok(())
     }
 
-    /// `nvmf_subsystem_add_ns`: the bdev `bdev_name` as namespace `nsid` (0: the lowest free);
-    /// returns the NSID. Connected hosts are told (Asynchronous Event).
-    pub fn add_ns(
-        &self,
-        nqn: &str,
-        bdev_name: &str,
-        nsid: u32,
-        uuid: Option<Uuid>,
-        nguid: Option<[u8; 16]>,
-        eui64: Option<[u8; 8]>,
-    ) -> Result<u32, NvmfError> {
-        self.add_ns_in_group(nqn, bdev_name, nsid, uuid, nguid, eui64, 0)
-    }
-
-    /// [`NvmfTarget::add_ns`] in ANA group `anagrpid` (0: the NSID).
+    /// `nvmf_subsystem_add_ns`: the bdev `bdev_name` as namespace `nsid` (0: the lowest free)
+    /// in ANA group `anagrpid` (0: the NSID); returns the NSID. Connected hosts are told
+    /// (Asynchronous Event).
     #[allow(clippy::too_many_arguments)]
-    pub fn add_ns_in_group(
+    pub fn add_ns(
         &self,
         nqn: &str,
         bdev_name: &str,
@@ -343,7 +331,7 @@ impl NvmfTarget {
             .ok_or_else(|| NvmfError::NotFound(format!("bdev {bdev_name}")))?;
         let mut g = self.lock();
         let s = g.config.subsystem_mut(nqn)?;
-        let id = s.add_ns_in_group(bdev, nsid, uuid, nguid, eui64, anagrpid)?;
+        let id = s.add_ns(bdev, nsid, uuid, nguid, eui64, anagrpid)?;
         drop(g);
         self.changed();
         Ok(id)
@@ -512,11 +500,7 @@ impl NvmfTarget {
                 "nvmf: {nqn} listener {}:{}: ANA group {} {}",
                 addr.traddr,
                 addr.trsvcid,
-                if anagrpid == 0 {
-                    "(all)".to_string()
-                } else {
-                    anagrpid.to_string()
-                },
+                crate::ana::group_name(anagrpid),
                 state.name()
             );
             self.changed();

@@ -143,7 +143,7 @@ pub(super) fn nvmf_subsystem_add_ns(
     let _owners = rpc.bdevs.hold_bdev_owners();
     let nsid = rpc
         .tgt
-        .add_ns_in_group(
+        .add_ns(
             &p.nqn,
             &bdev,
             ns.nsid.unwrap_or(0),

@@ -86,7 +86,10 @@ impl TestTarget {
         let tgt = NvmfTarget::new(reactors.handle(), Arc::clone(&registry));
         tgt.create_transport(opts).unwrap();
         tgt.create_subsystem(&params).unwrap();
-        assert_eq!(tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap(), 1);
+        assert_eq!(
+            tgt.add_ns(NQN, "Malloc0", 0, None, None, None, 0).unwrap(),
+            1
+        );
         let port = free_port();
         let la = ListenAddr::new("127.0.0.1", &port.to_string(), None).unwrap();
         tgt.add_listener(NQN, la).unwrap();
