@@ -77,6 +77,17 @@ if [ "${1:-}" = --inside ]; then
         done
         readme_fail "$who: pmio-tgt (pid $pid) did not answer on $sock in 10 s"
     }
+    # readme_argv0 PID: the program PID runs, once the fork has exec'd it (a command started
+    # in the background right after another may still be the shell for a moment).
+    readme_argv0() {
+        local name
+        for _ in $(seq 40); do
+            name=$(basename "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -1)")
+            [ "$name" = bash ] || break
+            sleep 0.05
+        done
+        echo "$name"
+    }
     # readme_sock PID: the socket pmio-tgt PID answers on (-r, or the default).
     readme_sock() {
         local sock=/var/tmp/pmio.sock a prev=''
@@ -115,7 +126,7 @@ if [ "${1:-}" = --inside ]; then
         [ "${BASH_SOURCE[1]}" = "$readme_file" ] || return 0 # this script's own lines
         if [ -n "${!:-}" ] && [ "$!" != "$readme_bg" ]; then
             readme_bg=$!
-            if [ "$(basename "$(tr '\0' '\n' <"/proc/$!/cmdline" 2>/dev/null | head -1)")" = pmio-tgt ]; then
+            if [ "$(readme_argv0 "$!")" = pmio-tgt ]; then
                 readme_daemons+=("$!")
                 readme_socks+=("$(readme_sock "$!")")
                 readme_wait_listen "$!" "$readme_shown"
