@@ -176,7 +176,7 @@ pub fn firmware_revision() -> String {
 /// Field choices follow SPDK's `spdk_nvmf_ctrlr_identify_ctrlr` and Linux's
 /// `nvmet_execute_identify_ctrl`, limited to what this target does: VID/SSVID and IEEE OUI 0
 /// (pmio has none; Linux's target reports 0 too), no Compare/reservations/fused. With ANA
-/// reporting, SPDK's ANA fields ([`ana_fields`]).
+/// reporting, SPDK's ANA fields (see `ana_fields`).
 pub fn identify_ctrlr(
     cntlid: u16,
     subsys: &Subsystem,
