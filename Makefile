@@ -5,7 +5,7 @@ PERF_ARGS    ?= --dev null -t 10
 # Where release binaries are (CARGO_TARGET_DIR honoured).
 RELEASE      ?= $(or $(CARGO_TARGET_DIR),target)/release
 
-.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback raid-replicas rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-612 vm-test-auth vm-test-nvmet-auth vm-test-vhost vm-test-ublk bench-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
+.PHONY: all build test unit examples readme host-qemu aio-cost fault-alone nvmf-loopback raid-replicas rbd lint fmt-check clippy doc loom miri miri-setup bench emu-bench perf vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-ana vm-test-nvmet vm-test-612 vm-test-auth vm-test-nvmet-auth vm-test-vhost vm-test-ublk bench-ublk bench-nvmf bench-nvmf-loopback bench-nvmf-spdk bench-nvmf-spdk-interleaved bench-vhost bench-operator clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(CARGO) build --release --workspace
 
 # Everything CI runs (.ci/run calls this).
-test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-nvmet vm-test-612 vm-test-vhost
+test: lint unit examples readme fault-alone nvmf-loopback rbd loom miri vm-test vm-test-setup vm-test-tgt vm-test-nvmf vm-test-ana vm-test-nvmet vm-test-612 vm-test-vhost
 
 unit:
 	$(CARGO) test --workspace
@@ -194,6 +194,17 @@ GUEST_612 = RUN_IN_VM=$(RUN_IN_VM) RELEASE=$(RELEASE) test/vm/guest-612.sh
 vm-test-612: host-qemu
 	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
 	$(GUEST_612)
+
+# Two pmio-tgt gateways (one subsystem NQN with ANA reporting, disjoint controller ID ranges,
+# one namespace on one tmpfs file standing in for an RBD image) and the guest kernel's native
+# NVMe multipath (issue 30): one head, two paths, optimized and non-optimized; pmio-perf
+# --verify while gateway A is killed -9 and B set optimized; A restarted from its save_config
+# and B set back: the I/O fails back to A (the gateways' nvmf_get_stats).
+vm-test-ana: host-qemu
+	$(CARGO) build --release -p pmio-tgt -p pmio-rpc -p pmio-perf
+	$(RUN_IN_VM) --quiet --timeout 300 --cpus 2 --module nvme-tcp --module crc32c_generic \
+		--file target/release/pmio-tgt --file target/release/pmio-rpc \
+		--file target/release/pmio-perf -- test/vm/ana-in-guest.sh
 
 # Linux's NVMe/TCP host with in-band authentication (Debian 13's 6.12 kernel) against pmio-tgt
 # (issue 31): dhchap_secret= and dhchap_ctrl_secret= through /dev/nvme-fabrics under three

@@ -270,6 +270,15 @@ fn allow_any_host_name(v: &Value) -> String {
     )
 }
 
+fn ana_state_name(v: &Value) -> String {
+    format!(
+        "ANA state {} of {} (group {})",
+        p(v, "ana_state"),
+        listener_name(v),
+        p(v, "anagrpid")
+    )
+}
+
 fn histogram_name(v: &Value) -> String {
     format!("latency histogram of bdev {}", p(v, "name"))
 }
@@ -356,6 +365,32 @@ fn before_allow_any_host(rpc: &dyn Daemon, v: &Value) -> Before {
             params: json!({"nqn": nqn, "allow_any_host": s.allow_any_host}),
         }),
         None => Before::Keep(String::new()),
+    }
+}
+
+/// An ANA state set on a listener goes back to the state the listener's group had (group 1's
+/// when every group was set: they differ only where a later call set one).
+fn before_ana_state(rpc: &dyn Daemon, v: &Value) -> Before {
+    let nqn = p(v, "nqn");
+    let addr = v.get("listen_address").and_then(|a| {
+        let port = a.get("trsvcid").and_then(Value::as_str)?;
+        let traddr = a.get("traddr").and_then(Value::as_str)?;
+        pmio_nvmf::ListenAddr::new(traddr, port, None).ok()
+    });
+    let group = v.get("anagrpid").and_then(Value::as_u64).unwrap_or(0) as u32;
+    let cfg = rpc.nvmf().config();
+    match (cfg.subsystem(&nqn), addr) {
+        (Some(s), Some(a)) if s.listener_ana(&a).is_some() => {
+            let mut params = v.clone();
+            params["ana_state"] = json!(s.ana_state(&a, group.max(1)).name());
+            Before::Undo(UndoCall {
+                what: ana_state_name(v),
+                method: "nvmf_subsystem_listener_set_ana_state".into(),
+                params,
+            })
+        }
+        // No such listener: the call fails and there is nothing to undo.
+        _ => Before::Keep(String::new()),
     }
 }
 
@@ -908,6 +943,15 @@ pub static TABLE: &[Entry] = &[
             ),
             params::nvmf_listener,
         ),
+    ),
+    e(
+        "nvmf_subsystem_listener_set_ana_state",
+        "nvmf",
+        Handling::Set(Create {
+            what: ana_state_name,
+            undo: Undo::Before(before_ana_state),
+            check: params::nvmf_ana_state,
+        }),
     ),
     e(
         "nvmf_subsystem_allow_any_host",

@@ -66,7 +66,17 @@ pub struct IdentifyController {
     _rsvd270: [u8; 50],
     /// Keep Alive granularity, 100 ms units.
     pub kas: u16,
-    _rsvd322: [u8; 190],
+    _rsvd322: [u8; 21],
+    /// ANA transition time, seconds.
+    pub anatt: u8,
+    /// ANA capabilities ([`IdentifyController::ANACAP_OPTIMIZED`], …).
+    pub anacap: u8,
+    _rsvd345: [u8; 3],
+    /// Highest ANA group ID.
+    pub anagrpmax: u32,
+    /// Number of ANA group IDs.
+    pub nanagrpid: u32,
+    _rsvd356: [u8; 156],
     pub sqes: u8,
     pub cqes: u8,
     pub maxcmd: u16,
@@ -127,6 +137,18 @@ impl IdentifyController {
     pub const CMIC_MULTI_PORT: u8 = 1 << 0;
     /// CMIC bit 1: the NVM subsystem may have more than one controller.
     pub const CMIC_MULTI_CTRLR: u8 = 1 << 1;
+    /// CMIC bit 3: Asymmetric Namespace Access Reporting.
+    pub const CMIC_ANA: u8 = 1 << 3;
+    /// OAES bit 11: Asymmetric Namespace Access Change Notices.
+    pub const OAES_ANA_CHANGE: u32 = 1 << 11;
+    /// ANACAP bit 0: the ANA Optimized state is reported.
+    pub const ANACAP_OPTIMIZED: u8 = 1 << 0;
+    /// ANACAP bit 1: the ANA Non-Optimized state is reported.
+    pub const ANACAP_NON_OPTIMIZED: u8 = 1 << 1;
+    /// ANACAP bit 2: the ANA Inaccessible state is reported.
+    pub const ANACAP_INACCESSIBLE: u8 = 1 << 2;
+    /// ANACAP bit 6: a namespace's ANAGRPID does not change while it is attached.
+    pub const ANACAP_GRPID_STATIC: u8 = 1 << 6;
     /// OAES bit 8: Namespace Attribute Notices.
     pub const OAES_NS_ATTR: u32 = 1 << 8;
     /// CTRATT bit 0: 128-bit host identifier.
@@ -184,7 +206,13 @@ impl IdentifyController {
             cctemp: 0,
             _rsvd270: [0; 50],
             kas: 0,
-            _rsvd322: [0; 190],
+            _rsvd322: [0; 21],
+            anatt: 0,
+            anacap: 0,
+            _rsvd345: [0; 3],
+            anagrpmax: 0,
+            nanagrpid: 0,
+            _rsvd356: [0; 156],
             sqes: 0,
             cqes: 0,
             maxcmd: 0,
@@ -264,6 +292,10 @@ pub mod id_ctrl {
     pub const WCTEMP: usize = offset_of!(IdentifyController, wctemp);
     pub const CCTEMP: usize = offset_of!(IdentifyController, cctemp);
     pub const KAS: usize = offset_of!(IdentifyController, kas);
+    pub const ANATT: usize = offset_of!(IdentifyController, anatt);
+    pub const ANACAP: usize = offset_of!(IdentifyController, anacap);
+    pub const ANAGRPMAX: usize = offset_of!(IdentifyController, anagrpmax);
+    pub const NANAGRPID: usize = offset_of!(IdentifyController, nanagrpid);
     pub const SQES: usize = offset_of!(IdentifyController, sqes);
     pub const CQES: usize = offset_of!(IdentifyController, cqes);
     pub const MAXCMD: usize = offset_of!(IdentifyController, maxcmd);
@@ -275,6 +307,7 @@ pub mod id_ctrl {
     pub const AWUN: usize = offset_of!(IdentifyController, awun);
     pub const AWUPF: usize = offset_of!(IdentifyController, awupf);
     pub const SGLS: usize = offset_of!(IdentifyController, sgls);
+    pub const MNAN: usize = offset_of!(IdentifyController, mnan);
     pub const SUBNQN: usize = offset_of!(IdentifyController, subnqn);
     pub const IOCCSZ: usize = offset_of!(IdentifyController, ioccsz);
     pub const IORCSZ: usize = offset_of!(IdentifyController, iorcsz);
@@ -343,7 +376,10 @@ pub struct IdentifyNamespace {
     pub npda: u16,
     /// Optimal write size, 0-based blocks.
     pub nows: u16,
-    _rsvd74: [u8; 30],
+    _rsvd74: [u8; 18],
+    /// ANA group of the namespace (0: none reported).
+    pub anagrpid: u32,
+    _rsvd96: [u8; 8],
     /// Namespace globally unique identifier (0 when not reported).
     pub nguid: [u8; 16],
     /// IEEE extended unique identifier (0 when not reported).
@@ -400,7 +436,9 @@ impl IdentifyNamespace {
             npdg: 0,
             npda: 0,
             nows: 0,
-            _rsvd74: [0; 30],
+            _rsvd74: [0; 18],
+            anagrpid: 0,
+            _rsvd96: [0; 8],
             nguid: [0; 16],
             eui64: [0; 8],
             lbaf: [LbaFormat(0); 64],
@@ -444,6 +482,7 @@ pub mod id_ns {
     pub const NPDG: usize = offset_of!(IdentifyNamespace, npdg);
     pub const NPDA: usize = offset_of!(IdentifyNamespace, npda);
     pub const NOWS: usize = offset_of!(IdentifyNamespace, nows);
+    pub const ANAGRPID: usize = offset_of!(IdentifyNamespace, anagrpid);
     pub const NGUID: usize = offset_of!(IdentifyNamespace, nguid);
     pub const EUI64: usize = offset_of!(IdentifyNamespace, eui64);
     /// LBA Format 0 ([`LbaFormat`]).
@@ -523,6 +562,11 @@ mod tests {
             (id_ctrl::AWUPF, 528),
             (id_ctrl::ICDOFF, 1800),
             (id_ctrl::MSDBD, 1803),
+            (id_ctrl::ANATT, 343),
+            (id_ctrl::ANACAP, 344),
+            (id_ctrl::ANAGRPMAX, 348),
+            (id_ctrl::NANAGRPID, 352),
+            (id_ctrl::MNAN, 540),
         ];
         for (got, want) in ctrl {
             assert_eq!(got, want);
@@ -533,6 +577,7 @@ mod tests {
             (id_ns::DLFEAT, 33),
             (id_ns::NPDA, 70),
             (id_ns::LBAF0_LBADS, 130),
+            (id_ns::ANAGRPID, 92),
         ];
         for (got, want) in ns {
             assert_eq!(got, want);

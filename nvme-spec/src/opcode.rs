@@ -66,6 +66,8 @@ pub mod lid {
     pub const FIRMWARE_SLOT: u32 = 0x03;
     pub const CHANGED_NS_LIST: u32 = 0x04;
     pub const COMMANDS_EFFECTS: u32 = 0x05;
+    /// Asymmetric Namespace Access: a 16-byte header, then one descriptor per ANA group.
+    pub const ANA: u32 = 0x0C;
     /// The discovery log ([`crate::disc`]).
     pub const DISCOVERY: u32 = 0x70;
 }

@@ -64,6 +64,9 @@ pub mod sc {
     pub const CONNECT_INVALID_HOST: u8 = 0x84;
     /// SCT 1, any command on a queue not yet authenticated in band (NVMe Base 2.0 §8.13).
     pub const AUTH_REQUIRED: u8 = 0x91;
+    /// Path related (SCT 3): the namespace's ANA group is Inaccessible through this
+    /// controller.
+    pub const ANA_INACCESSIBLE: u8 = 0x02;
 }
 
 /// A completion status: the CQE status field without the phase tag, 15 bits: SC \[7:0\],
@@ -133,6 +136,10 @@ impl Status {
         Status::new(sct::COMMAND_SPECIFIC, sc::CONNECT_INVALID_HOST, true);
     /// A command before the queue's in-band authentication completed (SPDK answers it so).
     pub const AUTH_REQUIRED: Status = Status::new(sct::COMMAND_SPECIFIC, sc::AUTH_REQUIRED, false);
+
+    /// Path related: the namespace is not reachable through this controller's port now (its
+    /// ANA group is Inaccessible); no DNR, so a multipath host retries on another path.
+    pub const ANA_INACCESSIBLE: Status = Status::new(sct::PATH, sc::ANA_INACCESSIBLE, false);
 
     /// The status of type `sct` and code `sc`, with Do Not Retry as given; CRD and More 0.
     pub const fn new(sct: u8, sc: u8, dnr: bool) -> Status {
@@ -285,6 +292,9 @@ impl Status {
             (sct::MEDIA, 0x86) => "access denied",
             (sct::MEDIA, 0x87) => "deallocated or unwritten logical block",
             (sct::PATH, 0x00) => "internal path error",
+            (sct::PATH, 0x01) => "asymmetric access persistent loss",
+            (sct::PATH, 0x02) => "asymmetric access inaccessible",
+            (sct::PATH, 0x03) => "asymmetric access transition",
             (sct::PATH, 0x60) => "transport error",
             _ => "unknown status",
         }

@@ -14,7 +14,8 @@
 #    tmpfs while they run, with a pmio-tgt of their own (core 1) where they call pmio-rpc.
 # A command that fails fails the run, naming its README line. After a command that starts
 # pmio-tgt in the background the next one waits until it answers (SPDK's waitforlisten), and
-# after spdk_kill_instance until it has exited: a person typing the commands gives it that time.
+# after spdk_kill_instance until that daemon (the one on the socket the call names) has exited:
+# a person typing the commands gives it that time.
 #
 # Commands that need a VM, root on the host or hardware are listed in COVERED below with the
 # make target that runs them; any other command the README gains is run here. Also checked: the
@@ -34,6 +35,7 @@ covered line '^make examples( |$)' 'make examples' 'part of make test (the three
 covered line '^cargo run -p pmio-nvmf --example malloc_tgt ' 'make unit' 'a daemon that serves until a signal: test/tests/nvmf_malloc_tgt.rs starts it, configures it with pmio-rpc, checks pmio-perf --verify over NVMe/TCP against it and stops it'
 covered block '^qemu-system-x86_64 ' 'make vm-test-vhost' 'a QEMU guest whose disk pmio-tgt serves over vhost-user-blk'
 covered block '--dhchap-secret' 'make vm-test-auth' "Linux's NVMe/TCP host with in-band authentication (kernel 6.12): the guest connects with dhchap_secret= through /dev/nvme-fabrics as nvme connect --dhchap-secret does"
+covered block '^nvme connect .*io\.pmio:gw' 'make vm-test-ana' "the host kernel's native NVMe multipath over two gateways: the guest connects to both through /dev/nvme-fabrics as nvme connect does, and reads each path's ana_state"
 covered block '^nvme connect ' 'make vm-test-nvmf' "the host kernel's NVMe/TCP initiator: root, nvme-tcp, nvme-cli; the guest connects through /dev/nvme-fabrics as nvme connect does"
 covered block '^test/ci/ceph.sh start' 'make rbd' 'a Ceph cluster: make rbd starts test/ci/ceph.sh and test/ci/rbd-tgt.sh runs these methods against it'
 covered block 'ublk_start_disk' 'make vm-test-ublk' "the kernel's ublk_drv, which Debian 12's kernel lacks: the guest with Debian 13's kernel runs these steps"
@@ -56,7 +58,7 @@ if [ "${1:-}" = --inside ]; then
     ip link set lo up
     ip addr add 10.0.0.1/8 dev lo
     cd "$S"
-    readme_daemons=() # pmio-tgts the README's commands started
+    readme_daemons=() readme_socks=() # pmio-tgts the README's commands started, their sockets
     readme_bg='' readme_prev='' readme_file='' readme_shown=''
 
     readme_fail() {
@@ -66,11 +68,8 @@ if [ "${1:-}" = --inside ]; then
     # readme_wait_listen PID [WHO]: until the pmio-tgt PID (WHO started it) answers on its
     # socket (-r, or the default).
     readme_wait_listen() {
-        local pid=$1 who=${2:-the run} sock=/var/tmp/pmio.sock a prev=''
-        while IFS= read -r -d '' a; do
-            [ "$prev" = -r ] && sock=$a
-            prev=$a
-        done <"/proc/$pid/cmdline"
+        local pid=$1 who=${2:-the run} sock
+        sock=$(readme_sock "$pid")
         for _ in $(seq 100); do
             kill -0 "$pid" 2>/dev/null || readme_fail "$who: pmio-tgt (pid $pid) exited before answering on $sock"
             "$BIN/pmio-rpc" -s "$sock" -t 1 rpc_get_methods >/dev/null 2>&1 && return 0
@@ -78,10 +77,40 @@ if [ "${1:-}" = --inside ]; then
         done
         readme_fail "$who: pmio-tgt (pid $pid) did not answer on $sock in 10 s"
     }
-    # readme_wait_exit: until every pmio-tgt the README started has exited (spdk_kill_instance).
+    # readme_argv0 PID: the program PID runs, once the fork has exec'd it (a command started
+    # in the background right after another may still be the shell for a moment).
+    readme_argv0() {
+        local name
+        for _ in $(seq 40); do
+            name=$(basename "$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | head -1)")
+            [ "$name" = bash ] || break
+            sleep 0.05
+        done
+        echo "$name"
+    }
+    # readme_sock PID: the socket pmio-tgt PID answers on (-r, or the default).
+    readme_sock() {
+        local sock=/var/tmp/pmio.sock a prev=''
+        while IFS= read -r -d '' a; do
+            [ "$prev" = -r ] && sock=$a
+            prev=$a
+        done <"/proc/$1/cmdline"
+        echo "$sock"
+    }
+    # readme_wait_exit: until the pmio-tgt the spdk_kill_instance just shown was sent to (its
+    # -s socket, or the default) has exited; the README's other daemons go on.
     readme_wait_exit() {
-        local pid
-        for pid in "${readme_daemons[@]}"; do
+        local i pid sock=/var/tmp/pmio.sock w prev='' keep=() keep_socks=()
+        for w in $readme_prev; do
+            [ "$prev" = -s ] && sock=$w
+            prev=$w
+        done
+        for i in "${!readme_daemons[@]}"; do
+            pid=${readme_daemons[$i]}
+            if [ "${readme_socks[$i]}" != "$sock" ]; then
+                keep+=("$pid") keep_socks+=("${readme_socks[$i]}")
+                continue
+            fi
             for _ in $(seq 100); do
                 kill -0 "$pid" 2>/dev/null || break
                 sleep 0.1
@@ -89,7 +118,7 @@ if [ "${1:-}" = --inside ]; then
             kill -0 "$pid" 2>/dev/null && readme_fail "$readme_shown: pmio-tgt (pid $pid) still runs 10 s later"
             wait "$pid" 2>/dev/null || true
         done
-        readme_daemons=()
+        readme_daemons=("${keep[@]}") readme_socks=("${keep_socks[@]}")
     }
     # Between two commands of a block (the DEBUG trap): settle what the previous one started or
     # stopped; show the next one.
@@ -97,8 +126,9 @@ if [ "${1:-}" = --inside ]; then
         [ "${BASH_SOURCE[1]}" = "$readme_file" ] || return 0 # this script's own lines
         if [ -n "${!:-}" ] && [ "$!" != "$readme_bg" ]; then
             readme_bg=$!
-            if [ "$(basename "$(tr '\0' '\n' <"/proc/$!/cmdline" 2>/dev/null | head -1)")" = pmio-tgt ]; then
+            if [ "$(readme_argv0 "$!")" = pmio-tgt ]; then
                 readme_daemons+=("$!")
+                readme_socks+=("$(readme_sock "$!")")
                 readme_wait_listen "$!" "$readme_shown"
             fi
         fi

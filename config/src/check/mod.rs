@@ -271,8 +271,8 @@ mod tests {
             (
                 "nvmf",
                 "nvmf_create_subsystem",
-                json!({"nqn": "nqn.2016-06.io.spdk:c1", "ana_reporting": true}),
-                "\"ana_reporting\" is supported only as false",
+                json!({"nqn": "nqn.2016-06.io.spdk:c1", "passthrough": true}),
+                "\"passthrough\" is supported only as false",
             ),
             (
                 "nvmf",

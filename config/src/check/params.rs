@@ -437,6 +437,7 @@ pub fn nvmf_subsystem(v: &Value, w: &mut World) -> Result<String, String> {
         max_namespaces: p.max_namespaces.unwrap_or(0),
         min_cntlid: p.min_cntlid,
         max_cntlid: p.max_cntlid,
+        ana_reporting: p.ana_reporting.unwrap_or(false),
     };
     let s = Subsystem::new(&sp).map_err(|e| e.to_string())?;
     if w.subsystems.iter().any(|x| x.nqn == s.nqn) {
@@ -448,6 +449,7 @@ pub fn nvmf_subsystem(v: &Value, w: &mut World) -> Result<String, String> {
         nsids: Vec::new(),
         hosts: Vec::new(),
         listeners: Vec::new(),
+        ana_reporting: s.ana_reporting,
     });
     let who = if s.allow_any_host {
         "any host"
@@ -486,7 +488,7 @@ pub fn nvmf_ns(v: &Value, w: &mut World) -> Result<String, String> {
         hex_id("eui64", &e, 8)?;
     }
     uuid(n.opt("uuid")?)?;
-    n.default_only("anagrpid", json!(0))?;
+    let anagrpid: u32 = n.opt("anagrpid")?.unwrap_or(0);
     if n.opt::<bool>("no_auto_visible")? == Some(true) {
         return Err(
             "no_auto_visible: pmio has no per-namespace host visibility; the namespace would be \
@@ -525,6 +527,12 @@ pub fn nvmf_ns(v: &Value, w: &mut World) -> Result<String, String> {
         }
         nsid
     };
+    if anagrpid > s.max_ns {
+        return Err(format!(
+            "anagrpid {anagrpid} is above {nqn}'s max_namespaces {}",
+            s.max_ns
+        ));
+    }
     s.nsids.push(nsid);
     Ok(format!("namespace {nsid} of {nqn} on bdev {bdev}"))
 }
@@ -550,8 +558,7 @@ pub fn missing_bdev(name: &str) -> String {
 /// `nvmf_subsystem_add_listener`.
 pub fn nvmf_listener(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_nvmf::rpc::listener::AddListener = nvmf_declared(v, "nvmf_subsystem_add_listener")?;
-    pmio_nvmf::rpc::rules::default_only_str("ana_state", p.ana_state.as_deref(), "optimized")
-        .map_err(|e| e.message)?;
+    ana_state(p.ana_state.as_deref())?;
     let addr = p.listen_address.listen_addr().map_err(|e| e.message)?;
     let nqn = p.nqn;
     if w.transport.is_none() {
@@ -570,6 +577,51 @@ pub fn nvmf_listener(v: &Value, w: &mut World) -> Result<String, String> {
         addr.traddr,
         addr.trsvcid,
         addr.adrfam.name()
+    ))
+}
+
+/// An ANA state by SPDK's name.
+fn ana_state(s: Option<&str>) -> Result<(), String> {
+    match s {
+        Some(s) if pmio_nvmf::AnaState::parse(s).is_none() => Err(format!(
+            "ana_state {s:?}: optimized, non_optimized or inaccessible"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `nvmf_subsystem_listener_set_ana_state`.
+pub fn nvmf_ana_state(v: &Value, w: &mut World) -> Result<String, String> {
+    let p: pmio_nvmf::rpc::listener::SetAnaState =
+        nvmf_declared(v, "nvmf_subsystem_listener_set_ana_state")?;
+    ana_state(Some(&p.ana_state))?;
+    let addr = p.listen_address.listen_addr().map_err(|e| e.message)?;
+    let nqn = p.nqn;
+    let s = w.subsystem(&nqn)?;
+    if !s.ana_reporting {
+        return Err(format!(
+            "{nqn} has no ANA reporting (nvmf_create_subsystem -r)"
+        ));
+    }
+    if !s.listeners.contains(&addr) {
+        return Err(format!(
+            "{nqn} does not listen on {}:{}",
+            addr.traddr, addr.trsvcid
+        ));
+    }
+    let g = p.anagrpid.unwrap_or(0);
+    if g > s.max_ns {
+        return Err(format!(
+            "ANA group {g} is above {nqn}'s max_namespaces {}",
+            s.max_ns
+        ));
+    }
+    Ok(format!(
+        "{nqn} listener {}:{}: ANA group {} {}",
+        addr.traddr,
+        addr.trsvcid,
+        pmio_nvmf::ana::group_name(g),
+        p.ana_state
     ))
 }
 

@@ -18,6 +18,7 @@ pub(super) struct SubSeen {
     pub(super) nsids: Vec<u32>,
     pub(super) hosts: Vec<String>,
     pub(super) listeners: Vec<ListenAddr>,
+    pub(super) ana_reporting: bool,
 }
 
 /// The objects that exist at a point of the check: those of the running daemon (for a load at
@@ -51,6 +52,7 @@ impl Default for World {
                 nsids: Vec::new(),
                 hosts: Vec::new(),
                 listeners: Vec::new(),
+                ana_reporting: false,
             }],
             vhost: Vec::new(),
             ublk_target: false,
@@ -99,6 +101,7 @@ impl World {
                     nsids: s.namespaces.iter().map(|n| n.nsid).collect(),
                     hosts: s.hosts.clone(),
                     listeners: s.listeners.clone(),
+                    ana_reporting: s.ana_reporting,
                 })
                 .collect(),
             vhost: if rpc.states_of("vhost_get_controllers").is_some() {

@@ -23,7 +23,7 @@ use pmio_jsonrpc::decl::{BoolDefault, IntDefault};
 use crate::DISCOVERY_NQN;
 use crate::rpc::conn::GetStats;
 use crate::rpc::host::{AddHost, AllowAnyHost, RemoveHost};
-use crate::rpc::listener::{AddListener, ListenAddress, RemoveListener};
+use crate::rpc::listener::{AddListener, ListenAddress, RemoveListener, SetAnaState};
 use crate::rpc::ns::{AddNs, NsParams, RemoveNs};
 use crate::rpc::rules::{Ignored, TgtName};
 use crate::rpc::subsystem::{CreateSubsystem, GetSubsystems, SubsystemQuery};
@@ -152,14 +152,14 @@ pub enum NvmfCommand {
         /// Maximum number of namespaces.
         #[arg(short = 'm', long)]
         max_namespaces: Option<u32>,
-        /// ANA reporting (pmio: not supported).
+        /// Enable ANA reporting (Asymmetric Namespace Access, multipath).
         #[arg(short = 'r', long)]
         ana_reporting: bool,
-        /// Minimum controller ID.
-        #[arg(short = 'i', long = "min_cntlid")]
+        /// Minimum controller ID (rpc.py: --min-cntlid; older: --min_cntlid).
+        #[arg(short = 'i', long = "min-cntlid", alias = "min_cntlid")]
         min_cntlid: Option<u16>,
-        /// Maximum controller ID.
-        #[arg(short = 'I', long = "max_cntlid")]
+        /// Maximum controller ID (rpc.py: --max-cntlid; older: --max_cntlid).
+        #[arg(short = 'I', long = "max-cntlid", alias = "max_cntlid")]
         max_cntlid: Option<u16>,
         /// Maximum discard size, KiB.
         #[arg(long)]
@@ -185,7 +185,7 @@ pub enum NvmfCommand {
         /// Immediately establish a secure channel (pmio: not supported).
         #[arg(short = 'k', long)]
         secure_channel: bool,
-        /// ANA state (pmio: optimized only).
+        /// ANA state of every group: optimized, non_optimized or inaccessible.
         #[arg(short = 'n', long)]
         ana_state: Option<String>,
         /// Socket implementation (SPDK; no effect in pmio).
@@ -197,6 +197,21 @@ pub enum NvmfCommand {
     NvmfSubsystemRemoveListener {
         #[command(flatten)]
         listener: Listener,
+    },
+    /// Set the ANA state of a listener of an NVMe-oF subsystem.
+    #[command(
+        name = "nvmf_subsystem_listener_set_ana_state",
+        rename_all = "kebab-case"
+    )]
+    NvmfSubsystemListenerSetAnaState {
+        #[command(flatten)]
+        listener: Listener,
+        /// ANA state to set: optimized, non_optimized or inaccessible.
+        #[arg(short = 'n', long)]
+        ana_state: String,
+        /// ANA group ID (default: every group).
+        #[arg(short = 'g', long)]
+        anagrpid: Option<u32>,
     },
     /// Add a namespace to an NVMe-oF subsystem.
     #[command(name = "nvmf_subsystem_add_ns", rename_all = "kebab-case")]
@@ -223,9 +238,9 @@ pub enum NvmfCommand {
         /// Namespace UUID.
         #[arg(short = 'u', long)]
         uuid: Option<String>,
-        /// ANA group ID (pmio: not supported).
+        /// ANA group ID (default: the NSID).
         #[arg(short = 'a', long)]
-        anagrpid: Option<i64>,
+        anagrpid: Option<u32>,
         /// Do not make the namespace visible to controllers automatically (pmio: not supported).
         #[arg(short = 'i', long)]
         no_auto_visible: bool,
@@ -424,7 +439,7 @@ impl NvmfCommand {
                     model_number: model_number.clone(),
                     allow_any_host: *allow_any_host,
                     max_namespaces: *max_namespaces,
-                    ana_reporting: only_false(*ana_reporting),
+                    ana_reporting: Some(*ana_reporting),
                     min_cntlid: *min_cntlid,
                     max_cntlid: *max_cntlid,
                     max_discard_size_kib: max_discard_size.map(IntDefault),
@@ -459,6 +474,20 @@ impl NvmfCommand {
                 };
                 Request::new("nvmf_subsystem_remove_listener", &p, Print::Nothing)
             }
+            NvmfSubsystemListenerSetAnaState {
+                listener,
+                ana_state,
+                anagrpid,
+            } => {
+                let p = SetAnaState {
+                    nqn: listener.nqn(),
+                    ana_state: ana_state.clone(),
+                    tgt_name: listener.tgt_name.clone(),
+                    anagrpid: *anagrpid,
+                    listen_address: listener.address(),
+                };
+                Request::new("nvmf_subsystem_listener_set_ana_state", &p, Print::Nothing)
+            }
             NvmfSubsystemAddNs {
                 nqn,
                 bdev_name,
@@ -482,7 +511,7 @@ impl NvmfCommand {
                         nguid: nguid.clone(),
                         eui64: eui64.clone(),
                         uuid: uuid.clone(),
-                        anagrpid: anagrpid.map(IntDefault),
+                        anagrpid: *anagrpid,
                         no_auto_visible: only_false(*no_auto_visible),
                         hide_metadata: only_false(*hide_metadata),
                     },

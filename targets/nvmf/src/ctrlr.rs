@@ -14,11 +14,12 @@
 //! 3. Every other admin command: [`Controller::admin`]. [`AdminOutcome::Held`] means no
 //!    response now (an Asynchronous Event Request).
 //! 4. From a poller: [`Controller::poll_events`] (completes a held AER when namespaces
-//!    changed) and [`Controller::keep_alive_expired`] (then tear the controller down).
+//!    or the ANA states of its listener changed) and [`Controller::keep_alive_expired`] (then tear the controller down).
 
+use crate::ana::{self, AnaState};
 use crate::identify::{self, IDENTIFY_LEN, KAS_MS, NsCaps};
 use crate::spec::{Sqe, Status, admin_opc, cns, fid, lid, prop};
-use crate::subsystem::{SubType, Subsystem, TransportOpts};
+use crate::subsystem::{ListenAddr, SubType, Subsystem, TransportOpts};
 
 mod connect;
 #[cfg(test)]
@@ -47,6 +48,13 @@ pub const AEN_NS_CHANGED: u32 = 0x2 | (lid::CHANGED_NS_LIST << 16);
 
 /// AEC bit 8: namespace attribute notices enabled.
 const AEC_NS_ATTR: u32 = 1 << 8;
+
+/// The Asynchronous Event of an ANA change: type 2 (notice), information 03h (asymmetric
+/// namespace access change), log page 0Ch.
+pub const AEN_ANA_CHANGED: u32 = 0x2 | (0x03 << 8) | (lid::ANA << 16);
+
+/// AEC bit 11: ANA change notices enabled.
+const AEC_ANA_CHANGE: u32 = 1 << 11;
 
 /// How many NSIDs the Changed Namespace List log holds before it reports an overflow.
 const CHANGED_NS_MAX: usize = 1024;
@@ -232,6 +240,14 @@ pub struct Controller {
     /// A namespace notice was reported and the host has not read the log since: further
     /// changes wait (the spec's AEN masking).
     ns_notice_masked: bool,
+    /// The listener the host connected through (its ANA states are this controller's).
+    listener: Option<ListenAddr>,
+    /// The listener's ANA change count this controller last told its host about.
+    ana_seen: u64,
+    /// The listener's ANA states changed since the host last read the ANA log.
+    ana_changed: bool,
+    /// An ANA notice was reported and the host has not read the ANA log since.
+    ana_notice_masked: bool,
     last_keep_alive_ns: u64,
 }
 
@@ -271,7 +287,12 @@ impl Controller {
                 power_management: 0,
                 error_recovery: 0,
                 write_atomicity: 0,
-                async_event_config: if discovery { 0 } else { AEC_NS_ATTR },
+                // SPDK enables ANA change notices from the start too.
+                async_event_config: match (discovery, subsys.ana_reporting) {
+                    (true, _) => 0,
+                    (false, false) => AEC_NS_ATTR,
+                    (false, true) => AEC_NS_ATTR | AEC_ANA_CHANGE,
+                },
                 kato_ms,
                 io_sq: io,
                 io_cq: io,
@@ -281,8 +302,38 @@ impl Controller {
             ns_generation: subsys.ns_generation,
             changed_ns: ChangedNs::default(),
             ns_notice_masked: false,
+            listener: None,
+            ana_seen: 0,
+            ana_changed: false,
+            ana_notice_masked: false,
             last_keep_alive_ns: now_ns,
         }
+    }
+
+    /// This controller, connected through `listener` of `subsys`: the ANA states it
+    /// reports are that listener's.
+    pub fn through(mut self, listener: ListenAddr, subsys: &Subsystem) -> Controller {
+        self.ana_seen = subsys.listener_ana(&listener).map_or(0, |l| l.change_count);
+        self.listener = Some(listener);
+        self
+    }
+
+    /// The ANA state of group `anagrpid` for this controller's host: Optimized without ANA
+    /// reporting; Inaccessible when the controller's listener is gone (or unknown).
+    pub fn ana_state(&self, subsys: &Subsystem, anagrpid: u32) -> AnaState {
+        match &self.listener {
+            _ if !subsys.ana_reporting => AnaState::Optimized,
+            Some(l) => subsys.ana_state(l, anagrpid),
+            None => AnaState::Inaccessible,
+        }
+    }
+
+    /// The ANA state of namespace `nsid` for this controller's host: Optimized for an NSID
+    /// that is no active namespace (SPDK's rule).
+    fn ns_ana_state(&self, subsys: &Subsystem, nsid: u32) -> AnaState {
+        subsys
+            .namespace(nsid)
+            .map_or(AnaState::Optimized, |n| self.ana_state(subsys, n.anagrpid))
     }
 
     pub fn cntlid(&self) -> u16 {
@@ -522,7 +573,13 @@ impl Controller {
             cns::NAMESPACE if !valid_nsid => Reply::err(Status::INVALID_NAMESPACE),
             // An inactive NSID reads all zeros.
             cns::NAMESPACE => Reply::data(match subsys.namespace(nsid) {
-                Some(ns) => identify::identify_ns(ns, &self.opts),
+                Some(ns) => identify::identify_ns(
+                    ns,
+                    &self.opts,
+                    subsys
+                        .ana_reporting
+                        .then(|| self.ana_state(subsys, ns.anagrpid)),
+                ),
                 None => vec![0; IDENTIFY_LEN],
             }),
             cns::ACTIVE_NS_LIST if nsid >= 0xFFFF_FFFE => Reply::err(Status::INVALID_NAMESPACE),
@@ -574,6 +631,17 @@ impl Controller {
                 self.changed_ns.take_page()
             }
             (false, lid::COMMANDS_EFFECTS) => identify::commands_effects_log(NsCaps::of(subsys)),
+            (false, lid::ANA) if subsys.ana_reporting => {
+                // LSP bit 0: Return Groups Only.
+                let rgo = (sqe.cdw10 >> 8) & 1 != 0;
+                // The host sees the states as they are now: no notice for what it read.
+                self.sync_ana(subsys);
+                self.ana_changed = false;
+                if !rae {
+                    self.ana_notice_masked = false;
+                }
+                ana::ana_log_page(&subsys.namespaces, |g| self.ana_state(subsys, g), rgo)
+            }
             _ => return Reply::err(Status::INVALID_LOG_PAGE),
         };
         match identify::log_window(&page, offset, len as usize) {
@@ -591,6 +659,13 @@ impl Controller {
         // A discovery controller has only these two features.
         if self.is_discovery() && !matches!(fid, fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG) {
             return Err(Status::INVALID_FIELD);
+        }
+        // The namespace-specific features of a namespace not reachable through this port
+        // get the path status, as SPDK's Get/Set Features; the others are served.
+        if matches!(fid, fid::ERROR_RECOVERY | fid::WRITE_ATOMICITY)
+            && let Some(st) = self.ns_ana_state(subsys, nsid).path_status()
+        {
+            return Err(st);
         }
         Ok(fid)
     }
@@ -706,6 +781,7 @@ impl Controller {
             return Reply::err(Status::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED).fit(0);
         }
         self.sync_namespaces(subsys);
+        self.sync_ana(subsys);
         if let Some(dw0) = self.take_notice() {
             return Reply::dw0(dw0).fit(0);
         }
@@ -717,12 +793,14 @@ impl Controller {
     /// controller last looked, records the changed NSIDs in the Changed Namespace List log;
     /// then, if namespace attribute notices are enabled (AEC bit 8), not masked by an earlier
     /// unread notice, and an AER is held, completes the oldest: returns its CID and CQE dword 0
-    /// ([`AEN_NS_CHANGED`]), to be sent with status Success.
+    /// ([`AEN_NS_CHANGED`]), to be sent with status Success. Likewise for a change of the ANA
+    /// states of the controller's listener (AEC bit 11, [`AEN_ANA_CHANGED`]).
     pub fn poll_events(&mut self, subsys: &Subsystem) -> Option<(u16, u32)> {
         if self.is_discovery() {
             return None;
         }
         self.sync_namespaces(subsys);
+        self.sync_ana(subsys);
         if self.aers.is_empty() {
             return None;
         }
@@ -730,14 +808,34 @@ impl Controller {
         Some((self.aers.remove(0), dw0))
     }
 
-    /// The pending namespace notice, masking further ones until the host reads the log.
+    /// The pending notice (a namespace change first, then an ANA change), masking further
+    /// ones of its kind until the host reads its log.
     fn take_notice(&mut self) -> Option<u32> {
-        let enabled = self.feat.async_event_config & AEC_NS_ATTR != 0;
-        if !enabled || self.ns_notice_masked || self.changed_ns.is_empty() {
-            return None;
+        let aec = self.feat.async_event_config;
+        if aec & AEC_NS_ATTR != 0 && !self.ns_notice_masked && !self.changed_ns.is_empty() {
+            self.ns_notice_masked = true;
+            return Some(AEN_NS_CHANGED);
         }
-        self.ns_notice_masked = true;
-        Some(AEN_NS_CHANGED)
+        if aec & AEC_ANA_CHANGE != 0 && !self.ana_notice_masked && self.ana_changed {
+            self.ana_notice_masked = true;
+            self.ana_changed = false;
+            return Some(AEN_ANA_CHANGED);
+        }
+        None
+    }
+
+    /// Notes a change of the ANA states of this controller's listener since the last look.
+    fn sync_ana(&mut self, subsys: &Subsystem) {
+        if !subsys.ana_reporting {
+            return;
+        }
+        let Some(l) = self.listener.as_ref().and_then(|l| subsys.listener_ana(l)) else {
+            return;
+        };
+        if l.change_count != self.ana_seen {
+            self.ana_seen = l.change_count;
+            self.ana_changed = true;
+        }
     }
 
     /// Records every NSID added, removed, replaced (another UUID) or resized since the last

@@ -12,6 +12,7 @@ use pmio::bdev::{BdevQueue, BdevQueueOptions};
 use pmio::{BlockDevice, IoStatus, OpSet, Plug};
 use pmio_reactors::{FdInterest, FdWatch, PollerId, PollerResult, ReactorCtx};
 
+use crate::ana::{AnaState, ListenerAna};
 use crate::buf::BufPool;
 use crate::conn::Conn;
 use crate::ctrlr::{ConnectCmd, ConnectData, ConnectReject, connect_field};
@@ -35,6 +36,8 @@ pub(crate) struct NsRef {
     pub block_size: u32,
     pub num_blocks: u64,
     pub ops: OpSet,
+    /// The namespace's ANA group (its state depends on the listener a queue came in on).
+    pub anagrpid: u32,
 }
 
 /// A bdev queue opened on this reactor.
@@ -58,6 +61,8 @@ pub(crate) struct GroupShared {
     pub generation: u64,
     /// Subsystem NQN → NSID → namespace.
     pub ns: HashMap<String, HashMap<u32, NsRef>>,
+    /// Subsystem NQN → the ANA states of its listeners; absent without ANA reporting.
+    pub ana: HashMap<String, Vec<ListenerAna>>,
     pub stats: GroupStats,
     /// Set when the generation moved this poll (admin queues look for namespace news).
     pub config_changed: bool,
@@ -114,6 +119,7 @@ impl PollGroup {
                 pool: BufPool::new(buf_size),
                 generation: 0,
                 ns: HashMap::new(),
+                ana: HashMap::new(),
                 stats: GroupStats::default(),
                 config_changed: false,
             },
@@ -276,7 +282,11 @@ impl GroupShared {
     fn rebuild_ns(&mut self) {
         let snap = self.tgt.ns_snapshot();
         let mut ns = HashMap::with_capacity(snap.len());
-        for (nqn, list) in snap {
+        self.ana.clear();
+        for (nqn, (list, ana)) in snap {
+            if !ana.is_empty() {
+                self.ana.insert(nqn.clone(), ana);
+            }
             let mut m = HashMap::with_capacity(list.len());
             for n in list {
                 match self.queue_for(&n.bdev) {
@@ -291,6 +301,7 @@ impl GroupShared {
                                 block_size: info.block_size,
                                 num_blocks: info.num_blocks,
                                 ops: info.supported_ops,
+                                anagrpid: n.anagrpid,
                             },
                         );
                     }
@@ -328,6 +339,16 @@ impl GroupShared {
             );
             self.plug.forget(gq.q.key());
             *slot = None;
+        }
+    }
+
+    /// The ANA state of group `anagrpid` of subsystem `nqn` through listener `addr`, as of
+    /// the snapshot: Optimized without ANA reporting, Inaccessible through an address that is
+    /// no listener any more.
+    pub fn ana_state(&self, nqn: &str, addr: &crate::ListenAddr, anagrpid: u32) -> AnaState {
+        match self.ana.get(nqn) {
+            None => AnaState::Optimized,
+            Some(ls) => crate::ana::state_through(ls, addr, anagrpid),
         }
     }
 

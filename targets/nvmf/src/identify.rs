@@ -175,7 +175,8 @@ pub fn firmware_revision() -> String {
 ///
 /// Field choices follow SPDK's `spdk_nvmf_ctrlr_identify_ctrlr` and Linux's
 /// `nvmet_execute_identify_ctrl`, limited to what this target does: VID/SSVID and IEEE OUI 0
-/// (pmio has none; Linux's target reports 0 too), no ANA, no Compare/reservations/fused.
+/// (pmio has none; Linux's target reports 0 too), no Compare/reservations/fused. With ANA
+/// reporting, SPDK's ANA fields (see `ana_fields`).
 pub fn identify_ctrlr(
     cntlid: u16,
     subsys: &Subsystem,
@@ -247,14 +248,50 @@ pub fn identify_ctrlr(
                 0
             },
         );
+    if subsys.ana_reporting {
+        ana_fields(&mut w, subsys);
+    }
     w.finish()
+}
+
+/// The ANA fields of Identify Controller, as SPDK sets them: CMIC ANA reporting, OAES ANA
+/// change notices, ANATT, ANACAP (Optimized, Non-Optimized, Inaccessible; groups do not
+/// change while attached), one group per possible namespace (ANAGRPMAX = NANAGRPID = MNAN =
+/// max_namespaces). Linux's host wants MNAN non-zero and at most NN, and the log page these
+/// sizes give (16 + 32 per group + 4 per namespace bytes) within MDTS.
+fn ana_fields(w: &mut IdWriter, subsys: &Subsystem) {
+    let groups = subsys.max_namespaces;
+    w.u8(
+        id_ctrl::CMIC,
+        IdentifyController::CMIC_MULTI_PORT
+            | IdentifyController::CMIC_MULTI_CTRLR
+            | IdentifyController::CMIC_ANA,
+    )
+    .u32(
+        id_ctrl::OAES,
+        IdentifyController::OAES_NS_ATTR | IdentifyController::OAES_ANA_CHANGE,
+    )
+    .u8(id_ctrl::ANATT, crate::ana::ANATT_SECS)
+    .u8(
+        id_ctrl::ANACAP,
+        IdentifyController::ANACAP_OPTIMIZED
+            | IdentifyController::ANACAP_NON_OPTIMIZED
+            | IdentifyController::ANACAP_INACCESSIBLE
+            | IdentifyController::ANACAP_GRPID_STATIC,
+    )
+    .u32(id_ctrl::ANAGRPMAX, groups)
+    .u32(id_ctrl::NANAGRPID, groups)
+    .u32(id_ctrl::MNAN, groups);
 }
 
 /// Identify Namespace (CNS 00h) for an active namespace: sizes from the bdev (no thin
 /// provisioning: NSZE = NCAP = NUSE), one LBA format without metadata, shared (NMIC), the
 /// NGUID and EUI-64 the namespace was given. DLFEAT stays 0: pmio makes no promise about what
 /// a deallocated block reads back. An inactive NSID answers all zeros (the caller's job).
-pub fn identify_ns(ns: &Namespace, opts: &TransportOpts) -> Vec<u8> {
+///
+/// `ana`: with ANA reporting, the namespace's state through the asking controller: ANAGRPID
+/// is reported, and NUSE is 0 where the namespace is Inaccessible (SPDK's rule).
+pub fn identify_ns(ns: &Namespace, opts: &TransportOpts, ana: Option<crate::AnaState>) -> Vec<u8> {
     let info = ns.bdev.info();
     let lbads = info.block_size.ilog2() as u8;
     // NOWS (0-based, in blocks): the transport's largest I/O.
@@ -280,6 +317,12 @@ pub fn identify_ns(ns: &Namespace, opts: &TransportOpts) -> Vec<u8> {
         .u8(id_ns::LBAF0_LBADS, lbads);
     if let Some(eui64) = ns.eui64 {
         w.bytes(id_ns::EUI64, &eui64);
+    }
+    if let Some(state) = ana {
+        w.u32(id_ns::ANAGRPID, ns.anagrpid);
+        if state.path_status().is_some() {
+            w.u64(id_ns::NUSE, 0);
+        }
     }
     w.finish()
 }
@@ -516,8 +559,10 @@ pub(crate) mod testutil {
             ..SubsystemParams::default()
         })
         .unwrap();
-        s.listeners
-            .push(ListenAddr::new("127.0.0.1", "4420", None).unwrap());
+        s.add_listener(
+            ListenAddr::new("127.0.0.1", "4420", None).unwrap(),
+            crate::AnaState::Optimized,
+        );
         s
     }
 }
@@ -570,8 +615,15 @@ mod tests {
     fn identify_ctrlr_fields_at_their_offsets() {
         let opts = TransportOpts::default();
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
-        s.add_ns(bdev("Malloc0", 512, 2048, OpSet::ALL), 0, None, None, None)
-            .unwrap();
+        s.add_ns(
+            bdev("Malloc0", 512, 2048, OpSet::ALL),
+            0,
+            None,
+            None,
+            None,
+            0,
+        )
+        .unwrap();
         let caps = NsCaps::of(&s);
         assert_eq!(
             caps,
@@ -626,9 +678,9 @@ mod tests {
     #[test]
     fn identify_ctrlr_oncs_follows_the_bdevs() {
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
-        s.add_ns(bdev("A", 512, 8, OpSet::ALL), 0, None, None, None)
+        s.add_ns(bdev("A", 512, 8, OpSet::ALL), 0, None, None, None, 0)
             .unwrap();
-        s.add_ns(bdev("B", 512, 8, OpSet::READ_WRITE), 0, None, None, None)
+        s.add_ns(bdev("B", 512, 8, OpSet::READ_WRITE), 0, None, None, None, 0)
             .unwrap();
         let caps = NsCaps::of(&s);
         assert!(!caps.dsm && !caps.write_zeroes && caps.vwc);
@@ -666,10 +718,17 @@ mod tests {
     fn identify_namespace_sizes_and_format() {
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
         let eui = [1, 2, 3, 4, 5, 6, 7, 8];
-        s.add_ns(bdev("M", 4096, 1000, OpSet::ALL), 0, None, None, Some(eui))
-            .unwrap();
+        s.add_ns(
+            bdev("M", 4096, 1000, OpSet::ALL),
+            0,
+            None,
+            None,
+            Some(eui),
+            0,
+        )
+        .unwrap();
         let ns = s.namespace(1).unwrap();
-        let d = identify_ns(ns, &TransportOpts::default());
+        let d = identify_ns(ns, &TransportOpts::default(), None);
         assert_eq!(u64_at(&d, 0), 1000, "NSZE");
         assert_eq!(u64_at(&d, 8), 1000, "NCAP");
         assert_eq!(u64_at(&d, 16), 1000, "NUSE");
@@ -684,11 +743,11 @@ mod tests {
         assert_eq!(u32_at(&d, 128), 12 << 16, "LBAF0: LBADS 12, no metadata");
         let s512 = {
             let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode2");
-            s.add_ns(bdev("N", 512, 7, OpSet::ALL), 0, None, None, None)
+            s.add_ns(bdev("N", 512, 7, OpSet::ALL), 0, None, None, None, 0)
                 .unwrap();
             s
         };
-        let d = identify_ns(s512.namespace(1).unwrap(), &TransportOpts::default());
+        let d = identify_ns(s512.namespace(1).unwrap(), &TransportOpts::default(), None);
         assert_eq!(d[130], 9);
         assert_eq!(&d[120..128], &[0; 8], "no EUI-64 given");
     }
@@ -700,9 +759,9 @@ mod tests {
             info.boundary_blocks = blocks;
             let dev: Arc<dyn BlockDevice> = Arc::new(FactsOnly(info));
             let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
-            s.add_ns(dev, 0, None, None, None).unwrap();
+            s.add_ns(dev, 0, None, None, None, 0).unwrap();
             u16_at(
-                &identify_ns(s.namespace(1).unwrap(), &TransportOpts::default()),
+                &identify_ns(s.namespace(1).unwrap(), &TransportOpts::default(), None),
                 46,
             )
         };
@@ -718,7 +777,7 @@ mod tests {
     fn active_list_windows() {
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode1");
         for nsid in [1, 3, 7] {
-            s.add_ns(bdev("X", 512, 8, OpSet::ALL), nsid, None, None, None)
+            s.add_ns(bdev("X", 512, 8, OpSet::ALL), nsid, None, None, None, 0)
                 .unwrap();
         }
         let ids = |after| {
@@ -747,6 +806,7 @@ mod tests {
             Some(uuid),
             Some(nguid),
             Some(eui),
+            0,
         )
         .unwrap();
         let d = ns_id_descriptors(s.namespace(1).unwrap());
@@ -761,7 +821,7 @@ mod tests {
 
         // Without an EUI-64 the list starts with the NGUID.
         let mut s = nvm_subsys("nqn.2016-06.io.spdk:cnode2");
-        s.add_ns(bdev("Y", 512, 8, OpSet::ALL), 0, None, None, None)
+        s.add_ns(bdev("Y", 512, 8, OpSet::ALL), 0, None, None, None, 0)
             .unwrap();
         let ns = s.namespace(1).unwrap();
         let d = ns_id_descriptors(ns);

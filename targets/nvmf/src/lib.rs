@@ -37,6 +37,7 @@
 // (the poll group's epoll set).
 #![deny(unsafe_code)]
 
+pub mod ana;
 #[allow(unsafe_code)]
 mod buf;
 #[cfg(feature = "cli")]
@@ -56,6 +57,7 @@ pub mod stats;
 pub mod subsystem;
 mod tgt;
 
+pub use ana::AnaState;
 pub use error::NvmfError;
 pub use pmio_nvme_spec::{self as spec, pdu};
 pub use sock::SockOptions;

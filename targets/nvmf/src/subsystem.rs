@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use pmio::{BlockDevice, Uuid};
 
+use crate::ana::{AnaState, ListenerAna};
 use crate::error::NvmfError;
 
 /// The well-known NQN of the discovery subsystem.
@@ -175,6 +176,8 @@ pub struct Namespace {
     pub nguid: [u8; 16],
     /// IEEE extended unique identifier, when given.
     pub eui64: Option<[u8; 8]>,
+    /// ANA group (1..=max_namespaces; the NSID unless given, as SPDK's).
+    pub anagrpid: u32,
 }
 
 impl Namespace {
@@ -190,6 +193,7 @@ impl std::fmt::Debug for Namespace {
             .field("nsid", &self.nsid)
             .field("bdev", &self.bdev_name())
             .field("uuid", &self.uuid)
+            .field("anagrpid", &self.anagrpid)
             .finish()
     }
 }
@@ -237,6 +241,10 @@ pub struct Subsystem {
     /// Ordered by NSID.
     pub namespaces: Vec<Namespace>,
     pub listeners: Vec<ListenAddr>,
+    /// Asymmetric Namespace Access reporting (`nvmf_create_subsystem --ana-reporting`).
+    pub ana_reporting: bool,
+    /// Per listener, the ANA state of each group (kept with or without reporting, as SPDK).
+    pub ana: Vec<ListenerAna>,
     /// Bumped at every namespace change: controllers compare it to announce the change
     /// (Asynchronous Event, Changed Namespace List log).
     pub ns_generation: u64,
@@ -253,6 +261,7 @@ pub struct SubsystemParams {
     pub max_namespaces: u32,
     pub min_cntlid: Option<u16>,
     pub max_cntlid: Option<u16>,
+    pub ana_reporting: bool,
 }
 
 /// SPDK's default model number.
@@ -280,6 +289,8 @@ impl Subsystem {
             max_cntlid: MAX_CNTLID,
             namespaces: Vec::new(),
             listeners: Vec::new(),
+            ana_reporting: false,
+            ana: Vec::new(),
             ns_generation: 0,
         }
     }
@@ -324,6 +335,8 @@ impl Subsystem {
             max_cntlid,
             namespaces: Vec::new(),
             listeners: Vec::new(),
+            ana_reporting: p.ana_reporting,
+            ana: Vec::new(),
             ns_generation: 0,
         })
     }
@@ -343,7 +356,8 @@ impl Subsystem {
         self.namespaces.iter().find(|n| n.nsid == nsid)
     }
 
-    /// Adds a namespace on `bdev` at `nsid` (0: the lowest free one); returns the NSID.
+    /// Adds a namespace on `bdev` at `nsid` (0: the lowest free one) in ANA group `anagrpid`
+    /// (0: the NSID, SPDK's default; else 1..=max_namespaces); returns the NSID.
     pub fn add_ns(
         &mut self,
         bdev: Arc<dyn BlockDevice>,
@@ -351,7 +365,14 @@ impl Subsystem {
         uuid: Option<Uuid>,
         nguid: Option<[u8; 16]>,
         eui64: Option<[u8; 8]>,
+        anagrpid: u32,
     ) -> Result<u32, NvmfError> {
+        if anagrpid > self.max_namespaces {
+            return Err(NvmfError::InvalidParam(format!(
+                "anagrpid {anagrpid} outside 1..={}",
+                self.max_namespaces
+            )));
+        }
         if self.subtype == SubType::Discovery {
             return Err(NvmfError::InvalidParam(
                 "the discovery subsystem has no namespaces".into(),
@@ -385,6 +406,7 @@ impl Subsystem {
             uuid,
             nguid: nguid.unwrap_or(uuid.0),
             eui64,
+            anagrpid: if anagrpid == 0 { nsid } else { anagrpid },
             bdev,
         };
         let at = self.namespaces.partition_point(|n| n.nsid < nsid);
@@ -402,6 +424,84 @@ impl Subsystem {
             .ok_or_else(|| NvmfError::NotFound(format!("namespace {nsid} of {}", self.nqn)))?;
         self.ns_generation += 1;
         Ok(self.namespaces.remove(at))
+    }
+}
+
+impl Subsystem {
+    /// Adds listen address `addr` with every ANA group in `state`.
+    pub fn add_listener(&mut self, addr: ListenAddr, state: AnaState) {
+        self.ana
+            .push(ListenerAna::new(addr.clone(), self.max_namespaces, state));
+        self.listeners.push(addr);
+    }
+
+    /// Removes listen address `addr` and its ANA states; whether it was there.
+    pub fn remove_listener(&mut self, addr: &ListenAddr) -> bool {
+        self.ana.retain(|l| &l.addr != addr);
+        let before = self.listeners.len();
+        self.listeners.retain(|l| l != addr);
+        self.listeners.len() != before
+    }
+
+    /// The listener of this subsystem a connection to local address `local` came in on: the
+    /// same address, or a wildcard address on the same port.
+    pub fn listener_for(&self, local: std::net::SocketAddr) -> Option<&ListenAddr> {
+        let exact = self.listeners.iter().find(|l| l.socket_addr() == local);
+        exact.or_else(|| {
+            self.listeners.iter().find(|l| {
+                let a = l.socket_addr();
+                a.port() == local.port() && a.ip().is_unspecified()
+            })
+        })
+    }
+
+    /// The ANA states of listener `addr`, if it is one.
+    pub fn listener_ana(&self, addr: &ListenAddr) -> Option<&ListenerAna> {
+        self.ana.iter().find(|l| &l.addr == addr)
+    }
+
+    /// The ANA state of group `anagrpid` through listener `addr`: Optimized without ANA
+    /// reporting, Inaccessible through an address that is no listener (any more), as
+    /// SPDK's `nvmf_ctrlr_get_ana_state`.
+    pub fn ana_state(&self, addr: &ListenAddr, anagrpid: u32) -> AnaState {
+        if !self.ana_reporting {
+            return AnaState::Optimized;
+        }
+        crate::ana::state_through(&self.ana, addr, anagrpid)
+    }
+
+    /// `nvmf_subsystem_listener_set_ana_state`: group `anagrpid` (0: every group) of listener
+    /// `addr` to `state`. Whether anything changed.
+    pub fn set_ana_state(
+        &mut self,
+        addr: &ListenAddr,
+        state: AnaState,
+        anagrpid: u32,
+    ) -> Result<bool, NvmfError> {
+        if !self.ana_reporting {
+            return Err(NvmfError::InvalidParam(format!(
+                "{}: ANA reporting is disabled",
+                self.nqn
+            )));
+        }
+        if anagrpid > self.max_namespaces {
+            return Err(NvmfError::InvalidParam(format!(
+                "ANA group {anagrpid} is more than the maximum {}",
+                self.max_namespaces
+            )));
+        }
+        let nqn = &self.nqn;
+        let l = self
+            .ana
+            .iter_mut()
+            .find(|l| &l.addr == addr)
+            .ok_or_else(|| {
+                NvmfError::NotFound(format!(
+                    "listener {}:{} of {nqn}",
+                    addr.traddr, addr.trsvcid
+                ))
+            })?;
+        Ok(l.set(state, anagrpid))
     }
 }
 

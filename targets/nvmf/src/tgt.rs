@@ -12,6 +12,7 @@ use pmio::Uuid;
 use pmio::bdev::Registry;
 use pmio_reactors::ReactorsHandle;
 
+use crate::ana::{AnaState, ListenerAna};
 use crate::error::NvmfError;
 use crate::sock::SockOptions;
 use crate::stats::GroupStatsCell;
@@ -83,6 +84,9 @@ pub struct CtrlrRecord {
     pub io_queues: u16,
     /// Keep-alive timeout in ms (0: none).
     pub kato_ms: u32,
+    /// The listener the admin queue came in on: the controller's port, whose ANA states
+    /// its host sees; its I/O queues must come in there too.
+    pub listener: ListenAddr,
     /// Connected queue pairs.
     pub qpairs: Vec<QpairRecord>,
 }
@@ -307,8 +311,10 @@ impl NvmfTarget {
         Ok(())
     }
 
-    /// `nvmf_subsystem_add_ns`: the bdev `bdev_name` as namespace `nsid` (0: the lowest free);
-    /// returns the NSID. Connected hosts are told (Asynchronous Event).
+    /// `nvmf_subsystem_add_ns`: the bdev `bdev_name` as namespace `nsid` (0: the lowest free)
+    /// in ANA group `anagrpid` (0: the NSID); returns the NSID. Connected hosts are told
+    /// (Asynchronous Event).
+    #[allow(clippy::too_many_arguments)]
     pub fn add_ns(
         &self,
         nqn: &str,
@@ -317,6 +323,7 @@ impl NvmfTarget {
         uuid: Option<Uuid>,
         nguid: Option<[u8; 16]>,
         eui64: Option<[u8; 8]>,
+        anagrpid: u32,
     ) -> Result<u32, NvmfError> {
         let bdev = self
             .registry
@@ -324,7 +331,7 @@ impl NvmfTarget {
             .ok_or_else(|| NvmfError::NotFound(format!("bdev {bdev_name}")))?;
         let mut g = self.lock();
         let s = g.config.subsystem_mut(nqn)?;
-        let id = s.add_ns(bdev, nsid, uuid, nguid, eui64)?;
+        let id = s.add_ns(bdev, nsid, uuid, nguid, eui64, anagrpid)?;
         drop(g);
         self.changed();
         Ok(id)
@@ -436,6 +443,17 @@ impl NvmfTarget {
 
     /// `nvmf_subsystem_add_listener`: binds the address if no subsystem listens there yet.
     pub fn add_listener(&self, nqn: &str, addr: ListenAddr) -> Result<(), NvmfError> {
+        self.add_listener_in_state(nqn, addr, AnaState::Optimized)
+    }
+
+    /// [`NvmfTarget::add_listener`] with every ANA group of the listener in `state`
+    /// (`nvmf_subsystem_add_listener`'s `ana_state`).
+    pub fn add_listener_in_state(
+        &self,
+        nqn: &str,
+        addr: ListenAddr,
+        state: AnaState,
+    ) -> Result<(), NvmfError> {
         let mut g = self.lock();
         if g.config.transport.is_none() {
             return Err(NvmfError::NoTransport);
@@ -455,9 +473,38 @@ impl NvmfTarget {
                 sock: Arc::new(sock),
             });
         }
-        g.config.subsystem_mut(nqn)?.listeners.push(addr);
+        g.config.subsystem_mut(nqn)?.add_listener(addr, state);
         drop(g);
         self.changed();
+        Ok(())
+    }
+
+    /// `nvmf_subsystem_listener_set_ana_state`: group `anagrpid` (0: every group) of listener
+    /// `addr` of subsystem `nqn` to `state`. The controllers connected through that listener
+    /// tell their hosts (ANA change notice); their I/O queues follow the new state.
+    pub fn set_ana_state(
+        &self,
+        nqn: &str,
+        addr: &ListenAddr,
+        state: AnaState,
+        anagrpid: u32,
+    ) -> Result<(), NvmfError> {
+        let mut g = self.lock();
+        let changed = g
+            .config
+            .subsystem_mut(nqn)?
+            .set_ana_state(addr, state, anagrpid)?;
+        drop(g);
+        if changed {
+            log::info!(
+                "nvmf: {nqn} listener {}:{}: ANA group {} {}",
+                addr.traddr,
+                addr.trsvcid,
+                crate::ana::group_name(anagrpid),
+                state.name()
+            );
+            self.changed();
+        }
         Ok(())
     }
 
@@ -466,13 +513,12 @@ impl NvmfTarget {
     pub fn remove_listener(&self, nqn: &str, addr: &ListenAddr) -> Result<(), NvmfError> {
         let mut g = self.lock();
         let s = g.config.subsystem_mut(nqn)?;
-        let at = s.listeners.iter().position(|l| l == addr).ok_or_else(|| {
-            NvmfError::NotFound(format!(
+        if !s.remove_listener(addr) {
+            return Err(NvmfError::NotFound(format!(
                 "listener {}:{} of {nqn}",
                 addr.traddr, addr.trsvcid
-            ))
-        })?;
-        s.listeners.remove(at);
+            )));
+        }
         Self::unbind_unused(&mut g);
         drop(g);
         self.changed();
@@ -638,14 +684,22 @@ impl NvmfTarget {
         }
     }
 
-    /// Bdev name → namespaces of each subsystem, for a poll group's snapshot.
-    pub(crate) fn ns_snapshot(&self) -> HashMap<String, Vec<Namespace>> {
+    /// Subsystem NQN → its namespaces and the ANA states of its listeners (empty without
+    /// ANA reporting: every path is optimized), for a poll group's snapshot.
+    pub(crate) fn ns_snapshot(&self) -> HashMap<String, (Vec<Namespace>, Vec<ListenerAna>)> {
         let g = self.lock();
         g.config
             .subsystems
             .iter()
             .filter(|s| s.subtype == SubType::Nvme)
-            .map(|s| (s.nqn.clone(), s.namespaces.clone()))
+            .map(|s| {
+                let ana = if s.ana_reporting {
+                    s.ana.clone()
+                } else {
+                    Vec::new()
+                };
+                (s.nqn.clone(), (s.namespaces.clone(), ana))
+            })
             .collect()
     }
 }

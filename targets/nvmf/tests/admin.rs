@@ -126,7 +126,9 @@ fn namespace_changes_complete_the_held_aer() {
 
     add_malloc(&t.registry, "Malloc1");
     assert_eq!(
-        t.tgt.add_ns(NQN, "Malloc1", 0, None, None, None).unwrap(),
+        t.tgt
+            .add_ns(NQN, "Malloc1", 0, None, None, None, 0)
+            .unwrap(),
         2
     );
     let cqe = admin.expect_resp(aer);
@@ -212,7 +214,10 @@ fn a_replaced_bdev_resizes_its_namespace_and_tells_the_host() {
         .unwrap()
     };
     t.registry.register(grow(small)).unwrap();
-    assert_eq!(t.tgt.add_ns(NQN, "Grow0", 0, None, None, None).unwrap(), 2);
+    assert_eq!(
+        t.tgt.add_ns(NQN, "Grow0", 0, None, None, None, 0).unwrap(),
+        2
+    );
     let (mut admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
     let mut io = Host::io_queue(t.addr, Digests::NONE, cntlid, 1);
     assert_eq!(nsze(&mut admin, 2), small);

@@ -61,7 +61,7 @@ fn a_bdev_that_completes_later_is_polled_while_the_reactor_could_sleep() {
     t.registry.register(dev).unwrap();
     assert_eq!(
         t.tgt
-            .add_ns(common::NQN, "Null1", 2, None, None, None)
+            .add_ns(common::NQN, "Null1", 2, None, None, None, 0)
             .unwrap(),
         2
     );
@@ -95,7 +95,7 @@ fn a_removed_namespace_lets_its_bdev_go() {
     let weak = std::sync::Arc::downgrade(&dev);
     t.registry.register(dev).unwrap();
     t.tgt
-        .add_ns(common::NQN, "Null2", 2, None, None, None)
+        .add_ns(common::NQN, "Null2", 2, None, None, None, 0)
         .unwrap();
     let (_admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
     let mut ios: Vec<Host> = (1..=2)
@@ -169,7 +169,7 @@ fn commands_above_the_bdevs_largest_transfer_are_split() {
     .unwrap();
     t.registry.register(dev).unwrap();
     t.tgt
-        .add_ns(common::NQN, "Malloc64k", 3, None, None, None)
+        .add_ns(common::NQN, "Malloc64k", 3, None, None, None, 0)
         .unwrap();
     let (_admin, cntlid) = Host::admin_queue(t.addr, Digests::NONE, 0);
     let mut io = Host::io_queue(t.addr, Digests::NONE, cntlid, 1);

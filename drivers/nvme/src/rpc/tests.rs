@@ -98,7 +98,7 @@ fn serve(port: u16) -> Served {
         ..SubsystemParams::default()
     })
     .unwrap();
-    tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap();
+    tgt.add_ns(NQN, "Malloc0", 0, None, None, None, 0).unwrap();
     let la = ListenAddr::new("127.0.0.1", &port.to_string(), None).unwrap();
     tgt.add_listener(NQN, la).unwrap();
     Served {

@@ -93,7 +93,7 @@ impl Target {
             ..SubsystemParams::default()
         })
         .unwrap();
-        tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap();
+        tgt.add_ns(NQN, "Malloc0", 0, None, None, None, 0).unwrap();
         let la = ListenAddr::new("127.0.0.1", &self.port.to_string(), None).unwrap();
         tgt.add_listener(NQN, la).unwrap();
         if !self.auth.is_empty() {
@@ -160,7 +160,7 @@ impl Target {
         .unwrap();
         self.registry.register(dev).unwrap();
         let tgt = self.tgt.as_ref().expect("the target is up");
-        tgt.add_ns(NQN, name, 0, None, None, None).unwrap()
+        tgt.add_ns(NQN, name, 0, None, None, None, 0).unwrap()
     }
 
     /// Removes namespace `nsid` from the subsystem.

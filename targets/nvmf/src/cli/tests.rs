@@ -212,3 +212,64 @@ fn options_and_queries() {
         assert!(Args::try_parse_from(full).is_err(), "{bad:?}");
     }
 }
+
+/// The ANA requests as rpc.py builds them: `-r`, `--anagrpid`, and the listener's state with
+/// the address grouped last.
+#[test]
+fn ana_requests_match_rpc_py() {
+    assert_eq!(
+        params(&[
+            "nvmf_create_subsystem",
+            NQN,
+            "-a",
+            "-r",
+            "--min-cntlid",
+            "101",
+            "--max-cntlid",
+            "200"
+        ]),
+        r#"{"nqn":"nqn.2016-06.io.spdk:cnode1","allow_any_host":true,"ana_reporting":true,"min_cntlid":101,"max_cntlid":200,"passthrough":false,"enable_nssr":false}"#
+    );
+    assert_eq!(
+        params(&["nvmf_subsystem_add_ns", NQN, "Malloc0", "-a", "1"]),
+        r#"{"nqn":"nqn.2016-06.io.spdk:cnode1","namespace":{"bdev_name":"Malloc0","anagrpid":1,"no_auto_visible":false,"hide_metadata":false}}"#
+    );
+    assert_eq!(
+        req(&[
+            "nvmf_subsystem_listener_set_ana_state",
+            NQN,
+            "-n",
+            "non_optimized",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            "4421",
+            "-g",
+            "1"
+        ]),
+        (
+            "nvmf_subsystem_listener_set_ana_state",
+            Some(
+                json!({"nqn": NQN, "ana_state": "non_optimized", "anagrpid": 1,
+                "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4421"}})
+            )
+        )
+    );
+    assert_eq!(
+        params(&[
+            "nvmf_subsystem_listener_set_ana_state",
+            NQN,
+            "-n",
+            "optimized",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            "4421"
+        ]),
+        r#"{"nqn":"nqn.2016-06.io.spdk:cnode1","ana_state":"optimized","listen_address":{"trtype":"tcp","traddr":"127.0.0.1","trsvcid":"4421"}}"#
+    );
+}

@@ -142,14 +142,10 @@ impl Conn {
         let opts = g.config.transport.clone().unwrap_or_default();
         cmd.check(&opts)?;
         let subsys = g.config.subsystem(&d.subnqn).cloned();
-        let listening = subsys.as_ref().is_some_and(|s| {
-            s.listeners.iter().any(|l| {
-                let a = l.socket_addr();
-                a.port() == self.local.port()
-                    && (a.ip().is_unspecified() || a.ip() == self.local.ip())
-            })
-        });
-        if subsys.is_some() && !listening {
+        let listener = subsys
+            .as_ref()
+            .and_then(|s| s.listener_for(self.local).cloned());
+        if subsys.is_some() && listener.is_none() {
             // The subsystem exists but not on this address: as if it did not.
             return Err(ConnectReject::invalid_data_field(connect_field::SUBNQN));
         }
@@ -161,7 +157,9 @@ impl Conn {
                 return Err(ConnectReject::new(Status::CONNECT_CONTROLLER_BUSY));
             };
             let now = pmio_reactors::now_ns();
-            let ctrlr = Controller::new(cntlid, &s, d, cmd.kato_ms, &opts, now);
+            let listener = listener.expect("checked with the subsystem");
+            let ctrlr = Controller::new(cntlid, &s, d, cmd.kato_ms, &opts, now)
+                .through(listener.clone(), &s);
             g.ctrlrs.push(CtrlrRecord {
                 subnqn: s.nqn.clone(),
                 cntlid,
@@ -170,6 +168,7 @@ impl Conn {
                 core: sh.core,
                 io_queues: ctrlr.io_queues_granted(),
                 kato_ms: ctrlr.kato_ms(),
+                listener: listener.clone(),
                 qpairs: vec![QpairRecord {
                     qid: 0,
                     core: sh.core,
@@ -179,6 +178,7 @@ impl Conn {
             });
             drop(g);
             self.auth = auth;
+            self.listener = Some(listener);
             self.hostnqn = Some(d.hostnqn.clone());
             self.qp = Some(Qpair {
                 qid: 0,
@@ -209,6 +209,12 @@ impl Conn {
         if rec.qpairs.iter().any(|q| q.qid == cmd.qid) {
             return Err(ConnectReject::new(Status::INVALID_QUEUE_IDENTIFIER));
         }
+        // With ANA reporting a controller is one port's: its I/O queues come in where its
+        // admin queue did (SPDK refuses them elsewhere too).
+        if s.ana_reporting && listener.as_ref() != Some(&rec.listener) {
+            return Err(ConnectReject::invalid_cmd_field(connect_field::QID));
+        }
+        let listener = rec.listener.clone();
         // Every queue of a host with keys authenticates, not only the admin queue.
         let hostnqn = rec.hostnqn.clone();
         let auth = self.auth_for(tgt, &g.config.dhchap, &s, &hostnqn)?;
@@ -220,6 +226,7 @@ impl Conn {
             return Err(ConnectReject::invalid_data_field(connect_field::CNTLID));
         };
         self.pending_auth = auth;
+        self.listener = Some(listener);
         self.hostnqn = Some(hostnqn);
         // Reserved here (a second Connect of the same queue is refused); given back if the
         // controller refuses.

@@ -4,22 +4,28 @@
 use super::*;
 
 impl Conn {
-    /// Namespace `nsid` of this queue's subsystem, from a per-connection table sorted by NSID
-    /// (no string hashing per I/O), rebuilt when the group's snapshot changed.
-    fn namespace(&mut self, sh: &GroupShared, nsid: u32) -> Option<NsRef> {
+    /// Namespace `nsid` of this queue's subsystem and the status its commands get through
+    /// this queue's listener (`Some`: ANA Inaccessible), from a per-connection table sorted
+    /// by NSID (no string hashing per I/O), rebuilt when the group's snapshot changed.
+    fn namespace(&mut self, sh: &GroupShared, nsid: u32) -> Option<(NsRef, Option<Status>)> {
         if self.ns_generation != sh.generation {
             self.ns_generation = sh.generation;
             self.ns_table.clear();
             let subnqn = &self.qp.as_ref().expect("connected").subnqn;
             if let Some(m) = sh.ns.get(subnqn) {
-                self.ns_table.extend(m.iter().map(|(&id, &n)| (id, n)));
-                self.ns_table.sort_unstable_by_key(|&(id, _)| id);
+                let listener = self.listener.as_ref();
+                self.ns_table.extend(m.iter().map(|(&id, &n)| {
+                    let path =
+                        listener.and_then(|l| sh.ana_state(subnqn, l, n.anagrpid).path_status());
+                    (id, n, path)
+                }));
+                self.ns_table.sort_unstable_by_key(|&(id, _, _)| id);
             }
         }
         let t = &self.ns_table;
-        t.binary_search_by_key(&nsid, |&(id, _)| id)
+        t.binary_search_by_key(&nsid, |&(id, _, _)| id)
             .ok()
-            .map(|i| t[i].1)
+            .map(|i| (t[i].1, t[i].2))
     }
 
     /// An I/O command: checked against its namespace, then its data fetched (R2T) or its
@@ -32,10 +38,16 @@ impl Conn {
     ) -> Result<(), Fatal> {
         let qid = self.qid();
         let sqe = self.slots[usize::from(slot)].sqe;
-        let Some(ns) = self.namespace(sh, sqe.nsid) else {
+        let Some((ns, path_status)) = self.namespace(sh, sqe.nsid) else {
             self.respond(slot, qid, Status::INVALID_NAMESPACE, 0, 0);
             return Ok(());
         };
+        if let Some(st) = path_status {
+            // Not through this port now: a multipath host retries on another path. Write
+            // data the host sends anyway (in-capsule) is dropped with the command.
+            self.respond(slot, qid, st, 0, 0);
+            return Ok(());
+        }
         let len = match io_shape(&sqe, &ns, self.max_io) {
             Ok(len) => len,
             Err(st) => {

@@ -148,8 +148,11 @@ pub(crate) struct Conn {
     pending_auth: Option<Box<pmio_auth::controller::ControllerAuth>>,
     /// The host NQN of the Connect (for re-authentication).
     hostnqn: Option<String>,
-    /// This queue's namespaces sorted by NSID, as of the group's snapshot `ns_generation`.
-    ns_table: Vec<(u32, NsRef)>,
+    /// This queue's namespaces sorted by NSID with the status their commands get through
+    /// this queue's listener (ANA), as of the group's snapshot `ns_generation`.
+    ns_table: Vec<(u32, NsRef, Option<Status>)>,
+    /// The subsystem listener this queue came in on (set at Connect).
+    listener: Option<crate::ListenAddr>,
     /// The H2CData being read straight into its command's buffer.
     direct: Option<Direct>,
     ns_generation: u64,
@@ -204,6 +207,7 @@ impl Conn {
             pending_auth: None,
             hostnqn: None,
             ns_table: Vec::new(),
+            listener: None,
             direct: None,
             ns_generation: 0,
             watch: None,

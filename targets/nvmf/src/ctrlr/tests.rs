@@ -178,8 +178,15 @@ fn properties_refused() {
 #[test]
 fn identify_controller_via_admin() {
     let mut s = nvm_subsys(SUBNQN);
-    s.add_ns(bdev("Malloc0", 512, 2048, OpSet::ALL), 0, None, None, None)
-        .unwrap();
+    s.add_ns(
+        bdev("Malloc0", 512, 2048, OpSet::ALL),
+        0,
+        None,
+        None,
+        None,
+        0,
+    )
+    .unwrap();
     let mut c = enabled(&s);
     let (st, _, d) = run(&mut c, &s, &identify(cns::CONTROLLER, 0));
     assert_eq!(st, Status::SUCCESS);
@@ -203,7 +210,7 @@ fn identify_controller_via_admin() {
 #[test]
 fn identify_namespaces_via_admin() {
     let mut s = nvm_subsys(SUBNQN);
-    s.add_ns(bdev("M", 4096, 256, OpSet::ALL), 2, None, None, None)
+    s.add_ns(bdev("M", 4096, 256, OpSet::ALL), 2, None, None, None, 0)
         .unwrap();
     let mut c = enabled(&s);
 
@@ -411,7 +418,7 @@ fn aer_held_then_completed_by_a_namespace_change() {
     assert_eq!(c.held_aers(), [0x7001]);
     assert_eq!(c.poll_events(&s), None, "nothing happened yet");
 
-    s.add_ns(bdev("M", 512, 64, OpSet::ALL), 0, None, None, None)
+    s.add_ns(bdev("M", 512, 64, OpSet::ALL), 0, None, None, None, 0)
         .unwrap();
     assert_eq!(c.poll_events(&s), Some((0x7001, 0x0004_0002)));
     assert!(c.held_aers().is_empty());
@@ -431,7 +438,7 @@ fn aer_held_then_completed_by_a_namespace_change() {
     // Until the host reads the log, further changes are only logged (the AEN is masked).
     aer.set_cid(0x7003);
     assert_eq!(c.admin(&aer, &[], &s, [&s], 0), AdminOutcome::Held);
-    s.add_ns(bdev("N", 512, 64, OpSet::ALL), 3, None, None, None)
+    s.add_ns(bdev("N", 512, 64, OpSet::ALL), 3, None, None, None, 0)
         .unwrap();
     assert_eq!(c.poll_events(&s), None);
     let (_, _, d) = run(&mut c, &s, &get_log(lid::CHANGED_NS_LIST, 0, 4096));
@@ -445,7 +452,7 @@ fn aer_held_then_completed_by_a_namespace_change() {
 fn aer_answered_at_once_when_news_is_pending_and_limited() {
     let mut s = nvm_subsys(SUBNQN);
     let mut c = enabled(&s);
-    s.add_ns(bdev("M", 512, 64, OpSet::ALL), 0, None, None, None)
+    s.add_ns(bdev("M", 512, 64, OpSet::ALL), 0, None, None, None, 0)
         .unwrap();
     let aer = cmd(admin_opc::ASYNC_EVENT_REQUEST, 0, 0, 0, 0);
     match c.admin(&aer, &[], &s, [&s], 0) {
@@ -472,7 +479,7 @@ fn notices_disabled_by_the_host_stay_in_the_log() {
     run(&mut c, &s, &set_features(fid::ASYNC_EVENT_CONFIG, 0));
     let aer = cmd(admin_opc::ASYNC_EVENT_REQUEST, 0, 0, 0, 0);
     assert_eq!(c.admin(&aer, &[], &s, [&s], 0), AdminOutcome::Held);
-    s.add_ns(bdev("M", 512, 64, OpSet::ALL), 5, None, None, None)
+    s.add_ns(bdev("M", 512, 64, OpSet::ALL), 5, None, None, None, 0)
         .unwrap();
     assert_eq!(c.poll_events(&s), None);
     let (_, _, d) = run(&mut c, &s, &get_log(lid::CHANGED_NS_LIST, 0, 8));

@@ -8,15 +8,48 @@ use serde_json::{Value, json};
 use super::context::NvmfRpc;
 use super::host::AddHost;
 use super::json::transport_json;
-use super::listener::{AddListener, ListenAddress};
+use super::listener::{AddListener, ListenAddress, SetAnaState};
 use super::ns::{AddNs, NsParams};
 use super::subsystem::CreateSubsystem;
-use crate::subsystem::SubType;
+use crate::subsystem::{ListenAddr, SubType, Subsystem};
+
+/// The calls that recreate listener `l` of `s`: `nvmf_subsystem_add_listener`, with ANA
+/// reporting in the state of group 1 (`ana_state`, which SPDK's method takes) and then
+/// `nvmf_subsystem_listener_set_ana_state` for each group in another state, so a restarted
+/// gateway reports what it did.
+fn listener_calls(s: &Subsystem, l: &ListenAddr, out: &mut Vec<Value>) {
+    let first = s.ana_state(l, 1);
+    let listener = AddListener {
+        nqn: s.nqn.clone(),
+        secure_channel: Some(BoolDefault(false)),
+        ana_state: s.ana_reporting.then(|| first.name().to_string()),
+        listen_address: ListenAddress::of(l),
+        ..AddListener::default()
+    };
+    out.push(call("nvmf_subsystem_add_listener", &listener));
+    if !s.ana_reporting {
+        return;
+    }
+    for g in 2..=s.max_namespaces {
+        let state = s.ana_state(l, g);
+        if state != first {
+            let set = SetAnaState {
+                nqn: s.nqn.clone(),
+                ana_state: state.name().to_string(),
+                tgt_name: None,
+                anagrpid: Some(g),
+                listen_address: ListenAddress::of(l),
+            };
+            out.push(call("nvmf_subsystem_listener_set_ana_state", &set));
+        }
+    }
+}
 
 /// The calls that recreate the target, in SPDK's order: the transport (as
 /// `nvmf_get_transports` lists it, as SPDK writes it); then per subsystem (discovery first)
 /// `nvmf_create_subsystem`, its hosts, its namespaces (with NSID, NGUID and UUID, so hosts see
-/// the same identities after a restart) and its listeners.
+/// the same identities after a restart, and the ANA group) and its listeners (with their ANA
+/// states).
 pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
     let c = rpc.tgt.config();
     let mut out = Vec::new();
@@ -52,19 +85,13 @@ pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
                 let ns = AddNs {
                     nqn: s.nqn.clone(),
                     tgt_name: None,
-                    namespace: NsParams::of(n),
+                    namespace: NsParams::of(n, s.ana_reporting),
                 };
                 out.push(call("nvmf_subsystem_add_ns", &ns));
             }
         }
         for l in &s.listeners {
-            let listener = AddListener {
-                nqn: s.nqn.clone(),
-                secure_channel: Some(BoolDefault(false)),
-                listen_address: ListenAddress::of(l),
-                ..AddListener::default()
-            };
-            out.push(call("nvmf_subsystem_add_listener", &listener));
+            listener_calls(s, l, &mut out);
         }
     }
     out

@@ -18,6 +18,20 @@ pub fn addr_json(l: &ListenAddr) -> Value {
     })
 }
 
+/// A listener as `nvmf_subsystem_get_listeners` lists it: its address, and with ANA
+/// reporting the state of every group through it (`ana_states`, SPDK's shape).
+pub fn listener_json(s: &Subsystem, l: &ListenAddr) -> Value {
+    let mut v = json!({"address": addr_json(l)});
+    if s.ana_reporting {
+        v["ana_states"] = Value::Array(
+            (1..=s.max_namespaces)
+                .map(|g| json!({"ana_group": g, "ana_state": s.ana_state(l, g).name()}))
+                .collect(),
+        );
+    }
+    v
+}
+
 /// A connection's end as SPDK writes a queue pair's `listen_address` / `peer_address`.
 pub fn sockaddr_json(sa: &SocketAddr) -> Value {
     json!({
@@ -102,7 +116,19 @@ pub fn subsystem_json(s: &Subsystem) -> Value {
         v["max_namespaces"] = json!(s.max_namespaces);
         v["min_cntlid"] = json!(s.min_cntlid);
         v["max_cntlid"] = json!(s.max_cntlid);
-        v["namespaces"] = Value::Array(s.namespaces.iter().map(ns_json).collect());
+        v["namespaces"] = Value::Array(
+            s.namespaces
+                .iter()
+                .map(|n| {
+                    let mut j = ns_json(n);
+                    // SPDK lists a namespace's ANA group only with ANA reporting on.
+                    if s.ana_reporting {
+                        j["anagrpid"] = json!(n.anagrpid);
+                    }
+                    j
+                })
+                .collect(),
+        );
     }
     v
 }

@@ -1,16 +1,17 @@
 //! `nvmf_subsystem_add_listener`, `nvmf_subsystem_remove_listener`,
-//! `nvmf_subsystem_get_listeners`.
+//! `nvmf_subsystem_get_listeners`, `nvmf_subsystem_listener_set_ana_state`.
 
 use pmio_jsonrpc::RpcError;
 use pmio_jsonrpc::decl::BoolDefault;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::context::NvmfRpc;
-use super::errors::{invalid, nvmf_error};
-use super::json::addr_json;
-use super::rules::{self, Ignored, TgtName, default_only_str, targeted};
+use super::errors::{internal, invalid, nvmf_error};
+use super::json::listener_json;
+use super::rules::{self, Ignored, TgtName, targeted};
 use super::subsystem::{SubsystemQuery, subsystem};
+use crate::ana::AnaState;
 use crate::subsystem::ListenAddr;
 
 /// `nvmf_subsystem_add_listener` parameters, in the order rpc.py sends them.
@@ -25,7 +26,8 @@ pub struct AddListener {
     /// TLS secure channel: false.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secure_channel: Option<BoolDefault<false>>,
-    /// ANA state: "optimized".
+    /// The ANA state of every group through it: "optimized" (or "non_optimized",
+    /// "inaccessible").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ana_state: Option<String>,
     /// Which socket implementation SPDK uses (posix, uring); pmio has its own.
@@ -48,7 +50,34 @@ pub struct RemoveListener {
     pub listen_address: ListenAddress,
 }
 
-targeted!(AddListener, RemoveListener);
+/// `nvmf_subsystem_listener_set_ana_state` parameters, in the order rpc.py sends them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetAnaState {
+    /// Subsystem NQN.
+    pub nqn: String,
+    /// The state: "optimized", "non_optimized" or "inaccessible".
+    pub ana_state: String,
+    /// The target ([`TgtName`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tgt_name: Option<TgtName>,
+    /// The ANA group (absent or 0: every group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anagrpid: Option<u32>,
+    /// The listener.
+    pub listen_address: ListenAddress,
+}
+
+targeted!(AddListener, RemoveListener, SetAnaState);
+
+/// The ANA state named `s`, or SPDK's -32602 for another name.
+fn ana_state(s: &str) -> Result<AnaState, RpcError> {
+    AnaState::parse(s).ok_or_else(|| {
+        invalid(format_args!(
+            "ana_state {s:?}: optimized, non_optimized or inaccessible"
+        ))
+    })
+}
 
 /// `listen_address` of the listener methods, in the order rpc.py sends its keys.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -98,10 +127,13 @@ pub(super) fn nvmf_subsystem_add_listener(
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
     let p: AddListener = rules::decode(params)?;
-    default_only_str("ana_state", p.ana_state.as_deref(), "optimized")?;
+    let state = match &p.ana_state {
+        None => AnaState::Optimized,
+        Some(s) => ana_state(s)?,
+    };
     let addr = p.listen_address.listen_addr()?;
     rpc.tgt
-        .add_listener(&p.nqn, addr.clone())
+        .add_listener_in_state(&p.nqn, addr.clone(), state)
         .map_err(|e| nvmf_error(&e))?;
     log::info!(
         "nvmf: {} listening on {}:{}",
@@ -139,9 +171,24 @@ pub(super) fn nvmf_subsystem_get_listeners(
     let p: SubsystemQuery = rules::decode(params)?;
     let s = subsystem(rpc, &p.nqn)?;
     Ok(Value::Array(
-        s.listeners
-            .iter()
-            .map(|l| json!({"address": addr_json(l)}))
-            .collect(),
+        s.listeners.iter().map(|l| listener_json(&s, l)).collect(),
     ))
+}
+
+/// SPDK's answer: `true`; a subsystem without ANA reporting, a group beyond the maximum or
+/// an address that is no listener: -32603 "error setting ANA state" (as SPDK's callback).
+pub(super) fn nvmf_subsystem_listener_set_ana_state(
+    rpc: &NvmfRpc,
+    _: &str,
+    params: Option<&Value>,
+) -> Result<Value, RpcError> {
+    let p: SetAnaState = rules::decode(params)?;
+    let state = ana_state(&p.ana_state)?;
+    let addr = p.listen_address.listen_addr()?;
+    // A missing subsystem is SPDK's -32602, like the other listener methods.
+    subsystem(rpc, &p.nqn)?;
+    rpc.tgt
+        .set_ana_state(&p.nqn, &addr, state, p.anagrpid.unwrap_or(0))
+        .map_err(|e| internal("error setting ANA state", &e))?;
+    Ok(Value::Bool(true))
 }

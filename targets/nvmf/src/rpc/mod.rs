@@ -52,6 +52,8 @@ pub mod transport;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_ana;
+#[cfg(test)]
 mod testutil;
 
 pub use config::config;
@@ -87,6 +89,10 @@ pub fn methods() -> Registry<NvmfRpc> {
         m(
             "nvmf_subsystem_get_listeners",
             listener::nvmf_subsystem_get_listeners,
+        ),
+        m(
+            "nvmf_subsystem_listener_set_ana_state",
+            listener::nvmf_subsystem_listener_set_ana_state,
         ),
         m("nvmf_subsystem_add_host", host::nvmf_subsystem_add_host),
         m(

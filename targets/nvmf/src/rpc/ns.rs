@@ -2,7 +2,7 @@
 
 use pmio::Uuid;
 use pmio_jsonrpc::RpcError;
-use pmio_jsonrpc::decl::{BoolDefault, IntDefault};
+use pmio_jsonrpc::decl::BoolDefault;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -45,9 +45,9 @@ pub struct NsParams {
     /// UUID (default: the bdev's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
-    /// ANA group: 0.
+    /// ANA group (0 or absent: the NSID).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub anagrpid: Option<IntDefault<0>>,
+    pub anagrpid: Option<u32>,
     /// Hidden from controllers until made visible: false.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_auto_visible: Option<BoolDefault<false>>,
@@ -75,14 +75,16 @@ targeted!(AddNs, RemoveNs);
 
 impl NsParams {
     /// The parameters that recreate namespace `n` with its identities, so hosts see the same
-    /// namespace after a restart (`save_config`).
-    pub fn of(n: &Namespace) -> NsParams {
+    /// namespace after a restart (`save_config`); its ANA group when `ana_reporting` (SPDK
+    /// writes it only then).
+    pub fn of(n: &Namespace, ana_reporting: bool) -> NsParams {
         NsParams {
             bdev_name: n.bdev_name().to_string(),
             nsid: Some(n.nsid),
             nguid: Some(Hex(n.nguid).to_string()),
             eui64: n.eui64.map(|e| Hex(e).to_string()),
             uuid: Some(n.uuid.to_string()),
+            anagrpid: ana_reporting.then_some(n.anagrpid),
             no_auto_visible: Some(BoolDefault(false)),
             ..NsParams::default()
         }
@@ -148,6 +150,7 @@ pub(super) fn nvmf_subsystem_add_ns(
             ids.uuid,
             ids.nguid,
             ids.eui64,
+            ns.anagrpid.unwrap_or(0),
         )
         .map_err(|e| nvmf_error(&e))?;
     log::info!("nvmf: {} namespace {nsid} on bdev {bdev}", p.nqn);

@@ -32,9 +32,9 @@ pub struct CreateSubsystem {
     /// Namespace limit (0: SPDK's default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_namespaces: Option<u32>,
-    /// ANA reporting: false.
+    /// Asymmetric Namespace Access reporting: false.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ana_reporting: Option<BoolDefault<false>>,
+    pub ana_reporting: Option<bool>,
     /// Lowest dynamic controller ID.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_cntlid: Option<u16>,
@@ -96,6 +96,7 @@ impl CreateSubsystem {
             max_namespaces: self.max_namespaces.unwrap_or(0),
             min_cntlid: self.min_cntlid,
             max_cntlid: self.max_cntlid,
+            ana_reporting: self.ana_reporting.unwrap_or(false),
         }
     }
 
@@ -107,7 +108,7 @@ impl CreateSubsystem {
             model_number: Some(s.model_number.clone()),
             allow_any_host: s.allow_any_host,
             max_namespaces: Some(s.max_namespaces),
-            ana_reporting: Some(BoolDefault(false)),
+            ana_reporting: Some(s.ana_reporting),
             min_cntlid: Some(s.min_cntlid),
             max_cntlid: Some(s.max_cntlid),
             ..CreateSubsystem::default()

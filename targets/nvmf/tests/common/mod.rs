@@ -56,6 +56,18 @@ impl TestTarget {
     }
 
     pub fn start(opts: TransportOpts, allow_any_host: bool) -> TestTarget {
+        TestTarget::with_subsystem(
+            opts,
+            SubsystemParams {
+                nqn: NQN.into(),
+                allow_any_host,
+                ..SubsystemParams::default()
+            },
+        )
+    }
+
+    /// The target with subsystem `params` (its NQN must be [`NQN`]).
+    pub fn with_subsystem(opts: TransportOpts, params: SubsystemParams) -> TestTarget {
         let _ = env_logger::builder().is_test(true).try_init();
         let avail = CoreMask::available().unwrap();
         let cores: Vec<u32> = avail.cores().iter().copied().take(2).collect();
@@ -73,13 +85,11 @@ impl TestTarget {
         add_malloc(&registry, "Malloc0");
         let tgt = NvmfTarget::new(reactors.handle(), Arc::clone(&registry));
         tgt.create_transport(opts).unwrap();
-        tgt.create_subsystem(&SubsystemParams {
-            nqn: NQN.into(),
-            allow_any_host,
-            ..SubsystemParams::default()
-        })
-        .unwrap();
-        assert_eq!(tgt.add_ns(NQN, "Malloc0", 0, None, None, None).unwrap(), 1);
+        tgt.create_subsystem(&params).unwrap();
+        assert_eq!(
+            tgt.add_ns(NQN, "Malloc0", 0, None, None, None, 0).unwrap(),
+            1
+        );
         let port = free_port();
         let la = ListenAddr::new("127.0.0.1", &port.to_string(), None).unwrap();
         tgt.add_listener(NQN, la).unwrap();
