@@ -84,24 +84,32 @@ fn builder(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
     Ok(b)
 }
 
-fn server_context() -> Result<SslContext, TlsError> {
-    static CTX: OnceLock<SslContext> = OnceLock::new();
-    if let Some(c) = CTX.get() {
+/// The context in `cell`, built once by `builder` and `install` (the PSK callback).
+fn cached(
+    cell: &'static OnceLock<SslContext>,
+    method: SslMethod,
+    install: impl FnOnce(&mut SslContextBuilder),
+) -> Result<SslContext, TlsError> {
+    if let Some(c) = cell.get() {
         return Ok(c.clone());
     }
-    let mut b = builder(SslMethod::tls_server())?;
-    ffi::set_find_session(&mut b, find_session);
-    Ok(CTX.get_or_init(|| b.build()).clone())
+    let mut b = builder(method)?;
+    install(&mut b);
+    Ok(cell.get_or_init(|| b.build()).clone())
+}
+
+fn server_context() -> Result<SslContext, TlsError> {
+    static CTX: OnceLock<SslContext> = OnceLock::new();
+    cached(&CTX, SslMethod::tls_server(), |b| {
+        ffi::set_find_session(b, find_session)
+    })
 }
 
 fn client_context() -> Result<SslContext, TlsError> {
     static CTX: OnceLock<SslContext> = OnceLock::new();
-    if let Some(c) = CTX.get() {
-        return Ok(c.clone());
-    }
-    let mut b = builder(SslMethod::tls_client())?;
-    ffi::set_use_session(&mut b, use_session);
-    Ok(CTX.get_or_init(|| b.build()).clone())
+    cached(&CTX, SslMethod::tls_client(), |b| {
+        ffi::set_use_session(b, use_session)
+    })
 }
 
 /// OpenSSL's server callback: looks the offered identity up. Returning 1 with no session

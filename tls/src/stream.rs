@@ -145,6 +145,15 @@ impl TlsStream {
     /// Takes bytes from `bufs` (as many as the staging buffer holds) and sends what the socket
     /// takes: the bytes taken, 0 while an earlier batch still waits for the socket.
     pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_parts(bufs.iter().map(|b| &**b))
+    }
+
+    /// [`TlsStream::write_vectored`] over any sequence of byte slices (no iovec array to
+    /// build).
+    pub fn write_parts<'a>(
+        &mut self,
+        parts: impl IntoIterator<Item = &'a [u8]>,
+    ) -> io::Result<usize> {
         match self.flush() {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
@@ -153,7 +162,7 @@ impl TlsStream {
         self.stage.clear();
         self.stage_at = 0;
         let mut taken = 0;
-        for b in bufs {
+        for b in parts {
             let k = b.len().min(STAGE_MAX - self.stage.len());
             self.stage.extend_from_slice(&b[..k]);
             taken += k;
@@ -185,6 +194,12 @@ impl TlsStream {
     /// Whether staged bytes wait for room in the socket.
     pub fn has_unsent(&self) -> bool {
         self.stage_at < self.stage.len()
+    }
+
+    /// Forgets what is staged (a closing owner that gave up waiting for the socket).
+    pub fn discard_unsent(&mut self) {
+        self.stage.clear();
+        self.stage_at = 0;
     }
 
     /// The TCP socket under it.

@@ -206,6 +206,15 @@ pub struct HostKeys {
     pub dhchap_ctrlr_key: Option<Arc<pmio_keyring::Key>>,
 }
 
+/// The TLS PSK of one host of a subsystem (`nvmf_subsystem_add_host --psk`): a keyring key
+/// in the interchange format, read when the host's handshake looks it up.
+#[derive(Clone, Debug)]
+pub struct HostPsk {
+    /// Host NQN.
+    pub host: String,
+    pub psk: Arc<pmio_keyring::Key>,
+}
+
 /// The kind of a subsystem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SubType {
@@ -230,6 +239,8 @@ pub struct Subsystem {
     /// The DH-HMAC-CHAP keys of hosts that must authenticate (`nvmf_subsystem_add_host
     /// --dhchap-key`), by host NQN.
     pub host_keys: Vec<HostKeys>,
+    /// The TLS PSKs of hosts that connect over a secure channel, by host NQN.
+    pub host_psks: Vec<HostPsk>,
     /// Most namespaces (NN); NSIDs run 1..=max_namespaces.
     pub max_namespaces: u32,
     pub min_cntlid: u16,
@@ -237,6 +248,9 @@ pub struct Subsystem {
     /// Ordered by NSID.
     pub namespaces: Vec<Namespace>,
     pub listeners: Vec<ListenAddr>,
+    /// Those of `listeners` that are secure channels (TLS 1.3 with a PSK,
+    /// `nvmf_subsystem_add_listener --secure-channel`).
+    pub secure_listeners: Vec<ListenAddr>,
     /// Bumped at every namespace change: controllers compare it to announce the change
     /// (Asynchronous Event, Changed Namespace List log).
     pub ns_generation: u64,
@@ -275,11 +289,13 @@ impl Subsystem {
             allow_any_host: true,
             hosts: Vec::new(),
             host_keys: Vec::new(),
+            host_psks: Vec::new(),
             max_namespaces: 0,
             min_cntlid: 1,
             max_cntlid: MAX_CNTLID,
             namespaces: Vec::new(),
             listeners: Vec::new(),
+            secure_listeners: Vec::new(),
             ns_generation: 0,
         }
     }
@@ -315,6 +331,7 @@ impl Subsystem {
             allow_any_host: p.allow_any_host,
             hosts: Vec::new(),
             host_keys: Vec::new(),
+            host_psks: Vec::new(),
             max_namespaces: if p.max_namespaces == 0 {
                 DEFAULT_MAX_NAMESPACES
             } else {
@@ -324,6 +341,7 @@ impl Subsystem {
             max_cntlid,
             namespaces: Vec::new(),
             listeners: Vec::new(),
+            secure_listeners: Vec::new(),
             ns_generation: 0,
         })
     }
@@ -331,6 +349,24 @@ impl Subsystem {
     /// The keys `hostnqn` authenticates with, if it must.
     pub fn host_keys(&self, hostnqn: &str) -> Option<&HostKeys> {
         self.host_keys.iter().find(|k| k.host == hostnqn)
+    }
+
+    /// The TLS PSK `hostnqn` connects with, if it has one.
+    pub fn host_psk(&self, hostnqn: &str) -> Option<&HostPsk> {
+        self.host_psks.iter().find(|k| k.host == hostnqn)
+    }
+
+    /// The listener a connection to `local` came in through (a wildcard address takes any).
+    pub fn listener_for(&self, local: std::net::SocketAddr) -> Option<&ListenAddr> {
+        self.listeners.iter().find(|l| {
+            let a = l.socket_addr();
+            a.port() == local.port() && (a.ip().is_unspecified() || a.ip() == local.ip())
+        })
+    }
+
+    /// Whether `l` is one of its secure channels.
+    pub fn is_secure(&self, l: &ListenAddr) -> bool {
+        self.secure_listeners.contains(l)
     }
 
     /// Whether `hostnqn` may connect (SPDK's rule: the list, unless any host is allowed).

@@ -2,7 +2,6 @@
 //! `nvmf_subsystem_get_listeners`.
 
 use pmio_jsonrpc::RpcError;
-use pmio_jsonrpc::decl::BoolDefault;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -22,9 +21,9 @@ pub struct AddListener {
     /// The target ([`TgtName`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tgt_name: Option<TgtName>,
-    /// TLS secure channel: false.
+    /// A secure channel: TLS 1.3 with the hosts' PSKs (default false).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub secure_channel: Option<BoolDefault<false>>,
+    pub secure_channel: Option<bool>,
     /// ANA state: "optimized".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ana_state: Option<String>,
@@ -100,14 +99,16 @@ pub(super) fn nvmf_subsystem_add_listener(
     let p: AddListener = rules::decode(params)?;
     default_only_str("ana_state", p.ana_state.as_deref(), "optimized")?;
     let addr = p.listen_address.listen_addr()?;
+    let secure = p.secure_channel.unwrap_or(false);
     rpc.tgt
-        .add_listener(&p.nqn, addr.clone())
+        .add_listener_with(&p.nqn, addr.clone(), secure)
         .map_err(|e| nvmf_error(&e))?;
     log::info!(
-        "nvmf: {} listening on {}:{}",
+        "nvmf: {} listening on {}:{}{}",
         p.nqn,
         addr.traddr,
-        addr.trsvcid
+        addr.trsvcid,
+        if secure { " (secure channel)" } else { "" }
     );
     Ok(Value::Bool(true))
 }
