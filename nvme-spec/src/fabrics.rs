@@ -312,6 +312,10 @@ pub mod disc {
     pub const SUBTYPE_CURRENT_DISCOVERY: u8 = 3;
     /// TREQ bits 1:0 = 10b: a secure channel is not required.
     pub const TREQ_SECURE_CHANNEL_NOT_REQUIRED: u8 = 0x2;
+    /// TREQ bits 1:0 = 01b: a secure channel is required.
+    pub const TREQ_SECURE_CHANNEL_REQUIRED: u8 = 0x1;
+    /// TSAS SECTYPE 1: TLS 1.3 (NVMe/TCP TP 8011).
+    pub const SECTYPE_TLS13: u8 = 1;
     /// EFLAGS bit 0: every listener of this subsystem returns the same information.
     pub const EFLAGS_DUPLICATE_RETURNED_INFO: u16 = 1 << 0;
 }

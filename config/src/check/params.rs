@@ -641,12 +641,10 @@ pub fn keyring_file_key(v: &Value, w: &mut World) -> Result<String, String> {
 /// `nvmf_subsystem_add_host`.
 pub fn nvmf_host(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_nvmf::rpc::host::AddHost = nvmf_declared(v, "nvmf_subsystem_add_host")?;
-    if p.psk.is_some() {
-        return Err("parameter \"psk\": pmio has no TLS: this host could not connect".into());
-    }
     for (k, given) in [
         ("dhchap_key", &p.dhchap_key),
         ("dhchap_ctrlr_key", &p.dhchap_ctrlr_key),
+        ("psk", &p.psk),
     ] {
         if let Some(name) = given
             && !w.keys.contains(name)

@@ -578,7 +578,9 @@ fn sock_options_plan(params: Option<&Value>) -> Result<Plan, RpcError> {
     };
     if imp != "posix" {
         let why = if imp == "ssl" {
-            "pmio has no TLS".to_string()
+            "pmio's TLS is a listener's secure channel (nvmf_subsystem_add_listener \
+             --secure-channel), not a socket implementation"
+                .to_string()
         } else {
             format!("pmio's NVMe/TCP sockets are posix sockets, not {imp}")
         };
@@ -634,7 +636,10 @@ fn sock_options_plan(params: Option<&Value>) -> Result<Plan, RpcError> {
             "enable_zerocopy_send_client",
             "pmio copies on send (no MSG_ZEROCOPY)",
         ),
-        ("enable_ktls", "pmio has no TLS"),
+        (
+            "enable_ktls",
+            "pmio's TLS records are OpenSSL's, in user space (no kTLS)",
+        ),
     ] {
         match k.take::<bool>(key)? {
             Some(true) => k.ignored(key, format!("true: {pmio}")),
@@ -651,7 +656,7 @@ fn sock_options_plan(params: Option<&Value>) -> Result<Plan, RpcError> {
             "zerocopy_threshold",
             "pmio copies on send (no MSG_ZEROCOPY)",
         ),
-        ("tls_version", "pmio has no TLS"),
+        ("tls_version", "pmio's secure channels are TLS 1.3 only"),
     ] {
         match k.take::<u64>(key)? {
             Some(0) => k.same(key, format!("0: {pmio}")),
@@ -659,7 +664,10 @@ fn sock_options_plan(params: Option<&Value>) -> Result<Plan, RpcError> {
             None => {}
         }
     }
-    k.ignore_any(&["psk_key", "psk_identity"], "pmio has no TLS")?;
+    k.ignore_any(
+        &["psk_key", "psk_identity"],
+        "pmio's PSKs are keyring keys of hosts (nvmf_subsystem_add_host --psk)",
+    )?;
     Ok(k.finish(Effect::Sock(change)))
 }
 

@@ -7,40 +7,22 @@
 
 mod tcp_common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use pmio::request::Op;
 use pmio_auth::crypto::{DhGroup, Hash};
-use pmio_keyring::{DhchapSecret, Key, Keyring, SecretHash};
+use pmio_keyring::{DhchapSecret, Key, SecretHash};
 use pmio_nvme::tcp::{self, DhchapKeys, TcpOptions};
 use pmio_nvmf::{DhchapPolicy, HostKeys};
 use tcp_common::*;
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:6d0e2b8c-5a3f-4c1e-9b7d-2f4a8e6c1d30";
 
-/// Key files in a private directory, added to a keyring under their names.
-struct Keys {
-    _dir: tempfile::TempDir,
-    ring: Keyring,
-}
-
-impl Keys {
-    fn new() -> Keys {
-        Keys {
-            _dir: tempfile::tempdir().unwrap(),
-            ring: Keyring::new(),
-        }
-    }
-
-    fn add(&self, name: &str, hash: SecretHash, fill: u8, len: usize) -> Arc<Key> {
-        let path = self._dir.path().join(name);
-        let text = DhchapSecret::new(hash, &vec![fill; len]).unwrap().encode();
-        std::fs::write(&path, format!("{}\n", &*text)).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        self.ring.file_add_key(name, &path).unwrap();
-        self.ring.get(name).unwrap()
-    }
+/// Key `name`: a DH-HMAC-CHAP secret of `len` bytes `fill`.
+fn add_secret(keys: &KeyFiles, name: &str, hash: SecretHash, fill: u8, len: usize) -> Arc<Key> {
+    keys.add(
+        name,
+        &DhchapSecret::new(hash, &vec![fill; len]).unwrap().encode(),
+    )
 }
 
 fn host_opts(key: &Arc<Key>, ctrlr_key: Option<&Arc<Key>>) -> TcpOptions {
@@ -56,20 +38,14 @@ fn host_opts(key: &Arc<Key>, ctrlr_key: Option<&Arc<Key>>) -> TcpOptions {
 
 /// 8 KiB written and read back through an I/O queue (which authenticated first).
 fn io_round_trip(ctrlr: &pmio_nvme::Controller, seed: u8) {
-    let bdev = ctrlr.bdev(1).unwrap();
-    let mut d = Driver::new(bdev.open_tcp_qpair(4).unwrap(), 4);
-    let mut data = pattern(8192, u64::from(seed));
-    assert!(d.one(Op::Write, 64, &mut data).is_success());
-    let mut back = vec![0u8; 8192];
-    assert!(d.one(Op::Read, 64, &mut back).is_success());
-    assert!(back == data, "data read back equals data written");
+    tcp_common::io_round_trip(ctrlr, 64, 8192, seed);
 }
 
 #[test]
 fn every_hash_with_null_and_ffdhe2048_one_and_both_ways() {
-    let keys = Keys::new();
-    let host = keys.add("host", SecretHash::Sha256, 0x11, 32);
-    let ctrl = keys.add("ctrlr", SecretHash::Sha512, 0x22, 64);
+    let keys = KeyFiles::new();
+    let host = add_secret(&keys, "host", SecretHash::Sha256, 0x11, 32);
+    let ctrl = add_secret(&keys, "ctrlr", SecretHash::Sha512, 0x22, 64);
     let mut t = Target::start();
     t.require_auth(
         HOSTNQN,
@@ -102,9 +78,9 @@ fn every_hash_with_null_and_ffdhe2048_one_and_both_ways() {
 
 #[test]
 fn a_wrong_key_is_refused_with_the_specs_failure_and_others_keep_working() {
-    let keys = Keys::new();
-    let host = keys.add("host", SecretHash::None, 0x33, 48);
-    let wrong = keys.add("wrong", SecretHash::None, 0x34, 48);
+    let keys = KeyFiles::new();
+    let host = add_secret(&keys, "host", SecretHash::None, 0x33, 48);
+    let wrong = add_secret(&keys, "wrong", SecretHash::None, 0x34, 48);
     let mut t = Target::start();
     t.require_auth(
         HOSTNQN,
@@ -153,10 +129,10 @@ fn a_wrong_key_is_refused_with_the_specs_failure_and_others_keep_working() {
 
 #[test]
 fn a_controller_without_the_controller_key_is_refused_by_the_host() {
-    let keys = Keys::new();
-    let host = keys.add("host", SecretHash::Sha384, 0x44, 48);
-    let ctrl = keys.add("ctrlr", SecretHash::None, 0x55, 32);
-    let other = keys.add("other", SecretHash::None, 0x56, 32);
+    let keys = KeyFiles::new();
+    let host = add_secret(&keys, "host", SecretHash::Sha384, 0x44, 48);
+    let ctrl = add_secret(&keys, "ctrlr", SecretHash::None, 0x55, 32);
+    let other = add_secret(&keys, "other", SecretHash::None, 0x56, 32);
     let mut t = Target::start();
     t.require_auth(
         HOSTNQN,
@@ -175,8 +151,8 @@ fn a_controller_without_the_controller_key_is_refused_by_the_host() {
 
 #[test]
 fn a_reconnect_authenticates_again() {
-    let keys = Keys::new();
-    let host = keys.add("host", SecretHash::Sha256, 0x66, 32);
+    let keys = KeyFiles::new();
+    let host = add_secret(&keys, "host", SecretHash::Sha256, 0x66, 32);
     let mut t = Target::start();
     t.require_auth(
         HOSTNQN,

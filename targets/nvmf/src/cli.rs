@@ -182,7 +182,7 @@ pub enum NvmfCommand {
     NvmfSubsystemAddListener {
         #[command(flatten)]
         listener: Listener,
-        /// Immediately establish a secure channel (pmio: not supported).
+        /// A secure channel: TLS 1.3 with the hosts' pre-shared keys (`--psk` of add_host).
         #[arg(short = 'k', long)]
         secure_channel: bool,
         /// ANA state of every group: optimized, non_optimized or inaccessible.
@@ -459,7 +459,7 @@ impl NvmfCommand {
                 let p = AddListener {
                     nqn: listener.nqn(),
                     tgt_name: listener.tgt_name.clone(),
-                    secure_channel: only_false(*secure_channel),
+                    secure_channel: Some(*secure_channel),
                     ana_state: ana_state.clone(),
                     sock_impl: sock_impl.clone().map(Ignored),
                     listen_address: listener.address(),

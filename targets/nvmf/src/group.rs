@@ -131,13 +131,13 @@ impl PollGroup {
         })
     }
 
-    fn add(&mut self, stream: TcpStream, now_ns: u64) {
+    fn add(&mut self, stream: TcpStream, now_ns: u64, secure: bool) {
         let id = self.free_ids.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
         });
         self.next_serial += 1;
-        let conn = Conn::new(id, self.next_serial, stream, &self.shared, now_ns)
+        let conn = Conn::new(id, self.next_serial, stream, &self.shared, now_ns, secure)
             .and_then(|c| self.ready.add(c.fd(), id).map(|()| c));
         match conn {
             Ok(c) => {
@@ -160,6 +160,12 @@ impl PollGroup {
         sh.plug.begin();
         for ev in self.ready.poll() {
             if let Some(Some(c)) = self.conns.get_mut(ready::event_id(ev)) {
+                busy |= c.receive(sh, now_ns);
+            }
+        }
+        // Decrypted TLS input that did not fit the last read: the socket no longer reports it.
+        for c in self.conns.iter_mut().flatten() {
+            if c.has_buffered_input() {
                 busy |= c.receive(sh, now_ns);
             }
         }
@@ -415,7 +421,12 @@ impl GroupShared {
 
 /// Takes connection `stream` onto this reactor's poll group (created, with its poller, on the
 /// first connection).
-pub(crate) fn add_connection(ctx: &mut ReactorCtx, tgt: Arc<NvmfTarget>, stream: TcpStream) {
+pub(crate) fn add_connection(
+    ctx: &mut ReactorCtx,
+    tgt: Arc<NvmfTarget>,
+    stream: TcpStream,
+    secure: bool,
+) {
     let core = ctx.core();
     let now = ctx.now_ns();
     if ctx.local::<PollGroup>().is_none() {
@@ -461,7 +472,7 @@ pub(crate) fn add_connection(ctx: &mut ReactorCtx, tgt: Arc<NvmfTarget>, stream:
     }
     ctx.local::<PollGroup>()
         .expect("created above")
-        .add(stream, now);
+        .add(stream, now, secure);
 }
 
 /// Applies the group's watched-fd changes: sockets wake this reactor when it sleeps

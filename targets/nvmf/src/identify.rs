@@ -423,11 +423,19 @@ fn discovery_entry(
         AdrFam::Ipv4 => disc::ADRFAM_IPV4,
         AdrFam::Ipv6 => disc::ADRFAM_IPV6,
     };
+    // A secure channel says so (TREQ required, TSAS SECTYPE TLS 1.3), as Linux's nvmet does:
+    // `nvme discover` then connects to it with TLS.
+    let (treq, sectype) = if s.is_secure(l) {
+        (disc::TREQ_SECURE_CHANNEL_REQUIRED, disc::SECTYPE_TLS13)
+    } else {
+        (disc::TREQ_SECURE_CHANNEL_NOT_REQUIRED, 0)
+    };
     let mut e = IdWriter::new(disc::ENTRY_LEN);
     e.u8(disc::TRTYPE, disc::TRTYPE_TCP)
         .u8(disc::ADRFAM, adrfam)
         .u8(disc::SUBTYPE, subtype)
-        .u8(disc::TREQ, disc::TREQ_SECURE_CHANNEL_NOT_REQUIRED)
+        .u8(disc::TREQ, treq)
+        .u8(disc::TSAS, sectype)
         .u16(disc::PORTID, portid)
         // Dynamic controller model: the host asks for any controller.
         .u16(disc::CNTLID, 0xFFFF)
@@ -436,7 +444,7 @@ fn discovery_entry(
         .ascii(disc::TRSVCID, disc::TRSVCID_LEN, &l.trsvcid)
         .nul_str(disc::SUBNQN, disc::SUBNQN_LEN, &s.nqn)
         .ascii(disc::TRADDR, disc::TRADDR_LEN, &l.traddr);
-    // TSAS: SECTYPE 0 (no security), the rest reserved: left zero.
+    // The rest of TSAS is reserved: left zero.
     e.finish()
 }
 
@@ -562,6 +570,7 @@ pub(crate) mod testutil {
         s.add_listener(
             ListenAddr::new("127.0.0.1", "4420", None).unwrap(),
             crate::AnaState::Optimized,
+            false,
         );
         s
     }
@@ -877,6 +886,15 @@ mod tests {
         assert_eq!(e[1], 2, "ADRFAM IPv6");
         assert_eq!(u16_at(e, 4), 2);
         assert_eq!(&e[512..515], b"::1");
+        assert_eq!(e[3], 2, "TREQ: not required");
+
+        // A secure channel: TREQ required, TSAS SECTYPE TLS 1.3.
+        let mut tls = v6.clone();
+        tls.secure_listeners = tls.listeners.clone();
+        let tls_page = discovery_log([&disc_s, &tls], host, 128);
+        let e = &tls_page[2048..3072];
+        assert_eq!((e[3], e[768]), (1, 1), "TREQ required, SECTYPE TLS 1.3");
+        assert!(e[769..].iter().all(|&b| b == 0));
 
         // GENCTR is stable while nothing changes, and moves when an entry does.
         let again = discovery_log([&disc_s, &open, &closed, &v6], host, 128);

@@ -48,6 +48,7 @@ pub mod error;
 mod group;
 pub mod identify;
 mod listener;
+mod psk;
 #[allow(unsafe_code)]
 mod ready;
 #[cfg(feature = "rpc")]
@@ -63,7 +64,7 @@ pub use pmio_nvme_spec::{self as spec, pdu};
 pub use sock::SockOptions;
 pub use stats::GroupStats;
 pub use subsystem::{
-    AdrFam, DISCOVERY_NQN, HostKeys, ListenAddr, Namespace, SubType, Subsystem, SubsystemParams,
-    TransportOpts,
+    AdrFam, DISCOVERY_NQN, HostKeys, HostPsk, ListenAddr, Namespace, SubType, Subsystem,
+    SubsystemParams, TransportOpts,
 };
 pub use tgt::{Config, CtrlrRecord, DhchapPolicy, NvmfTarget, QpairRecord};

@@ -39,7 +39,8 @@ struct Acceptor {
     tgt: Weak<NvmfTarget>,
     /// Configuration generation of `socks`.
     generation: u64,
-    socks: Vec<Arc<std::net::TcpListener>>,
+    /// Each with whether it is a secure channel.
+    socks: Vec<(Arc<std::net::TcpListener>, bool)>,
     /// The reactor's watches of `socks`.
     watches: Vec<FdWatch>,
 }
@@ -52,18 +53,19 @@ impl Acceptor {
         let generation = tgt.generation();
         if generation != self.generation {
             self.generation = generation;
-            self.socks = tgt.listening().into_iter().map(|(_, s)| s).collect();
+            self.socks = tgt.listening();
             for w in self.watches.drain(..) {
                 ctx.unwatch_fd(w);
             }
-            for s in &self.socks {
+            for (s, _) in &self.socks {
                 use std::os::fd::AsRawFd;
                 self.watches
                     .push(ctx.watch_fd(s.as_raw_fd(), FdInterest::Read));
             }
         }
         let mut busy = false;
-        for sock in &self.socks {
+        for (sock, secure) in &self.socks {
+            let secure = *secure;
             for _ in 0..ACCEPT_BURST {
                 match sock.accept() {
                     Ok((stream, peer)) => {
@@ -71,7 +73,7 @@ impl Acceptor {
                         let core = tgt.next_core();
                         let t = Arc::clone(&tgt);
                         let sent = ctx.send(core, move |ctx| {
-                            crate::group::add_connection(ctx, t, stream);
+                            crate::group::add_connection(ctx, t, stream, secure);
                         });
                         if sent.is_err() {
                             log::warn!("nvmf: connection from {peer} dropped: stopping");

@@ -210,6 +210,15 @@ pub struct HostKeys {
     pub dhchap_ctrlr_key: Option<Arc<pmio_keyring::Key>>,
 }
 
+/// The TLS PSK of one host of a subsystem (`nvmf_subsystem_add_host --psk`): a keyring key
+/// in the interchange format, read when the host's handshake looks it up.
+#[derive(Clone, Debug)]
+pub struct HostPsk {
+    /// Host NQN.
+    pub host: String,
+    pub psk: Arc<pmio_keyring::Key>,
+}
+
 /// The kind of a subsystem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SubType {
@@ -234,6 +243,8 @@ pub struct Subsystem {
     /// The DH-HMAC-CHAP keys of hosts that must authenticate (`nvmf_subsystem_add_host
     /// --dhchap-key`), by host NQN.
     pub host_keys: Vec<HostKeys>,
+    /// The TLS PSKs of hosts that connect over a secure channel, by host NQN.
+    pub host_psks: Vec<HostPsk>,
     /// Most namespaces (NN); NSIDs run 1..=max_namespaces.
     pub max_namespaces: u32,
     pub min_cntlid: u16,
@@ -245,6 +256,9 @@ pub struct Subsystem {
     pub ana_reporting: bool,
     /// Per listener, the ANA state of each group (kept with or without reporting, as SPDK).
     pub ana: Vec<ListenerAna>,
+    /// Those of `listeners` that are secure channels (TLS 1.3 with a PSK,
+    /// `nvmf_subsystem_add_listener --secure-channel`).
+    pub secure_listeners: Vec<ListenAddr>,
     /// Bumped at every namespace change: controllers compare it to announce the change
     /// (Asynchronous Event, Changed Namespace List log).
     pub ns_generation: u64,
@@ -284,6 +298,7 @@ impl Subsystem {
             allow_any_host: true,
             hosts: Vec::new(),
             host_keys: Vec::new(),
+            host_psks: Vec::new(),
             max_namespaces: 0,
             min_cntlid: 1,
             max_cntlid: MAX_CNTLID,
@@ -291,6 +306,7 @@ impl Subsystem {
             listeners: Vec::new(),
             ana_reporting: false,
             ana: Vec::new(),
+            secure_listeners: Vec::new(),
             ns_generation: 0,
         }
     }
@@ -326,6 +342,7 @@ impl Subsystem {
             allow_any_host: p.allow_any_host,
             hosts: Vec::new(),
             host_keys: Vec::new(),
+            host_psks: Vec::new(),
             max_namespaces: if p.max_namespaces == 0 {
                 DEFAULT_MAX_NAMESPACES
             } else {
@@ -337,6 +354,7 @@ impl Subsystem {
             listeners: Vec::new(),
             ana_reporting: p.ana_reporting,
             ana: Vec::new(),
+            secure_listeners: Vec::new(),
             ns_generation: 0,
         })
     }
@@ -344,6 +362,16 @@ impl Subsystem {
     /// The keys `hostnqn` authenticates with, if it must.
     pub fn host_keys(&self, hostnqn: &str) -> Option<&HostKeys> {
         self.host_keys.iter().find(|k| k.host == hostnqn)
+    }
+
+    /// The TLS PSK `hostnqn` connects with, if it has one.
+    pub fn host_psk(&self, hostnqn: &str) -> Option<&HostPsk> {
+        self.host_psks.iter().find(|k| k.host == hostnqn)
+    }
+
+    /// Whether `l` is one of its secure channels.
+    pub fn is_secure(&self, l: &ListenAddr) -> bool {
+        self.secure_listeners.contains(l)
     }
 
     /// Whether `hostnqn` may connect (SPDK's rule: the list, unless any host is allowed).
@@ -429,15 +457,19 @@ impl Subsystem {
 
 impl Subsystem {
     /// Adds listen address `addr` with every ANA group in `state`.
-    pub fn add_listener(&mut self, addr: ListenAddr, state: AnaState) {
+    pub fn add_listener(&mut self, addr: ListenAddr, state: AnaState, secure: bool) {
         self.ana
             .push(ListenerAna::new(addr.clone(), self.max_namespaces, state));
+        if secure {
+            self.secure_listeners.push(addr.clone());
+        }
         self.listeners.push(addr);
     }
 
     /// Removes listen address `addr` and its ANA states; whether it was there.
     pub fn remove_listener(&mut self, addr: &ListenAddr) -> bool {
         self.ana.retain(|l| &l.addr != addr);
+        self.secure_listeners.retain(|l| l != addr);
         let before = self.listeners.len();
         self.listeners.retain(|l| l != addr);
         self.listeners.len() != before

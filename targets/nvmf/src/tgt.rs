@@ -104,6 +104,8 @@ pub struct QpairRecord {
 pub(crate) struct Bound {
     pub addr: ListenAddr,
     pub sock: Arc<TcpListener>,
+    /// Its connections speak TLS 1.3 (a secure channel) from their first byte.
+    pub secure: bool,
 }
 
 pub(crate) struct Inner {
@@ -412,6 +414,29 @@ impl NvmfTarget {
         Ok(())
     }
 
+    /// `nvmf_subsystem_add_host --psk`: the listed host `host` connects over TLS with `psk`
+    /// (its secure-channel connections find the key by their PSK identity).
+    pub fn set_host_psk(
+        &self,
+        nqn: &str,
+        host: &str,
+        psk: Arc<pmio_keyring::Key>,
+    ) -> Result<(), NvmfError> {
+        let mut g = self.lock();
+        let s = g.config.subsystem_mut(nqn)?;
+        if !s.hosts.iter().any(|h| h == host) {
+            return Err(NvmfError::NotFound(format!("host {host} of {nqn}")));
+        }
+        s.host_psks.retain(|k| k.host != host);
+        s.host_psks.push(crate::subsystem::HostPsk {
+            host: host.to_string(),
+            psk,
+        });
+        drop(g);
+        self.changed();
+        Ok(())
+    }
+
     /// `nvmf_subsystem_remove_host`: the host's controllers on the subsystem are disconnected.
     pub fn remove_host(&self, nqn: &str, host: &str) -> Result<(), NvmfError> {
         let mut g = self.lock();
@@ -423,6 +448,7 @@ impl NvmfTarget {
             .ok_or_else(|| NvmfError::NotFound(format!("host {host} of {nqn}")))?;
         s.hosts.remove(at);
         s.host_keys.retain(|k| k.host != host);
+        s.host_psks.retain(|k| k.host != host);
         let still = s.allow_any_host;
         drop(g);
         self.changed();
@@ -443,15 +469,18 @@ impl NvmfTarget {
 
     /// `nvmf_subsystem_add_listener`: binds the address if no subsystem listens there yet.
     pub fn add_listener(&self, nqn: &str, addr: ListenAddr) -> Result<(), NvmfError> {
-        self.add_listener_in_state(nqn, addr, AnaState::Optimized)
+        self.add_listener_with(nqn, addr, false, AnaState::Optimized)
     }
 
-    /// [`NvmfTarget::add_listener`] with every ANA group of the listener in `state`
-    /// (`nvmf_subsystem_add_listener`'s `ana_state`).
-    pub fn add_listener_in_state(
+    /// `nvmf_subsystem_add_listener`: a secure channel (TLS) when `secure`, every ANA
+    /// group of the listener in `state` (its `ana_state`). An address is TLS or plain
+    /// for every subsystem on it: its connections start with a ClientHello or with an
+    /// ICReq before anyone knows which subsystem they are for.
+    pub fn add_listener_with(
         &self,
         nqn: &str,
         addr: ListenAddr,
+        secure: bool,
         state: AnaState,
     ) -> Result<(), NvmfError> {
         let mut g = self.lock();
@@ -465,15 +494,32 @@ impl NvmfTarget {
                 addr.traddr, addr.trsvcid
             )));
         }
-        if !g.bound.iter().any(|b| b.addr == addr) {
-            let sock = bind(&addr)?;
-            log::info!("nvmf: listening on {}:{}", addr.traddr, addr.trsvcid);
-            g.bound.push(Bound {
-                addr: addr.clone(),
-                sock: Arc::new(sock),
-            });
+        match g.bound.iter().find(|b| b.addr == addr) {
+            Some(b) if b.secure != secure => {
+                return Err(NvmfError::InvalidParam(format!(
+                    "{}:{} is {} a secure channel for other subsystems",
+                    addr.traddr,
+                    addr.trsvcid,
+                    if b.secure { "already" } else { "not" }
+                )));
+            }
+            Some(_) => {}
+            None => {
+                let sock = bind(&addr)?;
+                log::info!(
+                    "nvmf: listening on {}:{}{}",
+                    addr.traddr,
+                    addr.trsvcid,
+                    if secure { " (TLS)" } else { "" }
+                );
+                g.bound.push(Bound {
+                    addr: addr.clone(),
+                    sock: Arc::new(sock),
+                    secure,
+                });
+            }
         }
-        g.config.subsystem_mut(nqn)?.add_listener(addr, state);
+        g.config.subsystem_mut(nqn)?.add_listener(addr, state, secure);
         drop(g);
         self.changed();
         Ok(())
@@ -543,12 +589,12 @@ impl NvmfTarget {
         });
     }
 
-    /// The listening sockets (the acceptor polls them).
-    pub(crate) fn listening(&self) -> Vec<(ListenAddr, Arc<TcpListener>)> {
+    /// The listening sockets (the acceptor polls them), and whether each is a secure channel.
+    pub(crate) fn listening(&self) -> Vec<(Arc<TcpListener>, bool)> {
         self.lock()
             .bound
             .iter()
-            .map(|b| (b.addr.clone(), Arc::clone(&b.sock)))
+            .map(|b| (Arc::clone(&b.sock), b.secure))
             .collect()
     }
 

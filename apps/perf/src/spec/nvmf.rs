@@ -40,14 +40,18 @@ pub struct NvmfSpec {
     pub dhchap_key: Option<String>,
     /// File of the controller's secret (bidirectional authentication).
     pub dhchap_ctrlr_key: Option<String>,
+    /// File of the TLS PSK (`NVMeTLSkey-1:…`, owner-only, absolute path): TLS 1.3 on every
+    /// connection.
+    pub psk: Option<String>,
 }
 
 /// The help line of `--dev nvmf`.
 pub const HELP: &str = "nvmf:traddr=ADDR,trsvcid=PORT,subnqn=NQN[,ns=1,hostnqn=NQN,hdgst=0|1,\
 ddgst=0|1,queues=N,queue_size=N,ctrlr_loss_timeout_sec=S,reconnect_delay_sec=S,\
-fast_io_fail_timeout_sec=S,dhchap_key=FILE,dhchap_ctrlr_key=FILE,name=Nvme0] (NVMe/TCP; keys as \
-spdk_nvme_perf -r, any case; hostnqn= sends an empty host NQN, as spdk_nvme_perf does without \
-one; dhchap_key: a DHHC-1 secret in an owner-only file, for DH-HMAC-CHAP)";
+fast_io_fail_timeout_sec=S,dhchap_key=FILE,dhchap_ctrlr_key=FILE,psk=FILE,name=Nvme0] (NVMe/TCP; \
+keys as spdk_nvme_perf -r, any case; hostnqn= sends an empty host NQN, as spdk_nvme_perf does \
+without one; dhchap_key: a DHHC-1 secret in an owner-only file, for DH-HMAC-CHAP; psk: an \
+NVMeTLSkey-1 PSK in an owner-only file, for TLS 1.3)";
 
 /// Takes the `nvmf` keys out of `a`; `name` is the default controller name.
 pub fn parse(a: &mut SpecArgs, name: String) -> Result<NvmfSpec, String> {
@@ -102,7 +106,20 @@ pub fn parse(a: &mut SpecArgs, name: String) -> Result<NvmfSpec, String> {
         fast_io_fail_timeout_sec: secs(a, "fast_io_fail_timeout_sec")?,
         dhchap_key: a.str("dhchap_key"),
         dhchap_ctrlr_key: a.str("dhchap_ctrlr_key"),
+        psk: a.str("psk"),
     })
+}
+
+/// The TLS PSK of `s`, from its file (checked as the keyring checks it, and read now: a file
+/// that holds no `NVMeTLSkey-1` key is refused before connecting).
+fn tls_key(s: &NvmfSpec) -> Result<Option<pmio_nvme::tcp::TlsKey>, String> {
+    let Some(p) = &s.psk else { return Ok(None) };
+    let ring = pmio_keyring::Keyring::new();
+    ring.file_add_key("psk", std::path::Path::new(p))
+        .map_err(|e| format!("psk={p}: {e}"))?;
+    let key = ring.get("psk").map_err(|e| e.to_string())?;
+    key.tls_psk().map_err(|e| format!("psk={p}: {e}"))?;
+    Ok(Some(pmio_nvme::tcp::TlsKey(key)))
 }
 
 /// The DH-HMAC-CHAP keys of `s`, from their files (checked as the keyring checks them: an
@@ -152,6 +169,7 @@ pub fn create(a: &mut SpecArgs, name: String) -> Result<Created, String> {
     let s = parse(a, name)?;
     let opts = TcpOptions {
         dhchap: dhchap_keys(&s)?,
+        psk: tls_key(&s)?,
         ..s.options()
     };
     opts.validate().map_err(|e| e.to_string())?;
@@ -201,6 +219,7 @@ mod tests {
                 fast_io_fail_timeout_sec: None,
                 dhchap_key: None,
                 dhchap_ctrlr_key: None,
+                psk: None,
             }
         );
         let s = spec(

@@ -26,6 +26,8 @@ pub struct TcpArgs {
     pub dhchap_key: Option<String>,
     /// `dhchap_ctrlr_key`: the keyring key the controller must prove it holds.
     pub dhchap_ctrlr_key: Option<String>,
+    /// `psk`: the keyring key (a TLS PSK) every connection's TLS handshake uses.
+    pub psk: Option<String>,
 }
 
 /// One `bdev_nvme_attach_controller` call, decoded.
@@ -90,6 +92,7 @@ pub fn check(p: NvmeAttach) -> Result<AttachArgs, RpcError> {
             },
             dhchap_key: p.dhchap_key.clone(),
             dhchap_ctrlr_key: p.dhchap_ctrlr_key.clone(),
+            psk: p.psk.clone(),
         };
         (trid, Some(args))
     } else {
@@ -204,7 +207,6 @@ fn tcp_trid(p: &NvmeAttach) -> Result<Trid, RpcError> {
             &p.hostsvcid,
             "pmio's host lets the kernel pick the source port",
         ),
-        ("psk", &p.psk, "pmio's host has no TLS"),
     ] {
         if given.is_some() {
             return Err(RpcError::errno_detail(
@@ -311,7 +313,6 @@ mod tests {
             ("subnqn", Value::Null, -libc::EINVAL, "subnqn"),
             ("trsvcid", json!("http"), -libc::EINVAL, "not a TCP port"),
             ("adrfam", json!("ib"), -libc::EINVAL, "adrfam ib"),
-            ("psk", json!("key0"), -libc::EOPNOTSUPP, "TLS"),
             ("hostaddr", json!("10.0.0.1"), -libc::EOPNOTSUPP, "hostaddr"),
             ("priority", json!("3"), -libc::EOPNOTSUPP, "priority 3"),
             ("num_io_queues", json!(0), -libc::EINVAL, "num_io_queues"),

@@ -70,16 +70,16 @@ pub struct NvmeAttach {
     /// Seconds after which I/O held during a reconnect fails (0: never).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fast_io_fail_timeout_sec: Option<u32>,
-    /// TLS pre-shared key (pmio: not supported).
+    /// TLS pre-shared key: a keyring key (`NVMeTLSkey-1:...`) for TLS 1.3 on every queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psk: Option<String>,
     /// SPDK's cap on the names returned (accepted; pmio answers every namespace).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_bdevs: Option<u32>,
-    /// DH-HMAC-CHAP key (pmio: not supported).
+    /// DH-HMAC-CHAP key (a keyring key name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dhchap_key: Option<String>,
-    /// DH-HMAC-CHAP controller key (pmio: not supported).
+    /// DH-HMAC-CHAP controller key (a keyring key name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dhchap_ctrlr_key: Option<String>,
     /// Namespaces of unrecognized command sets: false.

@@ -60,6 +60,7 @@ pub fn attach(
     };
     let opts = TcpOptions {
         dhchap: dhchap_keys(tcp, keyring)?,
+        psk: tls_key(tcp, keyring)?,
         ..options(a, tcp, defaults)
     };
     opts.validate().map_err(|e| nvme_error(&e))?;
@@ -97,6 +98,23 @@ fn dhchap_keys(
     }
 }
 
+/// The keyring key `--psk` names, checked now to be a TLS PSK: an unknown name is SPDK's
+/// `-ENOKEY`, another kind of key `-EINVAL`.
+fn tls_key(
+    tcp: &TcpArgs,
+    keyring: &pmio_keyring::Keyring,
+) -> Result<Option<crate::tcp::TlsKey>, RpcError> {
+    let Some(name) = &tcp.psk else {
+        return Ok(None);
+    };
+    let key = keyring.get(name).map_err(|_| {
+        RpcError::errno_detail(-libc::ENOKEY, format_args!("no key {name} in the keyring"))
+    })?;
+    key.tls_psk()
+        .map_err(|e| RpcError::errno_detail(-libc::EINVAL, format_args!("psk {name}: {e}")))?;
+    Ok(Some(crate::tcp::TlsKey(key)))
+}
+
 /// The attach call that reconnects as this one did, keys in SPDK's order.
 fn saved(a: &AttachArgs, tcp: &TcpArgs, o: &TcpOptions, hostnqn: &str) -> Value {
     let mut p = serde_json::Map::new();
@@ -122,6 +140,7 @@ fn saved(a: &AttachArgs, tcp: &TcpArgs, o: &TcpOptions, hostnqn: &str) -> Value 
     for (k, v) in [
         ("dhchap_key", &tcp.dhchap_key),
         ("dhchap_ctrlr_key", &tcp.dhchap_ctrlr_key),
+        ("psk", &tcp.psk),
     ] {
         if let Some(name) = v {
             p.insert(k.into(), json!(name));

@@ -45,11 +45,20 @@ pub(crate) struct ConnectParams<'a> {
     /// The host side of an in-band authentication, asked for only when the Connect's
     /// response requires one.
     pub auth: &'a dyn Fn() -> Result<pmio_auth::host::HostConfig, ConnError>,
+    /// TLS with this PSK before the ICReq (`None`: plain TCP).
+    pub tls: Option<pmio_tls::ClientPsk>,
+}
+
+/// How a queue's connection proves who it is: the in-band authentication the subsystem may
+/// ask for, and TLS before anything else when attached with a PSK.
+pub(crate) struct QueueSecurity<'a> {
+    pub auth: &'a dyn Fn() -> Result<pmio_auth::host::HostConfig, ConnError>,
+    pub tls: Option<pmio_tls::ClientPsk>,
 }
 
 /// Opens a connection and runs ICReq/ICResp and Fabrics Connect, waiting (at most
 /// `p.timeout`): for blocking callers. Returns the connection and Connect's dword 0.
-pub(crate) fn connect_blocking(p: &ConnectParams<'_>) -> Result<(Conn, u32), ConnError> {
+pub(crate) fn connect_blocking(p: ConnectParams<'_>) -> Result<(Conn, u32), ConnError> {
     let deadline = Instant::now() + p.timeout;
     let timed_out = || ConnError::Io(std::io::ErrorKind::TimedOut.into());
     let pending = Connecting::start(p.addr)?;
@@ -59,7 +68,7 @@ pub(crate) fn connect_blocking(p: &ConnectParams<'_>) -> Result<(Conn, u32), Con
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let mut conn = Conn::new(pending.into_stream()?, p.cids, p.digests, p.max_data);
+    let mut conn = Conn::new(pending.into_stream()?, p.cids, p.digests, p.max_data, p.tls)?;
     if !conn.wait(deadline, |_, _| {}, Conn::ready)? {
         return Err(timed_out());
     }
@@ -154,9 +163,10 @@ impl TcpAdmin {
         host: ConnectData,
         kato_ms: u32,
         timeout: Duration,
-        auth: &dyn Fn() -> Result<pmio_auth::host::HostConfig, ConnError>,
+        security: QueueSecurity<'_>,
     ) -> Result<u16, ConnError> {
         self.disconnect();
+        let QueueSecurity { auth, tls } = security;
         let p = ConnectParams {
             addr,
             digests,
@@ -172,8 +182,9 @@ impl TcpAdmin {
             timeout,
             what: "admin queue Connect",
             auth,
+            tls,
         };
-        let (conn, dw0) = connect_blocking(&p)?;
+        let (conn, dw0) = connect_blocking(p)?;
         let mut st = self.lock();
         st.conn = Some(conn);
         st.stash.clear();

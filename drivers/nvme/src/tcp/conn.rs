@@ -55,6 +55,10 @@ pub enum ConnError {
     DataDigest { cid: u16 },
     #[error("ICResp refused: {0}")]
     IcResp(pdu::PduError),
+    /// The TLS handshake failed, or its key could not be read (a wrong key, a target
+    /// without the host's PSK, an alert).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// In-band authentication failed (the controller's refusal names its reason).
     #[error("in-band authentication failed: {0}")]
     Auth(String),
@@ -143,7 +147,7 @@ enum Rx {
 
 /// A host's NVMe/TCP connection.
 pub(crate) struct Conn {
-    sock: TcpStream,
+    sock: Transport,
     link: Link,
     /// The ICReq sent, until its ICResp arrives.
     ic: Option<IcReq>,
@@ -167,6 +171,31 @@ pub(crate) struct Conn {
     auth_data: Box<[u8; AUTH_DATA_LEN]>,
 }
 
+/// What a connection's bytes travel on.
+enum Transport {
+    /// Plain TCP: the system calls of `sock.rs`.
+    Tcp(TcpStream),
+    /// TLS 1.3 with a PSK: the handshake first (before the ICReq goes out), then records.
+    Tls(Box<pmio_tls::TlsStream>),
+}
+
+impl Transport {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Transport::Tcp(s) => s,
+            Transport::Tls(t) => t.get_ref(),
+        }
+    }
+
+    /// Advances a TLS handshake: whether PDUs may flow (at once for TCP).
+    fn established(&mut self) -> Result<bool, ConnError> {
+        match self {
+            Transport::Tcp(_) => Ok(true),
+            Transport::Tls(t) => t.handshake().map_err(|e| ConnError::Tls(e.to_string())),
+        }
+    }
+}
+
 /// Room for one in-band authentication message (the longest, a challenge or reply with an
 /// ffdhe8192 value, is under 1.2 KiB); an Authentication Receive asks for this much.
 pub(crate) const AUTH_DATA_LEN: usize = 4096;
@@ -178,9 +207,23 @@ unsafe impl Send for Conn {}
 
 impl Conn {
     /// A connection on `sock` (connected, non-blocking) with room for commands `0..cids`;
-    /// queues the ICReq asking for `digests`. PDUs carrying more than `max_data` bytes are
-    /// refused.
-    pub(crate) fn new(sock: TcpStream, cids: usize, digests: Digests, max_data: u32) -> Conn {
+    /// queues the ICReq asking for `digests`, sent once the TLS handshake with `tls` is done
+    /// (at once without). PDUs carrying more than `max_data` bytes are refused.
+    pub(crate) fn new(
+        sock: TcpStream,
+        cids: usize,
+        digests: Digests,
+        max_data: u32,
+        tls: Option<pmio_tls::ClientPsk>,
+    ) -> Result<Conn, ConnError> {
+        let sock = match tls {
+            Some(psk) => {
+                log::debug!("nvme-tcp: TLS with identity {}", psk.identity);
+                let t = pmio_tls::connect(sock, psk).map_err(|e| ConnError::Tls(e.to_string()))?;
+                Transport::Tls(Box::new(t))
+            }
+            None => Transport::Tcp(sock),
+        };
         let link = Link::new(Side::Host, pdu::max_plen_for_data(max_data));
         let ic = IcReq::new(digests);
         let mut conn = Conn {
@@ -201,7 +244,7 @@ impl Conn {
             auth_data: Box::new([0; AUTH_DATA_LEN]),
         };
         conn.queue_head(&Header::IcReq(ic), None, std::ptr::null(), 0);
-        conn
+        Ok(conn)
     }
 
     /// Whether the ICResp arrived and was accepted: commands may be sent.
@@ -327,6 +370,18 @@ impl Conn {
     /// Sends what is queued with one `writev` (more only past [`IOV_MAX`] iovecs); what the
     /// socket does not take now stays queued for the next flush.
     pub(crate) fn flush(&mut self) -> Result<(), ConnError> {
+        if !self.sock.established()? {
+            return Ok(());
+        }
+        if let Transport::Tls(t) = &mut self.sock
+            && t.has_unsent()
+        {
+            match t.flush() {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(ConnError::Tls(e.to_string())),
+            }
+        }
         while !self.tx.is_empty() {
             self.iov.clear();
             let mut total = 0;
@@ -354,7 +409,7 @@ impl Conn {
             }
             // SAFETY: heads and digests live in the queue, unchanged during the call; data
             // pointers are command buffers valid until their command completes.
-            let n = match unsafe { sock::writev(&self.sock, &self.iov) } {
+            let n = match self.write_iov() {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -366,6 +421,26 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// One write of `self.iov`: a `writev`, or the TLS stream taking the bytes.
+    fn write_iov(&mut self) -> io::Result<usize> {
+        match &mut self.sock {
+            // SAFETY: heads and digests live in the queue, unchanged during the call; data
+            // pointers are command buffers valid until their command completes.
+            Transport::Tcp(s) => unsafe { sock::writev(s, &self.iov) },
+            Transport::Tls(t) => {
+                let parts = self.iov.iter().map(|v| {
+                    // SAFETY: as above, each iovec is `iov_len` readable bytes for the call.
+                    unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) }
+                });
+                match t.write_parts(parts) {
+                    // The stream still sends an earlier batch: as a full socket.
+                    Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
+                    other => other,
+                }
+            }
+        }
     }
 
     /// `n` more bytes went out: drops the PDUs fully sent.
@@ -387,13 +462,16 @@ impl Conn {
 
     /// Whether PDUs wait in the send queue.
     pub(crate) fn tx_pending(&self) -> bool {
-        !self.tx.is_empty()
+        !self.tx.is_empty() || matches!(&self.sock, Transport::Tls(t) if t.has_unsent())
     }
 
     /// Receives what the socket has, calling `done(cid, cqe)` for each completed command
     /// (a CapsuleResp, or a C2HData with SUCCESS: then the CQE is a plain success). R2Ts
     /// queue H2CData: flush afterwards.
     pub(crate) fn poll(&mut self, mut done: impl FnMut(u16, Cqe)) -> Result<(), ConnError> {
+        if !self.sock.established()? {
+            return Ok(());
+        }
         self.drained = false;
         loop {
             let more = match self.rx {
@@ -425,8 +503,12 @@ impl Conn {
         self.compact_stage();
         let room = &mut self.stage[self.stage_end..];
         let want = room.len();
-        // SAFETY: `room` is this connection's own buffer.
-        match unsafe { sock::read_into(&self.sock, room.as_mut_ptr(), want) } {
+        let read = match &mut self.sock {
+            // SAFETY: `room` is this connection's own buffer.
+            Transport::Tcp(s) => unsafe { sock::read_into(s, room.as_mut_ptr(), want) },
+            Transport::Tls(t) => t.read(room),
+        };
+        match read {
             Ok(0) => Err(ConnError::Closed),
             Ok(n) => {
                 self.stage_end += n;
@@ -465,8 +547,22 @@ impl Conn {
                 iov_len: self.stage.len(),
             },
         ];
-        // SAFETY: `dst` per the contract; the second iovec is this connection's own buffer.
-        match unsafe { sock::readv(&self.sock, &iov) } {
+        let read = match &mut self.sock {
+            // SAFETY: `dst` per the contract; the second iovec is this connection's own buffer.
+            Transport::Tcp(s) => unsafe { sock::readv(s, &iov) },
+            Transport::Tls(t) => {
+                // SAFETY: as above: both iovecs are valid for writes and referenced by
+                // nothing else for the call.
+                let (a, b) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(dst, want),
+                        std::slice::from_raw_parts_mut(self.stage.as_mut_ptr(), self.stage.len()),
+                    )
+                };
+                t.read_vectored(&mut [a, b])
+            }
+        };
+        match read {
             Ok(0) => Err(ConnError::Closed),
             Ok(n) => {
                 self.drained = n < want + self.stage.len();
@@ -749,7 +845,7 @@ impl Conn {
             } else {
                 left.as_millis().clamp(1, 10) as i32
             };
-            sock::wait_readable(&self.sock, ms);
+            sock::wait_readable(self.sock.tcp(), ms);
         }
     }
 }

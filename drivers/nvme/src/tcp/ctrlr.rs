@@ -98,6 +98,14 @@ impl TcpCtrlr {
             .map_err(|e| ConnError::Auth(format!("the DH-HMAC-CHAP key: {e}")))
     }
 
+    /// The TLS PSK of a new connection, when attached with one.
+    pub(crate) fn client_psk(&self) -> Result<Option<pmio_tls::ClientPsk>, ConnError> {
+        match &self.opts.psk {
+            Some(k) => k.client_psk(&self.hostnqn, &self.target.subnqn).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Asks the controller's thread to reset (reconnect) the controller.
     pub(crate) fn request_reset(&self) {
         self.reset_wanted.store(true, Ordering::Release);
@@ -217,7 +225,13 @@ fn connect_admin(name: &str, t: &TcpCtrlr) -> Result<u16, NvmeError> {
             t.connect_data(),
             t.opts.keep_alive_timeout_ms,
             CONNECT_TIMEOUT,
-            &|| t.auth_config(),
+            super::admin::QueueSecurity {
+                auth: &|| t.auth_config(),
+                tls: t.client_psk().map_err(|e| NvmeError::Disconnected {
+                    ctrlr: name.to_string(),
+                    reason: format!("connecting to {}: {e}", t.addr),
+                })?,
+            },
         )
         .map_err(|e| NvmeError::Disconnected {
             ctrlr: name.to_string(),

@@ -19,6 +19,8 @@
 //! - `abort.rs`: Aborts asked for by the queue pairs, sent by the controller's thread.
 //! - `auth.rs`: in-band authentication (DH-HMAC-CHAP) of each queue a subsystem asks it of,
 //!   with the keys of [`TcpOptions::dhchap`].
+//! - `tls.rs`: TLS 1.3 with a PSK ([`TcpOptions::psk`]): each connection's handshake comes
+//!   before its ICReq, inside `conn.rs`, so the set-up steps above it are the same.
 //! - `aer.rs`: the Asynchronous Event Request the controller's thread keeps posted;
 //!   namespace changes are read and logged.
 //!
@@ -49,6 +51,7 @@ mod ctrlr;
 mod options;
 mod qpair;
 mod sock;
+mod tls;
 
 pub use auth::DhchapKeys;
 pub use conn::ConnError;
@@ -57,3 +60,4 @@ pub(crate) use ctrlr::shutdown;
 pub use ctrlr::{connect, connect_with};
 pub use options::{TcpOptions, TcpTarget};
 pub use qpair::TcpQpair;
+pub use tls::TlsKey;

@@ -73,6 +73,10 @@ pub struct TcpOptions {
     /// them on every queue (and again on every reconnect). `None`: such a subsystem is not
     /// connected to.
     pub dhchap: Option<super::auth::DhchapKeys>,
+    /// TLS 1.3 PSK (`--psk`, a keyring key `NVMeTLSkey-1:...`): every queue's connection
+    /// starts with a TLS handshake offering the identity `NVMe0R0h <hostnqn> <subnqn>` and the
+    /// key derived from it, again at every reconnect. `None`: plain TCP.
+    pub psk: Option<super::tls::TlsKey>,
 }
 
 impl Default for TcpOptions {
@@ -88,6 +92,7 @@ impl Default for TcpOptions {
             reconnect_delay_sec: 0,
             fast_io_fail_timeout_sec: 0,
             dhchap: None,
+            psk: None,
         }
     }
 }

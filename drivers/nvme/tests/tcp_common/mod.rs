@@ -25,6 +25,43 @@ pub const NQN: &str = "nqn.2016-06.io.pmio:tcp-host";
 /// 512-byte blocks of the malloc bdev (16 MiB).
 pub const NUM_BLOCKS: u64 = 32768;
 
+/// Key files in a private directory (owner-only, as the keyring wants them), added to a
+/// keyring under their names.
+pub struct KeyFiles {
+    dir: tempfile::TempDir,
+    pub ring: pmio_keyring::Keyring,
+}
+
+impl KeyFiles {
+    pub fn new() -> KeyFiles {
+        KeyFiles {
+            dir: tempfile::tempdir().unwrap(),
+            ring: pmio_keyring::Keyring::new(),
+        }
+    }
+
+    /// Key `name` holding `text` (a newline after it, as `echo` leaves one).
+    pub fn add(&self, name: &str, text: &str) -> Arc<pmio_keyring::Key> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        self.ring.file_add_key(name, &path).unwrap();
+        self.ring.get(name).unwrap()
+    }
+}
+
+/// `len` bytes at `lba` written and read back through an I/O queue of namespace 1.
+pub fn io_round_trip(ctrlr: &pmio_nvme::Controller, lba: u64, len: usize, seed: u8) {
+    let bdev = ctrlr.bdev(1).unwrap();
+    let mut d = Driver::new(bdev.open_tcp_qpair(4).unwrap(), 4);
+    let mut data = pattern(len, u64::from(seed));
+    assert!(d.one(Op::Write, lba, &mut data).is_success());
+    let mut back = vec![0u8; len];
+    assert!(d.one(Op::Read, lba, &mut back).is_success());
+    assert!(back == data, "data read back equals data written");
+}
+
 /// How long a test waits for I/O before it calls it a hang (loaded 2-core machine).
 pub const IO_LIMIT: Duration = Duration::from_secs(20);
 
@@ -38,6 +75,8 @@ pub struct Target {
     /// Hosts that must authenticate, and the policy: applied again at every `up`.
     auth: Vec<(String, HostKeys)>,
     policy: Option<DhchapPolicy>,
+    /// A secure-channel listener, and the hosts admitted with their TLS PSKs.
+    tls: Option<Vec<(String, Arc<pmio_keyring::Key>)>>,
 }
 
 impl Target {
@@ -68,7 +107,18 @@ impl Target {
             opts,
             auth: Vec::new(),
             policy: None,
+            tls: None,
         };
+        t.up();
+        t
+    }
+
+    /// The target with its listener a secure channel (TLS 1.3 PSK) admitting only `hosts`,
+    /// each with its PSK key.
+    pub fn with_tls(hosts: Vec<(String, Arc<pmio_keyring::Key>)>) -> Target {
+        let mut t = Target::start();
+        t.down();
+        t.tls = Some(hosts);
         t.up();
         t
     }
@@ -95,7 +145,12 @@ impl Target {
         .unwrap();
         tgt.add_ns(NQN, "Malloc0", 0, None, None, None, 0).unwrap();
         let la = ListenAddr::new("127.0.0.1", &self.port.to_string(), None).unwrap();
-        tgt.add_listener(NQN, la).unwrap();
+        tgt.add_listener_with(NQN, la, self.tls.is_some()).unwrap();
+        for (host, key) in self.tls.iter().flatten() {
+            tgt.allow_any_host(NQN, false).unwrap();
+            tgt.add_host(NQN, host).unwrap();
+            tgt.set_host_psk(NQN, host, Arc::clone(key)).unwrap();
+        }
         if !self.auth.is_empty() {
             tgt.allow_any_host(NQN, false).unwrap();
         }
@@ -108,6 +163,12 @@ impl Target {
         }
         self.tgt = Some(tgt);
         self.reactors = Some(reactors);
+    }
+
+    /// Gives the listed `host` a TLS PSK (the listener stays as it is).
+    pub fn set_psk(&self, host: &str, key: &Arc<pmio_keyring::Key>) {
+        let tgt = self.tgt.as_ref().expect("the target is up");
+        tgt.set_host_psk(NQN, host, Arc::clone(key)).unwrap();
     }
 
     /// Admits only `host`, which must authenticate with `keys` (now and after every `up`).

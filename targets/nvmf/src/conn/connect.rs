@@ -4,6 +4,7 @@
 use super::*;
 use crate::ctrlr::ConnectCheck;
 use crate::spec::Answering;
+use crate::subsystem::Subsystem;
 
 impl Conn {
     /// Fabrics Connect: the first command of every queue pair.
@@ -122,6 +123,33 @@ impl Conn {
         }
     }
 
+    /// A secure channel carries the queues of the host and subsystem its PSK identity names,
+    /// no others; a host with a PSK connects only over a secure channel (its key would
+    /// protect nothing if it could come in the clear).
+    fn check_channel(&self, s: &Subsystem, hostnqn: &str) -> Result<(), ConnectReject> {
+        let refuse = |why: &str| {
+            log::warn!(
+                "nvmf: connection {} ({}): {hostnqn} to {}: {why}",
+                self.id,
+                self.peer,
+                s.nqn
+            );
+            Err(ConnectReject::new(Status::CONNECT_INVALID_HOST))
+        };
+        match self.sock.psk_identity() {
+            Some(id) if id.hostnqn == hostnqn && id.subnqn == s.nqn => Ok(()),
+            Some(id) => refuse(&format!(
+                "the TLS PSK was for {} to {}",
+                id.hostnqn, id.subnqn
+            )),
+            None if self.sock.is_tls() => refuse("no PSK identity on a secure channel"),
+            None if s.host_psk(hostnqn).is_some() => {
+                refuse("the host has a TLS PSK: it connects over a secure channel only")
+            }
+            None => Ok(()),
+        }
+    }
+
     fn make_slots(&mut self, sqsize: u16) {
         let entries = u32::from(sqsize) + 1;
         self.slots = (0..entries).map(|_| CmdSlot::free()).collect();
@@ -148,6 +176,9 @@ impl Conn {
         if subsys.is_some() && listener.is_none() {
             // The subsystem exists but not on this address: as if it did not.
             return Err(ConnectReject::invalid_data_field(connect_field::SUBNQN));
+        }
+        if let Some(s) = &subsys {
+            self.check_channel(s, &d.hostnqn)?;
         }
         if cmd.qid == 0 {
             admit_admin_connect(subsys.as_ref(), d)?;

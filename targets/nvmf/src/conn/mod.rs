@@ -8,7 +8,7 @@
 //! completed it.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 
@@ -127,8 +127,10 @@ mod connect;
 mod io_cmd;
 mod receive;
 mod send;
+mod stream;
 
 use send::Out;
+use stream::Stream;
 
 /// A protocol error that ends the connection.
 #[derive(Debug)]
@@ -161,7 +163,7 @@ pub(crate) struct Conn {
     /// Whether the watch includes writability.
     pub watching_write: bool,
     id: usize,
-    sock: TcpStream,
+    sock: Stream,
     peer: SocketAddr,
     local: SocketAddr,
     link: Link,
@@ -192,14 +194,30 @@ impl Conn {
         sock: TcpStream,
         sh: &GroupShared,
         now_ns: u64,
+        secure: bool,
     ) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
         sh.tgt.sock_options().apply(&sock)?;
         let peer = sock.peer_addr()?;
         let local = sock.local_addr()?;
+        let sock = if secure {
+            let lookup = crate::psk::TargetPsks {
+                tgt: Arc::downgrade(&sh.tgt),
+                local,
+                peer,
+            };
+            let tls = pmio_tls::accept(sock, Arc::new(lookup)).map_err(io::Error::other)?;
+            Stream::Tls(Box::new(tls))
+        } else {
+            Stream::Plain(sock)
+        };
         let t = sh.tgt.transport().unwrap_or_default();
         let max_plen = pdu::max_plen_for_data(t.max_io_size.max(t.in_capsule_data_size));
-        log::info!("nvmf: core {}: connection from {peer} to {local}", sh.core);
+        log::info!(
+            "nvmf: core {}: connection from {peer} to {local}{}",
+            sh.core,
+            if secure { " (TLS)" } else { "" }
+        );
         Ok(Conn {
             serial,
             connecting: None,
@@ -237,19 +255,26 @@ impl Conn {
 
     /// The socket's descriptor (for the reactor's watch).
     pub fn fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.sock.as_raw_fd()
+        self.sock.fd()
     }
 
     /// Whether this connection needs polling although its socket is quiet: commands wait for
-    /// a bdev request, or it is closing.
+    /// a bdev request, decrypted input waits, or it is closing.
     pub fn must_poll(&self) -> bool {
-        !self.waiting.is_empty() || matches!(self.phase, Phase::Closing { .. })
+        !self.waiting.is_empty()
+            || matches!(self.phase, Phase::Closing { .. })
+            || self.has_buffered_input()
+    }
+
+    /// Whether TLS holds decrypted input that the socket no longer reports (read it without
+    /// waiting for readiness).
+    pub fn has_buffered_input(&self) -> bool {
+        matches!(self.phase, Phase::AwaitIcReq | Phase::Ready) && self.sock.buffered() > 0
     }
 
     /// Whether output waits for room in the socket.
     pub fn wants_write(&self) -> bool {
-        !self.tx.is_empty()
+        !self.tx.is_empty() || self.sock.has_unsent()
     }
 
     /// The controller (`nqn`, `cntlid`) if this is its admin queue.
@@ -290,7 +315,10 @@ impl Conn {
 
     /// Whether the connection is closed and nothing of it is outstanding any more.
     pub fn is_finished(&self) -> bool {
-        matches!(self.phase, Phase::Closing { .. }) && self.inflight == 0 && self.tx.is_empty()
+        matches!(self.phase, Phase::Closing { .. })
+            && self.inflight == 0
+            && self.tx.is_empty()
+            && !self.sock.has_unsent()
     }
 
     /// Gives everything back (buffers, the target's records). Call once `is_finished`.
@@ -300,7 +328,7 @@ impl Conn {
                 sh.pool.put(b);
             }
         }
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.sock.shutdown();
         if let Some((nqn, p)) = self.connecting.take() {
             sh.tgt.remove_qpair(&nqn, p.cntlid, p.qid);
         }
@@ -324,7 +352,7 @@ impl Conn {
     pub fn housekeeping(&mut self, sh: &mut GroupShared, now_ns: u64) {
         match self.phase {
             Phase::AwaitIcReq if now_ns.saturating_sub(self.accepted_ns) > ICREQ_TIMEOUT_NS => {
-                self.close("no ICReq in time");
+                self.close("no ICReq in time (or no TLS handshake)");
                 return;
             }
             Phase::Closing { since_ns } if now_ns.saturating_sub(since_ns) > CLOSE_LINGER_NS => {
@@ -376,6 +404,7 @@ impl Conn {
             }
         }
         self.tx_sent = 0;
+        self.sock.discard_unsent();
     }
 
     // ---------------------------------------------------------------------------------------

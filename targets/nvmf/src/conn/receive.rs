@@ -17,6 +17,14 @@ impl Conn {
             return false;
         }
         let _ = now_ns;
+        match self.sock.handshake() {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                self.close(&format!("{e}"));
+                return true;
+            }
+        }
         let mut busy = false;
         // At most two reads a poll: a connection that streams cannot starve the others.
         for _ in 0..2 {

@@ -95,21 +95,24 @@ impl Conn {
     }
 
     pub(super) fn body_bytes<'a>(&'a self, b: &'a Body) -> &'a [u8] {
-        match b {
-            Body::None => &[],
-            Body::Slot { slot, len } => self.slots[usize::from(*slot)]
-                .buf
-                .as_ref()
-                .expect("a slot sending data has its buffer")
-                .bytes(0, *len as usize),
-            Body::Owned(v) => v,
-        }
+        body_bytes(&self.slots, b)
     }
 
     /// Writes what is queued, as much as the socket takes, in one `writev` per call (or a few
     /// while it takes everything). Returns whether anything was sent.
     pub fn send(&mut self, sh: &mut GroupShared) -> bool {
         let mut any = false;
+        if self.sock.has_unsent() {
+            match self.sock.flush() {
+                Ok(()) => any = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) => {
+                    self.close(&format!("write: {e}"));
+                    self.drop_tx();
+                    return true;
+                }
+            }
+        }
         while !self.tx.is_empty() {
             let written = {
                 let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
@@ -118,7 +121,7 @@ impl Conn {
                 'items: for o in &self.tx {
                     let parts = [
                         &o.head[..usize::from(o.head_len)],
-                        self.body_bytes(&o.body),
+                        body_bytes(&self.slots, &o.body),
                         &o.ddgst[..usize::from(o.ddgst_len)],
                     ];
                     for p in parts {
@@ -134,8 +137,7 @@ impl Conn {
                         }
                     }
                 }
-                let mut sock = &self.sock;
-                match sock.write_vectored(&iov[..n]) {
+                match self.sock.write_vectored(&iov[..n]) {
                     Ok(w) => w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -179,5 +181,19 @@ impl Conn {
         if let Some(b) = s.buf.take() {
             sh.pool.put(b);
         }
+    }
+}
+
+/// The bytes of an outgoing PDU's body (a free function: `send` borrows the slots while it
+/// writes the socket).
+fn body_bytes<'a>(slots: &'a [CmdSlot], b: &'a Body) -> &'a [u8] {
+    match b {
+        Body::None => &[],
+        Body::Slot { slot, len } => slots[usize::from(*slot)]
+            .buf
+            .as_ref()
+            .expect("a slot sending data has its buffer")
+            .bytes(0, *len as usize),
+        Body::Owned(v) => v,
     }
 }

@@ -1,7 +1,6 @@
 //! The "nvmf" section of `save_config`, written with the methods' own declarations so that
 //! replaying it is calling them.
 
-use pmio_jsonrpc::decl::BoolDefault;
 use pmio_runtime::rpc::params::call;
 use serde_json::{Value, json};
 
@@ -21,7 +20,7 @@ fn listener_calls(s: &Subsystem, l: &ListenAddr, out: &mut Vec<Value>) {
     let first = s.ana_state(l, 1);
     let listener = AddListener {
         nqn: s.nqn.clone(),
-        secure_channel: Some(BoolDefault(false)),
+        secure_channel: Some(s.is_secure(l)),
         ana_state: s.ana_reporting.then(|| first.name().to_string()),
         listen_address: ListenAddress::of(l),
         ..AddListener::default()
@@ -77,6 +76,7 @@ pub fn config(rpc: &NvmfRpc) -> Vec<Value> {
                     dhchap_ctrlr_key: keys
                         .and_then(|k| k.dhchap_ctrlr_key.as_ref())
                         .map(|k| k.name().to_string()),
+                    psk: s.host_psk(h).map(|k| k.psk.name().to_string()),
                     ..AddHost::default()
                 };
                 out.push(call("nvmf_subsystem_add_host", &host));

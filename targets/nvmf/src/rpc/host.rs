@@ -3,10 +3,11 @@
 use pmio_jsonrpc::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::sync::Arc;
 
 use super::context::NvmfRpc;
 use super::errors::{internal, nvmf_error};
-use super::rules::{self, Ignored, TgtName, refuse_given, targeted};
+use super::rules::{self, Ignored, TgtName, targeted};
 use super::subsystem::subsystem;
 use crate::error::NvmfError;
 use crate::subsystem::HostKeys;
@@ -24,7 +25,8 @@ pub struct AddHost {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(short = 't', long))]
     pub tgt_name: Option<TgtName>,
-    /// TLS pre-shared key: refused (pmio has no TLS).
+    /// TLS pre-shared key (a keyring name, `NVMeTLSkey-1:...`): the host connects over a
+    /// secure channel with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub psk: Option<String>,
@@ -79,9 +81,9 @@ pub(super) fn nvmf_subsystem_add_host(
     params: Option<&Value>,
 ) -> Result<Value, RpcError> {
     let p: AddHost = rules::decode(params)?;
-    refuse_given("psk", &p.psk, "pmio has no TLS")?;
     subsystem(rpc, &p.nqn)?;
     let keys = host_keys(rpc, &p)?;
+    let psk = host_psk(rpc, &p)?;
     let authenticated = keys.is_some();
     rpc.tgt
         .add_host_with_keys(&p.nqn, &p.host, keys)
@@ -89,11 +91,17 @@ pub(super) fn nvmf_subsystem_add_host(
             NvmfError::NotFound(_) => nvmf_error(&e),
             _ => internal("Internal error", &e),
         })?;
+    if let Some(k) = psk.clone() {
+        rpc.tgt
+            .set_host_psk(&p.nqn, &p.host, k)
+            .map_err(|e| internal("Internal error", &e))?;
+    }
     log::info!(
-        "nvmf: {} admits host {}{}",
+        "nvmf: {} admits host {}{}{}",
         p.nqn,
         p.host,
-        if authenticated { " (DH-HMAC-CHAP)" } else { "" }
+        if authenticated { " (DH-HMAC-CHAP)" } else { "" },
+        if psk.is_some() { " (TLS PSK)" } else { "" }
     );
     Ok(Value::Bool(true))
 }
@@ -124,6 +132,25 @@ fn host_keys(rpc: &NvmfRpc, p: &AddHost) -> Result<Option<HostKeys>, RpcError> {
         dhchap_key: get(name, "key")?,
         dhchap_ctrlr_key: ckey,
     }))
+}
+
+/// The keyring key `psk` names, checked now to hold a TLS PSK in the interchange format
+/// (SPDK reads it at add_host too): an unknown name or another kind of key is SPDK's
+/// "Invalid parameters".
+fn host_psk(rpc: &NvmfRpc, p: &AddHost) -> Result<Option<Arc<pmio_keyring::Key>>, RpcError> {
+    let Some(name) = &p.psk else {
+        return Ok(None);
+    };
+    let invalid = || RpcError::new(pmio_jsonrpc::code::INVALID_PARAMS, "Invalid parameters");
+    let key = rpc.keyring.get(name).map_err(|_| {
+        log::error!("nvmf: unable to find PSK {name}");
+        invalid()
+    })?;
+    if let Err(e) = key.tls_psk() {
+        log::error!("nvmf: PSK {name} is not a TLS PSK: {e}");
+        return Err(invalid());
+    }
+    Ok(Some(key))
 }
 
 pub(super) fn nvmf_subsystem_remove_host(

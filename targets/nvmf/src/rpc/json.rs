@@ -94,6 +94,9 @@ fn host_json(s: &Subsystem, host: &str) -> Value {
             v["dhchap_ctrlr_key"] = json!(c.name());
         }
     }
+    if let Some(k) = s.host_psk(host) {
+        v["psk"] = json!(k.psk.name());
+    }
     v
 }
 

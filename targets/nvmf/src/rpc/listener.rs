@@ -2,7 +2,6 @@
 //! `nvmf_subsystem_get_listeners`, `nvmf_subsystem_listener_set_ana_state`.
 
 use pmio_jsonrpc::RpcError;
-use pmio_jsonrpc::decl::BoolDefault;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,9 +22,9 @@ pub struct AddListener {
     /// The target ([`TgtName`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tgt_name: Option<TgtName>,
-    /// TLS secure channel: false.
+    /// A secure channel: TLS 1.3 with the hosts' PSKs (default false).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub secure_channel: Option<BoolDefault<false>>,
+    pub secure_channel: Option<bool>,
     /// The ANA state of every group through it: "optimized" (or "non_optimized",
     /// "inaccessible").
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -132,14 +131,16 @@ pub(super) fn nvmf_subsystem_add_listener(
         Some(s) => ana_state(s)?,
     };
     let addr = p.listen_address.listen_addr()?;
+    let secure = p.secure_channel.unwrap_or(false);
     rpc.tgt
-        .add_listener_in_state(&p.nqn, addr.clone(), state)
+        .add_listener_with(&p.nqn, addr.clone(), secure, state)
         .map_err(|e| nvmf_error(&e))?;
     log::info!(
-        "nvmf: {} listening on {}:{}",
+        "nvmf: {} listening on {}:{}{}",
         p.nqn,
         addr.traddr,
-        addr.trsvcid
+        addr.trsvcid,
+        if secure { " (secure channel)" } else { "" }
     );
     Ok(Value::Bool(true))
 }

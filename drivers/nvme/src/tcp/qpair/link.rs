@@ -139,7 +139,8 @@ impl TcpQpair {
                         self.depth as usize + 1,
                         self.tcp().digests(),
                         max,
-                    );
+                        self.tcp().client_psk()?,
+                    )?;
                     Setup::Ic(conn)
                 }
             },
