@@ -519,7 +519,9 @@ impl NvmfTarget {
                 });
             }
         }
-        g.config.subsystem_mut(nqn)?.add_listener(addr, state, secure);
+        g.config
+            .subsystem_mut(nqn)?
+            .add_listener(addr, state, secure);
         drop(g);
         self.changed();
         Ok(())

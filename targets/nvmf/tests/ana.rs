@@ -31,7 +31,7 @@ fn ana_target() -> (TestTarget, std::net::SocketAddr) {
     let port = common::free_port();
     let b = ListenAddr::new("127.0.0.1", &port.to_string(), None).unwrap();
     t.tgt
-        .add_listener_in_state(NQN, b, AnaState::NonOptimized)
+        .add_listener_with(NQN, b, false, AnaState::NonOptimized)
         .unwrap();
     (t, std::net::SocketAddr::from(([127, 0, 0, 1], port)))
 }

@@ -145,7 +145,8 @@ impl Target {
         .unwrap();
         tgt.add_ns(NQN, "Malloc0", 0, None, None, None, 0).unwrap();
         let la = ListenAddr::new("127.0.0.1", &self.port.to_string(), None).unwrap();
-        tgt.add_listener_with(NQN, la, self.tls.is_some()).unwrap();
+        tgt.add_listener_with(NQN, la, self.tls.is_some(), pmio_nvmf::AnaState::Optimized)
+            .unwrap();
         for (host, key) in self.tls.iter().flatten() {
             tgt.allow_any_host(NQN, false).unwrap();
             tgt.add_host(NQN, host).unwrap();
