@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::assembly::{Decision, Found, Gathering};
 use crate::keeper;
-use crate::rebuild::ProcessOptions;
+use crate::rebuild::{ProcessOptions, Runner};
 use crate::{RaidDevice, RaidLevel, RaidOptions};
 
 /// The module's name in SPDK's errors and records.
@@ -179,6 +179,10 @@ impl State {
             dev.health().slots(),
             dev.superblock().map_or(0, |s| s.seq_number)
         );
+        let opts = *lock(&self.opts);
+        if let Err(e) = dev.resume(opts, &Runner::first_core(host.reactors())) {
+            log::error!("raid bdev {raid}: rebuild not resumed: {e}");
+        }
     }
 }
 
@@ -439,7 +443,7 @@ fn bdev_raid_add_base_bdev(
     }
     let opts = *lock(&m.state.opts);
     let slot = raid
-        .add_member(dev, opts)
+        .add_member(dev, opts, &Runner::first_core(m.host.reactors()))
         .map_err(|e| failed(-e.errno(), &e))?;
     log::info!(
         "bdev_raid_add_base_bdev: {} is member {slot} of {}, rebuilding",
