@@ -6,13 +6,14 @@
 //! out first with `bdev_raid_remove_base_bdev`). `save_config` writes `bdev_raid_create`
 //! after the members' own create calls (the bdev section is in creation order), as SPDK
 //! writes it, except for arrays with a superblock: as in SPDK, those come back from their
-//! members' superblocks when the members are examined.
+//! members' superblocks when the members are examined. `bdev_raid_set_options` comes first
+//! ([`RaidRpc::config`]).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use pmio::{BlockDevice, Uuid};
 use pmio_jsonrpc::decl;
-use pmio_jsonrpc::{Method, RUNTIME, Registry, RpcError, code};
+use pmio_jsonrpc::{Method, RUNTIME, Registry, RpcError, STARTUP, code};
 use pmio_runtime::rpc::params;
 use pmio_runtime::rpc::{BdevHost, BdevModule, BdevRecord, BdevUser};
 use serde::{Deserialize, Serialize};
@@ -226,7 +227,12 @@ pub fn methods() -> Registry<RaidRpc> {
             RUNTIME,
             bdev_raid_remove_base_bdev,
         ),
-        Method::new("bdev_raid_set_options", RUNTIME, bdev_raid_set_options),
+        // As SPDK: at start-up too, so a configuration sets them before its arrays.
+        Method::new(
+            "bdev_raid_set_options",
+            STARTUP | RUNTIME,
+            bdev_raid_set_options,
+        ),
     ]
     .into_iter()
     .collect()
@@ -519,6 +525,20 @@ impl RaidRpc {
     /// The options a rebuild started now runs with.
     pub fn process_options(&self) -> ProcessOptions {
         *lock(&self.state.opts)
+    }
+
+    /// The module's part of save_config's bdev section, written before any bdev's create
+    /// call (SPDK's `raid_bdev_config_json`: `bdev_raid_set_options`, always, with both
+    /// values), so a rebuild that an assembly resumes runs with them.
+    pub fn config(&self) -> Vec<Value> {
+        let o = self.process_options();
+        vec![params::call(
+            "bdev_raid_set_options",
+            &RaidSetOptions {
+                process_window_size_kb: Some(o.window_size_kb),
+                process_max_bandwidth_mb_sec: Some(o.max_bandwidth_mb_sec),
+            },
+        )]
     }
 }
 
