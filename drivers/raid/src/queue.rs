@@ -393,9 +393,29 @@ impl RaidQueue {
             (_, None) => IoStatus::Success,
             // A mirror's write is good while one copy is.
             (RaidLevel::Raid1, Some(_)) if st.ok > 0 && rq.op != Op::Read => IoStatus::Success,
-            (_, Some(e)) => e,
+            (_, Some(e)) => {
+                self.log_failed(&rq, st, e);
+                e
+            }
         };
         true
+    }
+
+    /// Says why the array fails a request (cold): which members it went to and what the
+    /// members' states were, so a failure seen by a host can be traced to its member.
+    #[cold]
+    fn log_failed(&self, rq: &Request, st: TagState, e: IoStatus) {
+        let h = self.health();
+        let states: Vec<_> = (0..h.slots()).map(|i| h.state(i)).collect();
+        log::warn!(
+            "raid bdev {}: {} of {} blocks at {} failed ({e:?}): failed on members {:#b}, {} current copies answered it, members {states:?}",
+            self.shared.name,
+            rq.op.name(),
+            rq.nblocks,
+            st.lba,
+            st.failed_on,
+            st.ok
+        );
     }
 
     /// Marks write `t`'s blocks in the write-intent bitmap; a new region makes the write
