@@ -144,25 +144,44 @@ impl RaidQueue {
             writes: 0,
             shared,
         };
-        // At open every member taking writes must open: an array that cannot reach one of
-        // its members on this reactor is not opened here.
+        // At open every member taking writes must open for raid0 and concat. A raid1 member
+        // that cannot be reached (a replica gone, not yet failed out) leaves the array, as an
+        // I/O error would make it, and the queue opens on the others.
         let slots = q
             .shared
             .slots
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let mut refused = None;
         for (i, dev) in slots.into_iter().enumerate() {
             if let Some(dev) = dev
                 && q.shared.health.writable(i)
             {
-                let m = &mut q.members[i];
-                m.q = Some(dev.open_queue(HctxType::Default, 0, depth)?);
-                m.dev = Some(dev);
-                m.live = true;
+                match dev.open_queue(HctxType::Default, 0, depth) {
+                    Ok(mq) => {
+                        let m = &mut q.members[i];
+                        m.q = Some(mq);
+                        m.dev = Some(dev);
+                        m.live = true;
+                    }
+                    Err(e) if q.in_place => return Err(e),
+                    Err(e) => {
+                        log::error!(
+                            "raid bdev {}: cannot open member {} ({e}); it leaves the array",
+                            q.shared.name,
+                            dev.info().name
+                        );
+                        q.shared.fail_member(i);
+                        refused.get_or_insert(e);
+                    }
+                }
             }
         }
-        Ok(q)
+        match refused {
+            Some(e) if !q.members.iter().any(|m| m.live) => Err(e),
+            _ => Ok(q),
+        }
     }
 
     fn health(&self) -> &Health {

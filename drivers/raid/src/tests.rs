@@ -369,6 +369,45 @@ fn a_raid1_read_that_fails_is_retried_on_the_other_copy() {
     assert_eq!(r2.state(), "offline");
 }
 
+/// A member that cannot be opened, as a replica whose machine is gone.
+struct Unreachable(Arc<dyn BlockDevice>);
+
+impl BlockDevice for Unreachable {
+    fn info(&self) -> &BdevInfo {
+        self.0.info()
+    }
+    fn open_queue(
+        &self,
+        ty: HctxType,
+        index: u16,
+        _: u32,
+    ) -> Result<Box<dyn DriverQueue>, BdevError> {
+        Err(BdevError::QueueOpen {
+            name: self.0.info().name.clone(),
+            ty,
+            index,
+            reason: "disconnected".into(),
+        })
+    }
+}
+
+#[test]
+fn a_raid1_queue_opens_without_a_member_it_cannot_reach_and_a_raid0_one_does_not() {
+    let gone: Arc<dyn BlockDevice> = Arc::new(Unreachable(malloc("G", 256)));
+    let r = raid(
+        RaidLevel::Raid1,
+        0,
+        vec![malloc("A", 256), Arc::clone(&gone)],
+    );
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    assert_eq!(r.health().state(1), SlotState::Failed);
+    let data = pattern(4, 8 << 10);
+    q.write(0, &data);
+    assert_eq!(q.read(0, data.len()), data);
+    let r0 = raid(RaidLevel::Raid0, 4, vec![malloc("B", 256), gone]);
+    assert!(r0.open_queue(HctxType::Default, 0, 4).is_err());
+}
+
 /// Runs `rqs[tags]` on an array's own driver queue to completion.
 fn run_driver(q: &mut dyn DriverQueue, rqs: &mut [Request], tags: &[u16]) {
     q.submit(rqs, tags);
