@@ -76,8 +76,6 @@ pub fn methods() -> Vec<Method<dyn Daemon>> {
             // bdev_examine is the bdev layer's own method at runtime (pmio_runtime::rpc); a
             // configuration's call is still ignored (every bdev it creates is examined).
             Handling::Ignore(_) if e.method == "bdev_examine" => None,
-            // bdev_raid_set_options is the raid module's own method (pmio_raid::rpc).
-            Handling::Ignore(_) if e.method == "bdev_raid_set_options" => None,
             Handling::Ignore(_) => Some(Method::new(e.method, STARTUP | RUNTIME, run_ignored)),
             _ => None,
         })

@@ -515,10 +515,13 @@ pub static TABLE: &[Entry] = &[
     e(
         "bdev_raid_set_options",
         "bdev",
-        Handling::Ignore(
-            "pmio-tgt takes bdev_raid_set_options by RPC; a configuration's call is not replayed yet \
-             (rebuilds run with the window and bandwidth set since start, SPDK's defaults at first)",
-        ),
+        Handling::Set(Create {
+            what: |_| "RAID process options".into(),
+            undo: Undo::Before(|_, _| {
+                Before::Keep("the RAID process options (a rebuild's window and bandwidth)".into())
+            }),
+            check: params::bdev_raid_set_options,
+        }),
     ),
     e(
         "bdev_iscsi_set_options",

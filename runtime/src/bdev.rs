@@ -13,8 +13,9 @@
 use std::cell::{Cell, RefCell};
 use std::ops::Deref;
 use std::rc::{Rc, Weak};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
+use pmio::BlockDevice;
 use pmio::aio::{AioBdev, AioOptions};
 use pmio::bdev::{BdevError, Registry};
 use pmio_reactors::{
@@ -118,10 +119,25 @@ impl Bdev {
     /// A new handle (a queue of its own) on device `name` of `registry`, opened with `opts`
     /// on this reactor.
     pub fn open_in(registry: &Registry, name: &str, opts: AioOptions) -> Result<Bdev, OpenError> {
+        Bdev::polled_here(name, || AioBdev::open_in(registry, name, opts))
+    }
+
+    /// A new handle (a queue of its own) on `dev`, registered anywhere or nowhere (a virtual
+    /// bdev's member), opened with `opts` on this reactor.
+    pub fn open_device(dev: Arc<dyn BlockDevice>, opts: AioOptions) -> Result<Bdev, OpenError> {
+        let name = dev.info().name.clone();
+        Bdev::polled_here(&name, || AioBdev::open(dev, opts))
+    }
+
+    /// Opens a handle with `open` on this reactor and has its progress poller registered.
+    fn polled_here(
+        name: &str,
+        open: impl FnOnce() -> Result<AioBdev, BdevError>,
+    ) -> Result<Bdev, OpenError> {
         let (Some(group), Some(core)) = (ReactorsHandle::current(), current_core()) else {
             return Err(OpenError::NotOnReactor(name.to_string()));
         };
-        let aio = Rc::new(AioBdev::open_in(registry, name, opts)?);
+        let aio = Rc::new(open()?);
         UNPOLLED.with_borrow_mut(|u| u.push(Rc::downgrade(&aio)));
         group
             .send(core, register_unpolled)

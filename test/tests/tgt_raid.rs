@@ -138,9 +138,14 @@ fn raid0_and_raid1_over_malloc_serve_nvme_tcp_and_come_back_from_save_config() {
     let out = d.rpc(&["bdev_raid_delete", "Raid0"]);
     assert!(!out.status.success(), "deleted while a namespace serves it");
 
-    // save_config: members first, then the arrays, as SPDK writes them; a daemon started
-    // from it has both arrays.
+    // save_config: the process options first, members next, then the arrays, as SPDK writes
+    // them; a daemon started from it has both arrays and the options.
+    d.rpc_ok(&["bdev_raid_set_options", "-w", "256", "-b", "8"]);
     let saved = d.rpc_ok(&["save_config"]);
+    assert_eq!(
+        raid_options(&saved),
+        json!({"process_window_size_kb": 256, "process_max_bandwidth_mb_sec": 8})
+    );
     let cfg: Value = serde_json::from_str(&saved).unwrap();
     let bdev = cfg["subsystems"]
         .as_array()
@@ -153,11 +158,12 @@ fn raid0_and_raid1_over_malloc_serve_nvme_tcp_and_come_back_from_save_config() {
         .unwrap()
         .iter()
         .filter_map(|c| c["method"].as_str())
-        .filter(|m| m.ends_with("_create"))
+        .filter(|m| m.ends_with("_create") || m.starts_with("bdev_raid"))
         .collect();
     assert_eq!(
         calls,
         [
+            "bdev_raid_set_options",
             "bdev_malloc_create",
             "bdev_malloc_create",
             "bdev_malloc_create",
@@ -173,6 +179,11 @@ fn raid0_and_raid1_over_malloc_serve_nvme_tcp_and_come_back_from_save_config() {
     let d2 = Daemon::start(&sock2, &["-m", "0x1", "-c", cfg_path.to_str().unwrap()]);
     let raids = d2.rpc_json(&["bdev_raid_get_bdevs", "online"]);
     assert_eq!(raids.as_array().unwrap().len(), 2, "{raids}");
+    assert_eq!(
+        raid_options(&d2.rpc_ok(&["save_config"])),
+        json!({"process_window_size_kb": 256, "process_max_bandwidth_mb_sec": 8}),
+        "the options came back from the configuration"
+    );
     // The raid1 over its fresh malloc members serves I/O too.
     d2.rpc_ok(&["nvmf_subsystem_remove_ns", NQN, "1"]);
     d2.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "Mirror"]);
@@ -199,6 +210,20 @@ fn raid0_and_raid1_over_malloc_serve_nvme_tcp_and_come_back_from_save_config() {
 }
 
 /// The raid1 named `name` in `bdev_raid_get_bdevs all`.
+/// The parameters of the `bdev_raid_set_options` call in a save_config's bdev section.
+fn raid_options(saved: &str) -> Value {
+    let cfg: Value = serde_json::from_str(saved).unwrap();
+    cfg["subsystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["subsystem"] == "bdev")
+        .and_then(|b| b["config"].as_array())
+        .and_then(|c| c.iter().find(|c| c["method"] == "bdev_raid_set_options"))
+        .map(|c| c["params"].clone())
+        .unwrap_or(Value::Null)
+}
+
 fn raid_info(d: &Daemon, name: &str) -> Value {
     let all = d.rpc_json(&["bdev_raid_get_bdevs", "all"]);
     all.as_array()

@@ -312,6 +312,8 @@ pub fn bdev_config(rpc: &Rpc) -> Vec<Value> {
     let mut out: Vec<Value> = rpc.settings.saved_nvme().into_iter().collect();
     // Ceph cluster registrations before the rbd bdevs that use them.
     out.extend(t.rbd.config());
+    // The RAID process options before the arrays (SPDK writes module options first).
+    out.extend(t.raid.config());
     out.extend(t.bdevs.create_calls());
     out.extend(t.nvme.config());
     out.extend(pmio_runtime::rpc::scheduler::config(&t.bdevs));

@@ -161,12 +161,19 @@ mod tests {
         // bdev_nvme_set_hotplug, bdev_wait_for_examine, framework_set_scheduler,
         // nvmf_set_config, nvmf_set_crdt.
         assert_eq!(r.count(Verdict::Map), 8, "{}", r.render());
+        // The raid module's own method: replayed.
+        assert!(
+            r.lines
+                .iter()
+                .any(|l| l.verdict == Verdict::Set && l.method == "bdev_raid_set_options"),
+            "{}",
+            r.render()
+        );
         let text = r.render();
         for want in [
             "iobuf_set_options",
             "accel_set_options",
             "bdev_set_options",
-            "bdev_raid_set_options",
             "iscsi_set_options",
             "nvmf_set_max_subsystems",
             "subsystems[0] (keyring)",

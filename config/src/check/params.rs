@@ -181,6 +181,21 @@ pub fn bdev_malloc(v: &Value, w: &mut World) -> Result<String, String> {
 
 /// `bdev_raid_create`: the level and strip as the module takes them, every base bdev made
 /// earlier in the file, each in one array only.
+/// `bdev_raid_set_options`: the window must hold a block.
+pub fn bdev_raid_set_options(v: &Value, _: &mut World) -> Result<String, String> {
+    let p: pmio_raid::rpc::RaidSetOptions = declared(v, "bdev_raid_set_options")?;
+    if p.process_window_size_kb == Some(0) {
+        return Err("process_window_size_kb 0: a window holds at least one block".into());
+    }
+    Ok(format!(
+        "RAID process options: window {} KiB, bandwidth {} MiB/s",
+        p.process_window_size_kb
+            .map_or("as it is".into(), |k| k.to_string()),
+        p.process_max_bandwidth_mb_sec
+            .map_or("as it is".into(), |b| b.to_string())
+    ))
+}
+
 pub fn bdev_raid(v: &Value, w: &mut World) -> Result<String, String> {
     let p: pmio_raid::rpc::RaidCreate = declared(v, "bdev_raid_create")?;
     let id = uuid(p.uuid.clone())?;

@@ -4,7 +4,9 @@
 //!
 //! A member whose superblock is older than the newest one of its array (a lower sequence
 //! number), or that the newest one lists as failed or missing, holds stale data: it is
-//! refused, never read from, and waits to be added back (and rebuilt) by the operator.
+//! refused, never read from, and waits to be added back (and rebuilt) by the operator. A
+//! member the newest one lists as being rebuilt (`spare`) is not waited for, but joins if it
+//! is here when the array is built: its rebuild resumes.
 
 use crate::superblock::{MemberState, Superblock};
 use pmio::Uuid;
@@ -62,9 +64,9 @@ impl<D: Clone> Gathering<D> {
         self.found.retain(|o| {
             let behind = o.sb.uuid == array
                 && (o.sb.seq_number < newest.seq_number
-                    || newest
-                        .member(&o.uuid)
-                        .is_none_or(|m| m.state != MemberState::Configured));
+                    || newest.member(&o.uuid).is_none_or(|m| {
+                        !matches!(m.state, MemberState::Configured | MemberState::Spare)
+                    }));
             if behind && stale.is_none() {
                 stale = Some(Decision::Stale {
                     member: o.uuid,
@@ -92,6 +94,21 @@ impl<D: Clone> Gathering<D> {
         }
         if missing > 0 {
             return stale.unwrap_or(Decision::Wait);
+        }
+        // A member being rebuilt that is here joins (its copy resumes); one not here is not
+        // waited for: it is added back, and rebuilt, later.
+        for m in newest
+            .members
+            .iter()
+            .filter(|m| m.state == MemberState::Spare)
+        {
+            if let Some(o) = self
+                .found
+                .iter()
+                .find(|o| o.sb.uuid == array && o.uuid == m.uuid)
+            {
+                slots[m.slot as usize] = Some(o.dev.clone());
+            }
         }
         self.found.retain(|o| o.sb.uuid != array);
         Decision::Assemble { sb: newest, slots }
@@ -165,7 +182,7 @@ mod tests {
         }
     }
 
-    use MemberState::{Configured as C, Failed as F};
+    use MemberState::{Configured as C, Failed as F, Spare as S};
 
     #[test]
     fn an_array_assembles_once_every_configured_member_is_here() {
@@ -219,5 +236,29 @@ mod tests {
                 newest: 6
             }
         );
+    }
+
+    #[test]
+    fn a_member_being_rebuilt_joins_if_here_and_is_not_waited_for() {
+        // Here before the last configured member: in its slot.
+        let mut g = Gathering::default();
+        assert_eq!(g.offer(found(sb(7, &[C, S]), 2)), Decision::Wait);
+        match g.offer(found(sb(7, &[C, S]), 1)) {
+            Decision::Assemble { slots, .. } => assert_eq!(slots, [Some(1), Some(2)]),
+            d => panic!("{d:?}"),
+        }
+        // Not here: the array does not wait for it.
+        let mut g = Gathering::default();
+        match g.offer(found(sb(7, &[C, S]), 1)) {
+            Decision::Assemble { slots, .. } => assert_eq!(slots, [Some(1), None]),
+            d => panic!("{d:?}"),
+        }
+        // Behind the newest superblock it is stale like any other.
+        let mut g = Gathering::default();
+        assert_eq!(g.offer(found(sb(6, &[C, S, C]), 2)), Decision::Wait);
+        assert!(matches!(
+            g.offer(found(sb(7, &[C, S, C]), 1)),
+            Decision::Stale { seq: 6, .. }
+        ));
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use pmio::BlockDevice;
 
 use crate::bitmap::BITMAP_OFFSET_BYTES;
+use crate::checkpoint::{CHECKPOINT_LEN, CHECKPOINT_OFFSET_BYTES, Checkpoint};
 use crate::member_io::{MemberIo, MemberIoError};
 use crate::superblock::{MemberState, SbError, Superblock};
 use crate::{RaidDevice, SlotState, lock};
@@ -248,6 +249,52 @@ pub(crate) fn load_bitmap(dev: &RaidDevice) {
             dev.info().name
         ),
     }
+}
+
+/// Block of a rebuild's checkpoint on its target.
+fn checkpoint_lba(dev: &RaidDevice) -> u64 {
+    CHECKPOINT_OFFSET_BYTES / u64::from(dev.info().block_size)
+}
+
+/// The rebuild checkpoint `member` carries for array `dev`, if a valid one of it (a
+/// missing or unreadable one is `None`: the caller copies everything then).
+pub(crate) fn read_checkpoint(
+    dev: &RaidDevice,
+    member: &Arc<dyn BlockDevice>,
+) -> Option<Checkpoint> {
+    let r = MemberIo::open(Arc::clone(member))
+        .and_then(|mut io| io.read(checkpoint_lba(dev), CHECKPOINT_LEN));
+    match r.map(|b| Checkpoint::decode(&b)) {
+        Ok(Ok(c)) if c.array == dev.info().uuid && c.member == member.info().uuid => Some(c),
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => {
+            log::info!(
+                "raid bdev {}: {} has {e}",
+                dev.info().name,
+                member.info().name
+            );
+            None
+        }
+        Err(e) => {
+            log::warn!(
+                "raid bdev {}: rebuild checkpoint of {} unreadable: {e}",
+                dev.info().name,
+                member.info().name
+            );
+            None
+        }
+    }
+}
+
+/// Writes `c` durably on `member` (a rebuild about to start records where it starts before
+/// the superblock says the member is being rebuilt).
+pub(crate) fn write_checkpoint(
+    dev: &RaidDevice,
+    member: &Arc<dyn BlockDevice>,
+    c: &Checkpoint,
+) -> Result<(), MemberIoError> {
+    MemberIo::open(Arc::clone(member))
+        .and_then(|mut io| io.write_durable(checkpoint_lba(dev), &c.encode()))
 }
 
 /// Wipes the superblock from every member of `dev` (`bdev_raid_delete` with `clear_sb`), so

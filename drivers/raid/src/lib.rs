@@ -11,8 +11,9 @@
 //! | `member_io.rs` | synchronous metadata I/O on one member, off the reactors |
 //! | `keeper.rs` | the array's superblock: written at create, on every change, read at assembly |
 //! | `window.rs` | the rebuild window: front-end writes to it wait, nothing else does |
-//! | `rebuild.rs` | the rebuild process: a window at a time, paced, progress |
+//! | `rebuild/` | the rebuild process: a task on a reactor, a window at a time, paced, retried |
 //! | `bitmap.rs` | the write-intent bitmap: regions written while a member is away |
+//! | `checkpoint.rs` | a rebuild's progress on its target, so a restart resumes it |
 //! | `assembly.rs` | gathering members found at examine into arrays, refusing stale ones |
 //! | `queue.rs` | one reactor's queue: forwarding to the members' queues, raid1's rules |
 //! | `rpc.rs`, `cli.rs` | SPDK's `bdev_raid_*` methods and pmio-rpc's subcommands |
@@ -26,11 +27,14 @@
 //! With a superblock (SPDK's layout, on every member at block 0, data 1 MiB in) an array is
 //! assembled again from its members at examine, and a member whose superblock is older than
 //! the others' is never read from. A raid1 member added to a running array (returning or
-//! new) is rebuilt a window at a time while I/O goes on; one that comes back gets only the
-//! regions the write-intent bitmap marked while it was away.
+//! new) is rebuilt a window at a time while I/O goes on, by a task on a reactor with async
+//! I/O that retries a failed I/O a few times; one that comes back gets only the regions the
+//! write-intent bitmap marked while it was away, and a rebuild cut short by a restart
+//! resumes from the checkpoint it keeps on its target.
 
 pub mod assembly;
 pub mod bitmap;
+pub mod checkpoint;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod health;
@@ -50,8 +54,10 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use pmio::{BdevError, BdevInfo, BlockDevice, DriverQueue, HctxQueues, HctxType, Uuid};
 
+use checkpoint::Checkpoint;
 pub use health::{Health, SlotState};
 pub use layout::{Layout, RaidLevel};
+use rebuild::{Plan, Runner};
 use superblock::{ArrayState, DATA_OFFSET_BYTES, MemberState, SbMember, Superblock};
 
 /// What an array is made of.
@@ -112,6 +118,9 @@ pub struct RaidDevice {
     sb: Option<Mutex<Superblock>>,
     /// The rebuild running or last run.
     process: Mutex<Option<Arc<rebuild::Process>>>,
+    /// A rebuild an assembly found cut short, to resume ([`RaidDevice::resume`]): the slot
+    /// and what is left.
+    to_resume: Mutex<Option<(usize, rebuild::Plan)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -269,6 +278,7 @@ impl RaidDevice {
             strip_size_kb,
             sb: sb.map(Mutex::new),
             process: Mutex::new(None),
+            to_resume: Mutex::new(None),
             info,
         });
         if persistent {
@@ -309,9 +319,17 @@ impl RaidDevice {
             .filter(|l| l.member_blocks == sizes && l.num_blocks == sb.raid_size)
             .ok_or_else(|| bad("superblock geometry does not add up to its size".into()))?
             .with_data_offset(offsets[0]);
+        // A member the superblock lists as being rebuilt takes writes and resumes its copy.
+        let spare = |slot: usize| {
+            sb.members
+                .iter()
+                .any(|m| m.slot as usize == slot && m.state == MemberState::Spare)
+        };
         let states: Vec<SlotState> = found
             .iter()
-            .map(|f| match f {
+            .enumerate()
+            .map(|(i, f)| match f {
+                Some(_) if spare(i) => SlotState::Rebuilding,
                 Some(_) => SlotState::Operational,
                 None => SlotState::Missing,
             })
@@ -346,6 +364,11 @@ impl RaidDevice {
             Some(sb),
         )?;
         keeper::load_bitmap(&dev);
+        // Read before tracking starts below: the bitmap as loaded says what was written.
+        if let Some(slot) = states.iter().position(|&s| s == SlotState::Rebuilding) {
+            let plan = dev.plan_to_resume(slot);
+            *lock(&dev.to_resume) = Some((slot, plan));
+        }
         if up < n {
             // Writes from now on miss the absent members: track them, and record who is
             // missing so a member that turns up later with the old superblock is behind.
@@ -418,12 +441,14 @@ impl RaidDevice {
     }
 
     /// Adds `member` to an empty (or failed) slot of a raid1 array and starts rebuilding it
-    /// (SPDK's `bdev_raid_add_base_bdev`); returns the slot. The member takes writes at
-    /// once and reads once the rebuild has copied everything to it.
+    /// on `runner`'s reactor (SPDK's `bdev_raid_add_base_bdev`); returns the slot. The member
+    /// takes writes at once and reads once the rebuild has copied everything to it. Called
+    /// off the reactors: it reads and writes the member's metadata synchronously.
     pub fn add_member(
         self: &Arc<Self>,
         member: Arc<dyn BlockDevice>,
         opts: rebuild::ProcessOptions,
+        runner: &Runner,
     ) -> Result<usize, BdevError> {
         let bad = |reason: String| BdevError::InvalidConfig {
             name: self.info.name.clone(),
@@ -447,7 +472,7 @@ impl RaidDevice {
             return Err(bad("a rebuild is already running".into()));
         }
         // Read before the member gets the array's current superblock below.
-        let ranges = self.ranges_to_rebuild(&member);
+        let plan = self.plan_for(&member);
         let h = self.health();
         let slot = {
             let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
@@ -470,7 +495,6 @@ impl RaidDevice {
             slots[slot] = Some(Arc::clone(&member));
             slot
         };
-        h.set(slot, SlotState::Rebuilding);
         let fail = |e: String| {
             h.set(slot, SlotState::Missing);
             BdevError::Io {
@@ -478,38 +502,142 @@ impl RaidDevice {
                 source: std::io::Error::other(e),
             }
         };
+        // Where this rebuild starts, on the member before its superblock says it is being
+        // rebuilt: a checkpoint left from an older rebuild is never read for this one.
+        if self.sb.is_some() {
+            let start = Checkpoint {
+                array: self.info.uuid,
+                member: mi.uuid,
+                offset: plan.ranges.first().map_or(self.info.num_blocks, |r| r.0),
+                full: plan.full,
+            };
+            keeper::write_checkpoint(self, &member, &start).map_err(|e| fail(e.to_string()))?;
+        }
+        h.set(slot, SlotState::Rebuilding);
         keeper::write_superblock(self, |_| {}).map_err(|e| fail(e.to_string()))?;
-        let p =
-            rebuild::start(self, slot, ranges, opts, |_| {}).map_err(|e| fail(e.to_string()))?;
-        *lock(&self.process) = Some(p);
+        self.start_process(slot, plan, opts, runner)
+            .map_err(|e| fail(e.to_string()))?;
         Ok(slot)
     }
 
-    /// What a member joining must be copied: only the regions the write-intent bitmap marked
-    /// if the member was current when tracking began (its superblock, of this array, is at
-    /// the bitmap's `since` or later), else everything.
-    fn ranges_to_rebuild(&self, member: &Arc<dyn BlockDevice>) -> Vec<(u64, u64)> {
-        let all = vec![(0, self.info.num_blocks)];
+    /// Resumes the rebuild an assembly found cut short (a member its superblock lists as
+    /// being rebuilt), on `runner`'s reactor; the slot, if there was one.
+    pub fn resume(
+        self: &Arc<Self>,
+        opts: rebuild::ProcessOptions,
+        runner: &Runner,
+    ) -> Result<Option<usize>, BdevError> {
+        let Some((slot, plan)) = lock(&self.to_resume).take() else {
+            return Ok(None);
+        };
+        log::info!(
+            "raid bdev {}: resuming the rebuild of slot {slot}: {} blocks left",
+            self.info.name,
+            plan.blocks()
+        );
+        self.start_process(slot, plan, opts, runner).map_err(|e| {
+            self.shared.fail_member(slot);
+            BdevError::Io {
+                name: self.info.name.clone(),
+                source: std::io::Error::other(e.to_string()),
+            }
+        })?;
+        Ok(Some(slot))
+    }
+
+    fn start_process(
+        self: &Arc<Self>,
+        slot: usize,
+        plan: Plan,
+        opts: rebuild::ProcessOptions,
+        runner: &Runner,
+    ) -> Result<(), rebuild::RebuildError> {
+        let p = rebuild::start(self, slot, plan, opts, runner)?;
+        *lock(&self.process) = Some(p);
+        Ok(())
+    }
+
+    /// What a member joining must be copied:
+    /// - one of this array that was current when tracking began (its own superblock, at the
+    ///   bitmap's `since` or later, lists it configured): the regions the bitmap marked;
+    /// - one whose rebuild was cut short (its own superblock lists it being rebuilt, at
+    ///   `since` or later, and it carries that rebuild's checkpoint): what the checkpoint
+    ///   says was left, and the regions written since it left;
+    /// - any other: everything.
+    fn plan_for(&self, member: &Arc<dyn BlockDevice>) -> Plan {
+        let n = self.info.num_blocks;
         let map = &self.shared.map;
         if !map.active() {
-            return all;
+            return Plan::full(n);
         }
-        match keeper::read_superblock(member) {
-            Ok(Some(sb)) if sb.uuid == self.info.uuid && sb.seq_number >= map.since() => {
-                let ranges = map.dirty_ranges(self.info.num_blocks);
-                log::info!(
-                    "raid bdev {}: {} comes back at superblock {} (tracking since {}): \
-                     partial rebuild of {} blocks in {} ranges",
-                    self.info.name,
-                    member.info().name,
-                    sb.seq_number,
-                    map.since(),
-                    ranges.iter().map(|&(s, e)| e - s).sum::<u64>(),
-                    ranges.len()
-                );
-                ranges
+        let mi = member.info();
+        let sb = match keeper::read_superblock(member) {
+            Ok(Some(sb)) if sb.uuid == self.info.uuid && sb.seq_number >= map.since() => sb,
+            _ => return Plan::full(n),
+        };
+        let dirty = map.dirty_ranges(n);
+        let plan = match sb.member(&mi.uuid).map(|m| m.state) {
+            Some(MemberState::Configured) => Plan {
+                ranges: dirty,
+                full: false,
+            },
+            Some(MemberState::Spare) => match keeper::read_checkpoint(self, member) {
+                Some(c) => {
+                    let rest = self.rest_of(&c);
+                    Plan {
+                        ranges: checkpoint::union(&rest.ranges, &dirty),
+                        full: rest.full,
+                    }
+                }
+                None => return Plan::full(n),
+            },
+            _ => return Plan::full(n),
+        };
+        log::info!(
+            "raid bdev {}: {} comes back at superblock {} (tracking since {}): \
+             partial rebuild of {} blocks in {} ranges",
+            self.info.name,
+            mi.name,
+            sb.seq_number,
+            map.since(),
+            plan.blocks(),
+            plan.ranges.len()
+        );
+        plan
+    }
+
+    /// What is left of the rebuild of slot `slot` cut short by a restart: by its
+    /// checkpoint, else everything. Every front-end write since the copy started reached the
+    /// member, so what the checkpoint says is done is.
+    fn plan_to_resume(&self, slot: usize) -> Plan {
+        let n = self.info.num_blocks;
+        let Some(member) = self.members()[slot].clone() else {
+            return Plan::full(n);
+        };
+        match keeper::read_checkpoint(self, &member) {
+            Some(c) => self.rest_of(&c),
+            None => Plan::full(n),
+        }
+    }
+
+    /// What checkpoint `c` says is left: of the whole array, or of the write-intent
+    /// bitmap's regions (everything if the bitmap is not there to say).
+    fn rest_of(&self, c: &Checkpoint) -> Plan {
+        let n = self.info.num_blocks;
+        let map = &self.shared.map;
+        let base = if c.full {
+            Plan::full(n)
+        } else if map.active() || c.offset >= n {
+            Plan {
+                ranges: map.dirty_ranges(n),
+                full: false,
             }
-            _ => all,
+        } else {
+            return Plan::full(n);
+        };
+        Plan {
+            ranges: checkpoint::ranges_from(&base.ranges, c.offset),
+            full: base.full,
         }
     }
 

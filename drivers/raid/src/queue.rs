@@ -144,25 +144,44 @@ impl RaidQueue {
             writes: 0,
             shared,
         };
-        // At open every member taking writes must open: an array that cannot reach one of
-        // its members on this reactor is not opened here.
+        // At open every member taking writes must open for raid0 and concat. A raid1 member
+        // that cannot be reached (a replica gone, not yet failed out) leaves the array, as an
+        // I/O error would make it, and the queue opens on the others.
         let slots = q
             .shared
             .slots
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let mut refused = None;
         for (i, dev) in slots.into_iter().enumerate() {
             if let Some(dev) = dev
                 && q.shared.health.writable(i)
             {
-                let m = &mut q.members[i];
-                m.q = Some(dev.open_queue(HctxType::Default, 0, depth)?);
-                m.dev = Some(dev);
-                m.live = true;
+                match dev.open_queue(HctxType::Default, 0, depth) {
+                    Ok(mq) => {
+                        let m = &mut q.members[i];
+                        m.q = Some(mq);
+                        m.dev = Some(dev);
+                        m.live = true;
+                    }
+                    Err(e) if q.in_place => return Err(e),
+                    Err(e) => {
+                        log::error!(
+                            "raid bdev {}: cannot open member {} ({e}); it leaves the array",
+                            q.shared.name,
+                            dev.info().name
+                        );
+                        q.shared.fail_member(i);
+                        refused.get_or_insert(e);
+                    }
+                }
             }
         }
-        Ok(q)
+        match refused {
+            Some(e) if !q.members.iter().any(|m| m.live) => Err(e),
+            _ => Ok(q),
+        }
     }
 
     fn health(&self) -> &Health {
@@ -393,9 +412,29 @@ impl RaidQueue {
             (_, None) => IoStatus::Success,
             // A mirror's write is good while one copy is.
             (RaidLevel::Raid1, Some(_)) if st.ok > 0 && rq.op != Op::Read => IoStatus::Success,
-            (_, Some(e)) => e,
+            (_, Some(e)) => {
+                self.log_failed(&rq, st, e);
+                e
+            }
         };
         true
+    }
+
+    /// Says why the array fails a request (cold): which members it went to and what the
+    /// members' states were, so a failure seen by a host can be traced to its member.
+    #[cold]
+    fn log_failed(&self, rq: &Request, st: TagState, e: IoStatus) {
+        let h = self.health();
+        let states: Vec<_> = (0..h.slots()).map(|i| h.state(i)).collect();
+        log::warn!(
+            "raid bdev {}: {} of {} blocks at {} failed ({e:?}): failed on members {:#b}, {} current copies answered it, members {states:?}",
+            self.shared.name,
+            rq.op.name(),
+            rq.nblocks,
+            st.lba,
+            st.failed_on,
+            st.ok
+        );
     }
 
     /// Marks write `t`'s blocks in the write-intent bitmap; a new region makes the write

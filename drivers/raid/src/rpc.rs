@@ -6,13 +6,14 @@
 //! out first with `bdev_raid_remove_base_bdev`). `save_config` writes `bdev_raid_create`
 //! after the members' own create calls (the bdev section is in creation order), as SPDK
 //! writes it, except for arrays with a superblock: as in SPDK, those come back from their
-//! members' superblocks when the members are examined.
+//! members' superblocks when the members are examined. `bdev_raid_set_options` comes first
+//! ([`RaidRpc::config`]).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use pmio::{BlockDevice, Uuid};
 use pmio_jsonrpc::decl;
-use pmio_jsonrpc::{Method, RUNTIME, Registry, RpcError, code};
+use pmio_jsonrpc::{Method, RUNTIME, Registry, RpcError, STARTUP, code};
 use pmio_runtime::rpc::params;
 use pmio_runtime::rpc::{BdevHost, BdevModule, BdevRecord, BdevUser};
 use serde::{Deserialize, Serialize};
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::assembly::{Decision, Found, Gathering};
 use crate::keeper;
-use crate::rebuild::ProcessOptions;
+use crate::rebuild::{ProcessOptions, Runner};
 use crate::{RaidDevice, RaidLevel, RaidOptions};
 
 /// The module's name in SPDK's errors and records.
@@ -179,6 +180,10 @@ impl State {
             dev.health().slots(),
             dev.superblock().map_or(0, |s| s.seq_number)
         );
+        let opts = *lock(&self.opts);
+        if let Err(e) = dev.resume(opts, &Runner::first_core(host.reactors())) {
+            log::error!("raid bdev {raid}: rebuild not resumed: {e}");
+        }
     }
 }
 
@@ -222,7 +227,12 @@ pub fn methods() -> Registry<RaidRpc> {
             RUNTIME,
             bdev_raid_remove_base_bdev,
         ),
-        Method::new("bdev_raid_set_options", RUNTIME, bdev_raid_set_options),
+        // As SPDK: at start-up too, so a configuration sets them before its arrays.
+        Method::new(
+            "bdev_raid_set_options",
+            STARTUP | RUNTIME,
+            bdev_raid_set_options,
+        ),
     ]
     .into_iter()
     .collect()
@@ -439,7 +449,7 @@ fn bdev_raid_add_base_bdev(
     }
     let opts = *lock(&m.state.opts);
     let slot = raid
-        .add_member(dev, opts)
+        .add_member(dev, opts, &Runner::first_core(m.host.reactors()))
         .map_err(|e| failed(-e.errno(), &e))?;
     log::info!(
         "bdev_raid_add_base_bdev: {} is member {slot} of {}, rebuilding",
@@ -515,6 +525,20 @@ impl RaidRpc {
     /// The options a rebuild started now runs with.
     pub fn process_options(&self) -> ProcessOptions {
         *lock(&self.state.opts)
+    }
+
+    /// The module's part of save_config's bdev section, written before any bdev's create
+    /// call (SPDK's `raid_bdev_config_json`: `bdev_raid_set_options`, always, with both
+    /// values), so a rebuild that an assembly resumes runs with them.
+    pub fn config(&self) -> Vec<Value> {
+        let o = self.process_options();
+        vec![params::call(
+            "bdev_raid_set_options",
+            &RaidSetOptions {
+                process_window_size_kb: Some(o.window_size_kb),
+                process_max_bandwidth_mb_sec: Some(o.max_bandwidth_mb_sec),
+            },
+        )]
     }
 }
 

@@ -2,8 +2,8 @@
 //! read back equals data written, it lands on the members where SPDK's layout puts it, and a
 //! raid1 that loses a member keeps every acknowledged write.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use pmio::bdev::{BdevQueue, BdevQueueOptions};
@@ -14,10 +14,54 @@ use pmio::{
 };
 use pmio_malloc::{MallocDevice, MallocOptions};
 
+use pmio_reactors::{CoreMask, Reactors, ReactorsHandle, ReactorsOptions};
+
 use crate::assembly::{Decision, Found, Gathering};
 use crate::keeper;
+use crate::rebuild::{Process, ProcessOptions, Runner};
 use crate::superblock::{MemberState, Superblock};
-use crate::{RaidDevice, RaidLevel, RaidOptions};
+use crate::{RaidDevice, RaidLevel, RaidOptions, SlotState};
+
+/// One reactor for every test's rebuilds (a daemon's first reactor): unpinned and sleeping
+/// when idle, so tests running side by side do not spin a core each.
+fn runner() -> Runner {
+    static REACTORS: OnceLock<ReactorsHandle> = OnceLock::new();
+    let handle = REACTORS.get_or_init(|| {
+        let core = CoreMask::available().unwrap().first();
+        let reactors = Reactors::start(
+            CoreMask::from_cores([core]).unwrap(),
+            ReactorsOptions {
+                pin_threads: false,
+                interrupt_idle: Some(Duration::from_millis(1)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let handle = reactors.handle();
+        // Runs until the test process exits.
+        std::mem::forget(reactors);
+        handle
+    });
+    Runner::first_core(handle)
+}
+
+/// Waits (10 s at most) until `p` has ended.
+fn wait_finished(p: &Process) {
+    let t0 = Instant::now();
+    while !p.finished() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "rebuild hangs");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits (10 s at most) until `cond` holds.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{what}: never");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
 
 fn malloc(name: &str, kib: u64) -> Arc<dyn BlockDevice> {
     MallocDevice::new(MallocOptions {
@@ -165,19 +209,43 @@ fn refused_arrays_say_why() {
     assert!(err(RaidLevel::Raid0, 128, vec![malloc("A", 64)]).contains("smaller than one strip"));
 }
 
-/// A member that fails every I/O once `broken` is set, as a device that vanished does.
-struct Breakable {
+/// A member that fails I/O on demand: while `fail` is above 0, each request of `op` (of any
+/// op if `None`) at or past block `from` fails with `status` and counts it down, as a
+/// replica's do while its connection drops and comes back; [`VANISHED`] fails every one for
+/// good, as a device that went away.
+struct Flaky {
     inner: Arc<dyn BlockDevice>,
-    broken: Arc<AtomicBool>,
+    op: Option<Op>,
+    from: u64,
+    status: IoStatus,
+    fail: Arc<AtomicU32>,
 }
 
-struct BreakableQueue {
+/// `Flaky::fail` for a device that is gone.
+const VANISHED: u32 = u32::MAX;
+
+/// A member that fails every I/O once `broken` is [`VANISHED`].
+fn breakable(inner: Arc<dyn BlockDevice>, broken: &Arc<AtomicU32>) -> Arc<dyn BlockDevice> {
+    Arc::new(Flaky {
+        inner,
+        op: None,
+        from: 0,
+        status: IoStatus::DeviceRemoved,
+        fail: Arc::clone(broken),
+    })
+}
+
+struct FlakyQueue {
     inner: Box<dyn DriverQueue>,
-    broken: Arc<AtomicBool>,
+    op: Option<Op>,
+    from: u64,
+    status: IoStatus,
+    fail: Arc<AtomicU32>,
     failed: Vec<u16>,
+    pass: Vec<u16>,
 }
 
-impl BlockDevice for Breakable {
+impl BlockDevice for Flaky {
     fn info(&self) -> &BdevInfo {
         self.inner.info()
     }
@@ -187,24 +255,48 @@ impl BlockDevice for Breakable {
         index: u16,
         depth: u32,
     ) -> Result<Box<dyn DriverQueue>, BdevError> {
-        Ok(Box::new(BreakableQueue {
+        Ok(Box::new(FlakyQueue {
             inner: self.inner.open_queue(ty, index, depth)?,
-            broken: Arc::clone(&self.broken),
+            op: self.op,
+            from: self.from,
+            status: self.status,
+            fail: Arc::clone(&self.fail),
             failed: Vec::new(),
+            pass: Vec::new(),
         }))
     }
 }
 
-impl DriverQueue for BreakableQueue {
+impl FlakyQueue {
+    /// Whether `rq` fails here (counted).
+    fn fails(&self, rq: &Request) -> bool {
+        self.op.is_none_or(|op| rq.op == op)
+            && rq.lba >= self.from
+            && self
+                .fail
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
+                    0 => None,
+                    VANISHED => Some(VANISHED),
+                    n => Some(n - 1),
+                })
+                .is_ok()
+    }
+}
+
+impl DriverQueue for FlakyQueue {
     fn submit(&mut self, rqs: &mut [Request], tags: &[u16]) {
-        if self.broken.load(Ordering::Relaxed) {
-            for &t in tags {
-                rqs[t as usize].status = IoStatus::DeviceRemoved;
+        self.pass.clear();
+        for &t in tags {
+            if self.fails(&rqs[t as usize]) {
+                rqs[t as usize].status = self.status;
                 self.failed.push(t);
+            } else {
+                self.pass.push(t);
             }
-        } else {
-            self.inner.submit(rqs, tags);
         }
+        let pass = std::mem::take(&mut self.pass);
+        self.inner.submit(rqs, &pass);
+        self.pass = pass;
     }
     fn poll(&mut self, rqs: &mut [Request], done: &mut Vec<u16>, max: usize) -> usize {
         let n = self.failed.len().min(max);
@@ -220,11 +312,8 @@ impl DriverQueue for BreakableQueue {
 fn raid1_mirrors_and_survives_losing_a_member_with_nothing_lost() {
     let a = malloc("A", 1024);
     let b = malloc("B", 1024);
-    let broken = Arc::new(AtomicBool::new(false));
-    let flaky: Arc<dyn BlockDevice> = Arc::new(Breakable {
-        inner: Arc::clone(&b),
-        broken: Arc::clone(&broken),
-    });
+    let broken = Arc::new(AtomicU32::new(0));
+    let flaky = breakable(Arc::clone(&b), &broken);
     let r = raid(RaidLevel::Raid1, 0, vec![Arc::clone(&a), flaky]);
     assert_eq!(r.info().num_blocks, 2048);
     assert_eq!(r.info().boundary_blocks, 0);
@@ -242,7 +331,7 @@ fn raid1_mirrors_and_survives_losing_a_member_with_nothing_lost() {
         );
     }
     // Member B vanishes: the next write still succeeds on A, B leaves the array.
-    broken.store(true, Ordering::Relaxed);
+    broken.store(VANISHED, Ordering::Relaxed);
     let second = pattern(2, 64 << 10);
     q.write(1024, &second);
     assert_eq!(r.health().operational_count(), 1);
@@ -257,35 +346,66 @@ fn raid1_mirrors_and_survives_losing_a_member_with_nothing_lost() {
 fn a_raid1_read_that_fails_is_retried_on_the_other_copy() {
     let a = malloc("A", 512);
     let b = malloc("B", 512);
-    let broken = Arc::new(AtomicBool::new(false));
-    let flaky: Arc<dyn BlockDevice> = Arc::new(Breakable {
-        inner: Arc::clone(&a),
-        broken: Arc::clone(&broken),
-    });
+    let broken = Arc::new(AtomicU32::new(0));
+    let flaky = breakable(Arc::clone(&a), &broken);
     // The flaky member first: with nothing outstanding it is the first pick for a read.
     let r = raid(RaidLevel::Raid1, 0, vec![flaky, b]);
     let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
     let data = pattern(9, 8 << 10);
     q.write(8, &data);
-    broken.store(true, Ordering::Relaxed);
+    broken.store(VANISHED, Ordering::Relaxed);
     assert_eq!(q.read(8, data.len()), data);
     assert_eq!(r.health().operational_count(), 1);
     // With no copy left, I/O fails rather than returning anything.
     let r2 = raid(RaidLevel::Raid1, 0, {
-        let dead = Arc::new(AtomicBool::new(true));
+        let dead = Arc::new(AtomicU32::new(VANISHED));
         (0..2)
-            .map(|i| {
-                Arc::new(Breakable {
-                    inner: malloc(&format!("D{i}"), 64),
-                    broken: Arc::clone(&dead),
-                }) as Arc<dyn BlockDevice>
-            })
+            .map(|i| breakable(malloc(&format!("D{i}"), 64), &dead))
             .collect()
     });
     let mut q2 = Q::open(Arc::clone(&r2) as Arc<dyn BlockDevice>);
     assert_ne!(q2.io(Op::Read, 0, 8), IoStatus::Success);
     assert_ne!(q2.io(Op::Write, 0, 8), IoStatus::Success);
     assert_eq!(r2.state(), "offline");
+}
+
+/// A member that cannot be opened, as a replica whose machine is gone.
+struct Unreachable(Arc<dyn BlockDevice>);
+
+impl BlockDevice for Unreachable {
+    fn info(&self) -> &BdevInfo {
+        self.0.info()
+    }
+    fn open_queue(
+        &self,
+        ty: HctxType,
+        index: u16,
+        _: u32,
+    ) -> Result<Box<dyn DriverQueue>, BdevError> {
+        Err(BdevError::QueueOpen {
+            name: self.0.info().name.clone(),
+            ty,
+            index,
+            reason: "disconnected".into(),
+        })
+    }
+}
+
+#[test]
+fn a_raid1_queue_opens_without_a_member_it_cannot_reach_and_a_raid0_one_does_not() {
+    let gone: Arc<dyn BlockDevice> = Arc::new(Unreachable(malloc("G", 256)));
+    let r = raid(
+        RaidLevel::Raid1,
+        0,
+        vec![malloc("A", 256), Arc::clone(&gone)],
+    );
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    assert_eq!(r.health().state(1), SlotState::Failed);
+    let data = pattern(4, 8 << 10);
+    q.write(0, &data);
+    assert_eq!(q.read(0, data.len()), data);
+    let r0 = raid(RaidLevel::Raid0, 4, vec![malloc("B", 256), gone]);
+    assert!(r0.open_queue(HctxType::Default, 0, 4).is_err());
 }
 
 /// Runs `rqs[tags]` on an array's own driver queue to completion.
@@ -372,16 +492,13 @@ fn a_superblock_array_keeps_its_data_past_the_first_mib_and_its_superblock_on_ev
 fn a_raid1_failure_is_in_the_superblock_before_the_write_it_failed_is_acknowledged() {
     let a = malloc("A", 4096);
     let b = malloc("B", 4096);
-    let broken = Arc::new(AtomicBool::new(false));
-    let flaky: Arc<dyn BlockDevice> = Arc::new(Breakable {
-        inner: Arc::clone(&b),
-        broken: Arc::clone(&broken),
-    });
+    let broken = Arc::new(AtomicU32::new(0));
+    let flaky = breakable(Arc::clone(&b), &broken);
     let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), flaky]);
     let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
     let first = pattern(1, 64 << 10);
     q.write(0, &first);
-    broken.store(true, Ordering::Relaxed);
+    broken.store(VANISHED, Ordering::Relaxed);
     let second = pattern(2, 64 << 10);
     q.write(128, &second);
     // The write is acknowledged: A's superblock already says B failed, one number later.
@@ -546,11 +663,11 @@ fn a_rebuild_copies_every_block_and_loses_no_write_made_while_it_runs() {
     assert_eq!(r.health().operational_count(), 1);
     // Slow enough (8 MiB/s over 3 MiB, 256 KiB windows) that the writes below meet it,
     // many inside the window being copied.
-    let opts = crate::rebuild::ProcessOptions {
+    let opts = ProcessOptions {
         window_size_kb: 256,
         max_bandwidth_mb_sec: 8,
     };
-    let slot = r.add_member(Arc::clone(&c), opts).unwrap();
+    let slot = r.add_member(Arc::clone(&c), opts, &runner()).unwrap();
     assert_eq!(slot, 1);
     assert_eq!(r.health().state(1), crate::SlotState::Rebuilding);
     let mut seed = 7u8;
@@ -569,7 +686,10 @@ fn a_rebuild_copies_every_block_and_loses_no_write_made_while_it_runs() {
     }
     assert!(writes > 20, "only {writes} writes met the rebuild");
     assert_eq!(r.health().state(1), crate::SlotState::Operational);
-    assert_eq!(member_sb(&c).members[1].state, MemberState::Configured);
+    // The superblock writer records it.
+    wait_until("C configured in its superblock", || {
+        member_sb(&c).members[1].state == MemberState::Configured
+    });
     // The new member holds every block as the array does, from its data offset.
     let mut cq = Q::open(Arc::clone(&c));
     for at in (0..size).step_by(1 << 20) {
@@ -615,15 +735,12 @@ fn a_member_back_after_a_restart_gets_only_the_regions_written_while_it_was_away
     slots[0] = Some(Arc::clone(&a));
     let r = RaidDevice::assemble(sb, slots).unwrap();
     assert!(r.shared.map.active());
-    r.add_member(Arc::clone(&b), Default::default()).unwrap();
-    let p = r.process().or_else(|| r.last_process()).expect("a rebuild");
+    r.add_member(Arc::clone(&b), Default::default(), &runner())
+        .unwrap();
+    let p = r.last_process().expect("a rebuild");
     // Regions 2 (256..384), 7 and 8 (896..1152): 384 blocks, not the array's 6144.
     assert_eq!(p.total_blocks, 384);
-    let t0 = Instant::now();
-    while !p.finished() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "rebuild hangs");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_finished(&p);
     assert_eq!(p.copied_blocks(), 384);
     assert_eq!(r.health().operational_count(), 2);
     assert!(
@@ -650,7 +767,156 @@ fn a_member_that_missed_more_than_the_bitmap_knows_gets_a_full_rebuild() {
     let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), Arc::clone(&b)]);
     r.remove_member("B").unwrap();
     // C has no superblock of this array: everything is copied.
-    r.add_member(Arc::clone(&c), Default::default()).unwrap();
-    let p = r.process().or_else(|| r.last_process()).unwrap();
+    r.add_member(Arc::clone(&c), Default::default(), &runner())
+        .unwrap();
+    let p = r.last_process().unwrap();
     assert_eq!(p.total_blocks, r.info().num_blocks);
+    wait_finished(&p);
+}
+
+/// Both members' data areas are the same.
+fn same_data(x: &Arc<dyn BlockDevice>, y: &Arc<dyn BlockDevice>, data_blocks: u64) {
+    let (mut qx, mut qy) = (Q::open(Arc::clone(x)), Q::open(Arc::clone(y)));
+    for lba in (0..data_blocks).step_by(2048) {
+        let n = (2048.min(data_blocks - lba) * 512) as usize;
+        assert!(
+            qx.read(2048 + lba, n) == qy.read(2048 + lba, n),
+            "{} and {} differ in the MiB at array block {lba}",
+            x.info().name,
+            y.info().name
+        );
+    }
+}
+
+/// The superblocks of `members` offered to a new gathering, as a restarted daemon's examine
+/// does: the array they build.
+fn reassemble(members: &[&Arc<dyn BlockDevice>]) -> Arc<RaidDevice> {
+    let mut g = Gathering::default();
+    for d in members {
+        if let Decision::Assemble { sb, slots } = g.offer(Found {
+            sb: member_sb(d),
+            uuid: d.info().uuid,
+            dev: Arc::clone(d),
+        }) {
+            return RaidDevice::assemble(sb, slots).unwrap();
+        }
+    }
+    panic!("the members did not assemble");
+}
+
+#[test]
+fn a_rebuild_cut_short_by_a_restart_resumes_and_copies_only_what_was_left() {
+    let a = malloc("A", 4096);
+    let b = malloc("B", 4096);
+    let c = malloc("C", 4096);
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![Arc::clone(&a), Arc::clone(&b)]);
+    let total = r.info().num_blocks;
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    for lba in (0..total).step_by(2048) {
+        q.write(lba, &pattern(lba as u8, 1 << 20));
+    }
+    drop(q);
+    r.remove_member("B").unwrap();
+    // 3 MiB at 2 MiB/s in 64 KiB windows: cut short a few checkpoints in.
+    let slow = ProcessOptions {
+        window_size_kb: 64,
+        max_bandwidth_mb_sec: 2,
+    };
+    r.add_member(Arc::clone(&c), slow, &runner()).unwrap();
+    let p = r.last_process().unwrap();
+    wait_until("a checkpoint", || p.checkpointed() > 0);
+    // The daemon dies: the copy stops with the array, C's superblock still says spare.
+    drop(r);
+    wait_finished(&p);
+    let done = p.checkpointed();
+    assert!(done > 0 && done < total, "cut at {done} of {total}");
+    assert_eq!(
+        member_sb(&c).member(&c.info().uuid).unwrap().state,
+        MemberState::Spare
+    );
+
+    // Restart: A and C assemble, C resumes from its checkpoint.
+    let r = reassemble(&[&c, &a]);
+    assert_eq!(r.health().state(1), SlotState::Rebuilding);
+    assert_eq!(r.health().operational_count(), 1);
+    let slot = r.resume(ProcessOptions::default(), &runner()).unwrap();
+    assert_eq!(slot, Some(1));
+    let p = r.last_process().unwrap();
+    wait_finished(&p);
+    assert_eq!(p.error(), None);
+    assert_eq!(p.total_blocks, total - done, "only what was left");
+    assert_eq!(p.copied_blocks(), total - done);
+    assert_eq!(r.health().operational_count(), 2);
+    same_data(&a, &c, total);
+    wait_until("C configured in its superblock", || {
+        member_sb(&c).member(&c.info().uuid).unwrap().state == MemberState::Configured
+    });
+}
+
+#[test]
+fn a_rebuild_retries_transient_errors_and_gives_up_on_lasting_ones_leaving_the_array_degraded() {
+    let a = malloc("A", 2048);
+    let b = malloc("B", 2048);
+    let read_fails = Arc::new(AtomicU32::new(0));
+    let src: Arc<dyn BlockDevice> = Arc::new(Flaky {
+        inner: Arc::clone(&a),
+        op: Some(Op::Read),
+        from: 2048,
+        status: IoStatus::Errno(libc::EIO),
+        fail: Arc::clone(&read_fails),
+    });
+    let r = raid_sb(RaidLevel::Raid1, 0, vec![src, Arc::clone(&b)]);
+    let total = r.info().num_blocks;
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    let data = pattern(3, (total * 512) as usize);
+    q.write(0, &data);
+    drop(q);
+    r.remove_member("B").unwrap();
+    let opts = ProcessOptions {
+        window_size_kb: 128,
+        max_bandwidth_mb_sec: 0,
+    };
+
+    // Transient: reads of the source fail 3 times, writes of the target 3 times; the copy
+    // retries each and completes.
+    let write_fails = Arc::new(AtomicU32::new(0));
+    let c: Arc<dyn BlockDevice> = Arc::new(Flaky {
+        inner: malloc("C", 2048),
+        op: Some(Op::Write),
+        from: 2048,
+        status: IoStatus::Errno(libc::EIO),
+        fail: Arc::clone(&write_fails),
+    });
+    read_fails.store(crate::rebuild::IO_ATTEMPTS - 1, Ordering::Release);
+    write_fails.store(crate::rebuild::IO_ATTEMPTS - 1, Ordering::Release);
+    r.add_member(Arc::clone(&c), opts, &runner()).unwrap();
+    let p = r.last_process().unwrap();
+    wait_finished(&p);
+    assert_eq!(p.error(), None);
+    assert_eq!(
+        (
+            read_fails.load(Ordering::Acquire),
+            write_fails.load(Ordering::Acquire)
+        ),
+        (0, 0)
+    );
+    assert_eq!(r.health().operational_count(), 2);
+    same_data(&a, &c, total);
+
+    // Lasting: the source's reads keep failing. The copy gives up with the reason, the
+    // target is failed out, and the source, the one good copy, stays in and serves.
+    r.remove_member(&c.info().name).unwrap();
+    let d = malloc("D", 2048);
+    read_fails.store(1000, Ordering::Release);
+    r.add_member(Arc::clone(&d), opts, &runner()).unwrap();
+    let p = r.last_process().unwrap();
+    wait_finished(&p);
+    let why = p.error().expect("the rebuild gave up");
+    assert!(why.contains("reading the source failed 4 times"), "{why}");
+    assert_eq!(r.health().state(p.target), SlotState::Failed);
+    assert!(r.health().operational(0));
+    assert_eq!(r.state(), "online");
+    read_fails.store(0, Ordering::Release);
+    let mut q = Q::open(Arc::clone(&r) as Arc<dyn BlockDevice>);
+    assert_eq!(q.read(0, data.len()), data);
 }

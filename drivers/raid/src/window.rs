@@ -12,7 +12,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 /// A range of array blocks, `start..end` (empty when `start == end`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -102,34 +101,15 @@ impl Window {
         seq
     }
 
-    /// Waits until no queue has a write in flight that overlaps window `seq`, or `stop`
-    /// says to give up (false then).
-    pub fn wait_quiet(&self, seq: u64, stop: impl Fn() -> bool) -> bool {
-        let queues: Vec<Arc<QueueAck>> = self
-            .queues
+    /// Whether no queue has a write in flight that overlaps window `seq` (the rebuild looks
+    /// again, yielding to its reactor, until it is).
+    pub fn quiet(&self, seq: u64) -> bool {
+        self.queues
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter_map(Weak::upgrade)
-            .collect();
-        let mut spins = 0u32;
-        loop {
-            let quiet = queues.iter().all(|q| {
-                q.seen.load(Ordering::Acquire) >= seq || q.writes.load(Ordering::Acquire) == 0
-            });
-            if quiet {
-                return true;
-            }
-            if stop() {
-                return false;
-            }
-            spins += 1;
-            if spins > 64 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+            .all(|q| q.seen.load(Ordering::Acquire) >= seq || q.writes.load(Ordering::Acquire) == 0)
     }
 }
 
@@ -151,7 +131,7 @@ mod tests {
 
     #[test]
     fn the_rebuild_waits_for_a_queue_with_writes_until_it_acknowledges() {
-        let w = Arc::new(Window::default());
+        let w = Window::default();
         let idle = w.register();
         let busy = w.register();
         assert_eq!(w.enter(&busy, 3).start, 0);
@@ -159,13 +139,14 @@ mod tests {
         assert_eq!(w.read().end, 64);
         // The idle queue (no writes) never holds the rebuild; the busy one does until it
         // says none of its writes overlaps.
-        assert!(!w.wait_quiet(seq, || true));
-        let w2 = Arc::clone(&w);
-        let waiter = std::thread::spawn(move || w2.wait_quiet(seq, || false));
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(!waiter.is_finished());
+        assert!(!w.quiet(seq));
         busy.seen.store(seq, Ordering::Release);
-        assert!(waiter.join().unwrap());
+        assert!(w.quiet(seq));
+        // A queue that closed holds nothing.
+        let seq = w.publish(64, 128);
+        assert!(!w.quiet(seq));
+        drop(busy);
+        assert!(w.quiet(seq));
         drop(idle);
     }
 }
