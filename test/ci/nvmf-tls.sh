@@ -21,30 +21,7 @@ NQN=nqn.2016-06.io.pmio:tls1
 H1=nqn.2014-08.org.nvmexpress:uuid:31313131-0000-4000-8000-000000000001
 H2=nqn.2014-08.org.nvmexpress:uuid:31313131-0000-4000-8000-000000000002
 H3=nqn.2014-08.org.nvmexpress:uuid:31313131-0000-4000-8000-000000000003
-PIDS=()
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
-    exit 1
-}
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-expect() { # expect PATTERN TEXT
-    printf '%s\n' "$2" | grep -q -- "$1" || { printf '%s\n' "$2" >&2; fail "expected '$1'"; }
-}
-free_port() {
-    local p hex
-    while :; do
-        p=$((20000 + RANDOM % 40000))
-        hex=$(printf ':%04X ' "$p")
-        grep -q " 0A " <(grep -h "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null) || break
-    done
-    echo "$p"
-}
+. test/ci/script-lib.sh
 PORT=$(free_port)
 start_tgt() { # start_tgt NAME MASK [ARGS]
     local name=$1 mask=$2

@@ -22,30 +22,7 @@ cd "$(dirname "$0")/../.."
 
 DIR=$(mktemp -d /tmp/pmio-raid-rep.XXXXXX)
 HNQN=nqn.2016-06.io.pmio:mirror
-PIDS=()
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -25 "$f" >&2; }; done
-    exit 1
-}
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-expect() { # expect PATTERN TEXT
-    printf '%s\n' "$2" | grep -q -- "$1" || { printf '%s\n' "$2" >&2; fail "expected '$1'"; }
-}
-free_port() {
-    local p hex
-    while :; do
-        p=$((20000 + RANDOM % 40000))
-        hex=$(printf ':%04X ' "$p")
-        grep -q " 0A " <(grep -h "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null) || break
-    done
-    echo "$p"
-}
+. test/ci/script-lib.sh
 # start_tgt NAME: pmio-tgt on core 0, socket $DIR/NAME.sock; its pid in NAME_PID.
 start_tgt() {
     local name=$1

@@ -19,29 +19,9 @@ eval "$(test/ci/ceph.sh env)"
 DIR=$(mktemp -d /tmp/pmio-rbd-tgt.XXXXXX)
 NQN=nqn.2016-06.io.pmio:rbd1
 IMG=pmio-tgt-$$
-PIDS=()
-fail() {
-    echo "FAIL: $*" >&2
-    for f in "$DIR"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
-    exit 1
-}
+. test/ci/script-lib.sh
 rbdc() { timeout 60 rbd --cluster "$CEPH_CLUSTER" -c "$CEPH_CONF" "$@"; }
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rbdc rm "rbd/$IMG" >/dev/null 2>&1 || true
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-free_port() {
-    local p hex
-    while :; do
-        p=$((20000 + RANDOM % 40000))
-        hex=$(printf ':%04X ' "$p")
-        grep -q " 0A " <(grep -h "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null) || break
-    done
-    echo "$p"
-}
+cleanup_more() { rbdc rm "rbd/$IMG" >/dev/null 2>&1 || true; }
 PORT=$(free_port)
 start_tgt() {
     rm -f "$DIR/tgt.sock"
