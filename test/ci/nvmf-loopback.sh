@@ -25,22 +25,6 @@ NQN=nqn.2016-06.io.pmio:loop1
 . test/ci/script-lib.sh
 PORT=$(free_port)
 
-# start_tgt NAME MASK [ARGS]: pmio-tgt on socket $DIR/NAME.sock; its pid in NAME_PID.
-start_tgt() {
-    local name=$1 mask=$2
-    shift 2
-    rm -f "$DIR/$name.sock"
-    RUST_LOG=${RUST_LOG:-info} "$BIN/pmio-tgt" -r "$DIR/$name.sock" -m "$mask" "$@" \
-        2>>"$DIR/$name.log" &
-    local pid=$!
-    PIDS+=("$pid")
-    printf -v "${name}_PID" %s "$pid"
-    for _ in $(seq 200); do [ -S "$DIR/$name.sock" ] && return 0; sleep 0.05; done
-    fail "pmio-tgt $name did not start"
-}
-rpc() { local name=$1; shift; "$BIN/pmio-rpc" -s "$DIR/$name.sock" "$@"; }
-# perf LOG ARGS: pmio-perf on core 1.
-perf() { local log=$1; shift; "$BIN/pmio-perf" -m '[1]' "$@" >"$DIR/$log.log" 2>&1; }
 DEV="nvmf:traddr=127.0.0.1,trsvcid=$PORT,subnqn=$NQN"
 # wait_state STATE: until the host's controller Nvme0 is in STATE (10 s); the last in $state.
 wait_state() {

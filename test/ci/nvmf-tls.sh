@@ -23,20 +23,6 @@ H2=nqn.2014-08.org.nvmexpress:uuid:31313131-0000-4000-8000-000000000002
 H3=nqn.2014-08.org.nvmexpress:uuid:31313131-0000-4000-8000-000000000003
 . test/ci/script-lib.sh
 PORT=$(free_port)
-start_tgt() { # start_tgt NAME MASK [ARGS]
-    local name=$1 mask=$2
-    shift 2
-    rm -f "$DIR/$name.sock"
-    RUST_LOG=${RUST_LOG:-info} "$BIN/pmio-tgt" -r "$DIR/$name.sock" -m "$mask" "$@" \
-        2>>"$DIR/$name.log" &
-    local pid=$!
-    PIDS+=("$pid")
-    printf -v "${name}_PID" %s "$pid"
-    for _ in $(seq 200); do [ -S "$DIR/$name.sock" ] && return 0; sleep 0.05; done
-    fail "pmio-tgt $name did not start"
-}
-rpc() { local name=$1; shift; "$BIN/pmio-rpc" -s "$DIR/$name.sock" "$@"; }
-perf() { local log=$1; shift; "$BIN/pmio-perf" -m '[1]' "$@" >"$DIR/$log.log" 2>&1; }
 DEV="nvmf:traddr=127.0.0.1,trsvcid=$PORT,subnqn=$NQN"
 
 # The keys, in the interchange format (base64 of the PSK and its CRC-32), in owner-only files.

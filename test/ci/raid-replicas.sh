@@ -23,19 +23,6 @@ cd "$(dirname "$0")/../.."
 DIR=$(mktemp -d /tmp/pmio-raid-rep.XXXXXX)
 HNQN=nqn.2016-06.io.pmio:mirror
 . test/ci/script-lib.sh
-# start_tgt NAME: pmio-tgt on core 0, socket $DIR/NAME.sock; its pid in NAME_PID.
-start_tgt() {
-    local name=$1
-    rm -f "$DIR/$name.sock"
-    RUST_LOG=${RUST_LOG:-info} "$BIN/pmio-tgt" -r "$DIR/$name.sock" -m 0x1 \
-        2>>"$DIR/$name.log" &
-    local pid=$!
-    PIDS+=("$pid")
-    printf -v "${name}_PID" %s "$pid"
-    for _ in $(seq 200); do [ -S "$DIR/$name.sock" ] && return 0; sleep 0.05; done
-    fail "pmio-tgt $name did not start"
-}
-rpc() { local name=$1; shift; "$BIN/pmio-rpc" -s "$DIR/$name.sock" "$@"; }
 kill9() { local pid_var="${1}_PID"; kill -9 "${!pid_var}"; wait "${!pid_var}" 2>/dev/null || true; }
 
 declare -A PORT UUID
@@ -49,7 +36,7 @@ UUID[c]=5d0c1a2e-0000-4000-8000-0000000000cc
 replica() {
     local r=$1
     [ -f "$DIR/$r.img" ] || truncate -s 64M "$DIR/$r.img"
-    start_tgt "$r"
+    start_tgt "$r" 0x1
     rpc "$r" bdev_uring_create "$DIR/$r.img" "U$r" 512 -u "${UUID[$r]}" >/dev/null
     rpc "$r" nvmf_create_transport -t TCP >/dev/null
     rpc "$r" nvmf_create_subsystem "nqn.2016-06.io.pmio:$r" -a -s "REP$r" >/dev/null
@@ -108,7 +95,7 @@ same_data() {
 echo "== replicas a and b, head with a raid1 over them"
 replica a
 replica b
-start_tgt head
+start_tgt head 0x1
 attach a
 attach b
 rpc head bdev_raid_create -n Mirror -r 1 -b "Ran1 Rbn1" -s >/dev/null
@@ -176,7 +163,7 @@ echo "== 4. the head killed -9 and restarted: assembled from b and c, a refused"
 refused_before=$(grep -c "refused as stale" "$DIR/head.log" || true)
 kill9 head
 replica a
-start_tgt head
+start_tgt head 0x1
 attach a
 attach b
 attach c

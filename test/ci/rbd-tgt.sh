@@ -33,7 +33,6 @@ start_tgt() {
     fail "pmio-tgt did not start"
 }
 rpc() { "$BIN/pmio-rpc" -s "$DIR/tgt.sock" "$@"; }
-perf() { local log=$1; shift; "$BIN/pmio-perf" -m '[1]' "$@" >"$DIR/$log.log" 2>&1; }
 DEV="nvmf:traddr=127.0.0.1,trsvcid=$PORT,subnqn=$NQN"
 
 rbdc create "rbd/$IMG" --size 32M
